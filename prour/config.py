@@ -1,0 +1,175 @@
+"""Recipe schema: one pydantic model per component, checked when a recipe loads, before any model.
+
+Every error names the dotted key (``models.agent.backend``), the value and what is allowed.
+Stage sections (router, reward, data, train, eval, ...) are pydantic models defined next to the
+code that uses them and collected into :class:`Recipe` here.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+BACKENDS = ("hf", "openai", "scripted")
+MODEL_ROLES = (
+    "agent",  # task agent (tool calling)
+    "user",  # user simulator (evaluation and collection)
+    "strict_user",  # strict user simulator (training responder)
+    "decomposer",  # goal interpretations, candidate actions, scoring
+    "verifier",  # read-only ReAct verifier
+    "teacher",  # teacher query generator during collection
+    "generator",  # the query generator being trained / evaluated (the policy)
+    "normalizer",  # goal normalization
+    "annotator",  # calibration labels
+    "router",  # prompted LLM router ablation
+    "judge",  # attention-cost judge
+)
+
+
+class ConfigError(ValueError):
+    """A recipe value is wrong. ``key`` is the dotted path of the offending value."""
+
+    def __init__(self, key: str, message: str, source: str | None = None):
+        self.key = key
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{key}: {message}")
+
+
+class Section(BaseModel):
+    """Base for recipe sections: unknown keys are errors (typos must not pass silently)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    """A model behind one of the backends.
+
+    ``hf``: ``path`` is a local HF folder or hub id (loaded in process).
+    ``openai``: ``base_url`` of an OpenAI-compatible server and the served ``model`` name; the API
+    key is read from the environment variable named by ``api_key_env``, never from the recipe.
+    ``scripted``: ``script`` names a rules file or a registered script (tests only).
+    """
+
+    backend: Literal["hf", "openai", "scripted"] = "hf"
+    path: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
+    device: str = "auto"
+    max_concurrency: int = Field(8, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    max_model_len: int | None = Field(None, ge=16)
+    script: str | None = None
+    temperature: float | None = Field(None, ge=0)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _known_backend(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in BACKENDS:
+            close = difflib.get_close_matches(value, BACKENDS, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown backend {value!r}; valid: {', '.join(BACKENDS)}.{hint}")
+        return value
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.backend == "hf" and not self.path:
+            raise ValueError("backend 'hf' needs `path` (a local HF folder or a hub id)")
+        if self.backend == "openai" and not (self.base_url and self.model):
+            raise ValueError("backend 'openai' needs `base_url` and `model`")
+
+
+class EnvConfig(Section):
+    """Which tau2 domains and split a stage runs on, and the episode limits."""
+
+    domains: list[Literal["retail", "airline", "telecom"]] = ["retail"]
+    split: Literal["train", "test", "base"] = "test"
+    tasks: list[str] | None = None  # restrict to these task ids (None: the whole split)
+    max_tasks: int | None = Field(None, ge=1)  # first N tasks of the split (after `tasks`)
+    max_steps: int = Field(30, ge=1)  # agent + user turns before the episode is cut
+    max_errors: int = Field(10, ge=1)  # tool errors before the episode is cut
+
+
+class Recipe(Section):
+    """A whole run: models by role, environment, seed, output folder, and stage sections."""
+
+    name: str
+    seed: int = 0
+    run_dir: str = "runs/${name}"
+    models: dict[str, ModelConfig] = {}
+    env: EnvConfig = EnvConfig()
+
+    @field_validator("models")
+    @classmethod
+    def _known_roles(cls, value: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        for role in value:
+            if role not in MODEL_ROLES:
+                close = difflib.get_close_matches(role, MODEL_ROLES, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"unknown model role {role!r}; valid: {', '.join(MODEL_ROLES)}.{hint}")
+        return value
+
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir.replace("${name}", self.name))
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "<root>"
+
+
+def first_error(exc: ValidationError, source: str | None = None) -> ConfigError:
+    """Turn pydantic's first error into a :class:`ConfigError` naming the dotted key."""
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown key (check its spelling and the section it sits in)"
+    if "input" in err and err["type"] not in ("missing", "extra_forbidden"):
+        message = f"{message} (got {err['input']!r})"
+    return ConfigError(_dotted(loc), message, source)
+
+
+def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
+    """Validate a recipe mapping; raises :class:`ConfigError` on the first problem."""
+    if not isinstance(data, dict):
+        raise ConfigError("<root>", f"a recipe must be a mapping, got {type(data).__name__}", source)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise first_error(exc, source) from None
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read a YAML recipe, apply ``key.sub=value`` overrides, and validate it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("<file>", f"recipe file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError("<yaml>", f"not valid YAML at{line}: {exc}", str(path)) from None
+    for item in overrides or []:
+        apply_override(data, item)
+    return parse_recipe(data, str(path))
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set ``a.b.c=value`` in a nested mapping; the value is parsed as YAML."""
+    if "=" not in item:
+        raise ConfigError(item, "an override must look like key.sub=value")
+    key, raw = item.split("=", 1)
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(key, f"cannot set below {part!r}: it is not a mapping")
+    node[parts[-1]] = yaml.safe_load(raw)

@@ -1,0 +1,25 @@
+"""Model backends behind one protocol (:mod:`prour.llm.base`), chosen by name."""
+
+from prour.llm.base import (
+    LLM,
+    BackendError,
+    ChatRequest,
+    Completion,
+    Message,
+    SamplingParams,
+    ScoreRequest,
+    ScoreResult,
+    ToolCall,
+)
+
+__all__ = [
+    "LLM",
+    "BackendError",
+    "ChatRequest",
+    "Completion",
+    "Message",
+    "SamplingParams",
+    "ScoreRequest",
+    "ScoreResult",
+    "ToolCall",
+]
