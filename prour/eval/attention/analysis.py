@@ -1,0 +1,437 @@
+"""Analysis of attention-protocol runs: method tables, equal-cost comparisons, plots, human study.
+
+Input is one :class:`ConversationRecord` per conversation (method, model, domain, task, seed,
+reward, and the delivered requests as cost mappings). Method names carry the budget as
+``policy@N`` (``budgeted@2``, ``budgeted+mgr@1``); see :func:`method_name`.
+
+Equal-cost comparison. A policy with mean cost A_p and reward R_p is compared with a mixture of
+Budgeted N and N+1 that costs the same in expectation: run Budgeted N with probability w and
+N+1 with probability 1 − w, where w·A_N + (1 − w)·A_{N+1} = A_p, i.e.
+
+    w = (A_{N+1} − A_p) / (A_{N+1} − A_N),   R_mix = w·R_N + (1 − w)·R_{N+1}.
+
+When A_p lies outside [A_N, A_{N+1}] no such mixture exists; the comparison is reported as
+outside the range (``inside=False``) and left out rather than extrapolated. w is fixed from the
+full-sample means; the interval of R_p − R_mix then comes from a paired task bootstrap of the
+per-task differences R_p,t − (w·R_N,t + (1 − w)·R_{N+1},t).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prour.env.history import render_history
+from prour.eval.attention.budget import DeliveredRequest
+from prour.eval.attention.cost import (
+    ACCOUNTINGS,
+    DEFAULT_LAMBDA,
+    CostWeights,
+    conversation_cost,
+    discretionary_count,
+)
+from prour.eval.attention.judge import Judgment
+from prour.eval.stats import (
+    BootstrapResult,
+    bootstrap_statistic,
+    holm_adjust,
+    paired_bootstrap,
+    stratified_mean,
+    task_means,
+)
+
+log = logging.getLogger(__name__)
+
+NO_ASK = "no-ask"
+UNRESTRICTED = "unrestricted"
+_NEEDS_JUDGE = {"messages": (), "atomic": (), "effort": ("reading_effort",),
+                "full": ("reading_effort", "value"), "full+exempt": ("reading_effort", "value")}
+
+
+def method_name(policy: str, budget: int | None = None) -> str:
+    """``policy@N`` for a budget, the bare policy name otherwise."""
+    return policy if budget is None else f"{policy}@{budget}"
+
+
+def cost_requests(delivered: Sequence[DeliveredRequest],
+                  judgments: Sequence[Judgment | None]) -> list[dict[str, Any]]:
+    """Cost mappings of delivered messages; a failed or missing judgment leaves scores None."""
+    if len(delivered) != len(judgments):
+        raise ValueError(f"{len(delivered)} delivered messages but {len(judgments)} judgments")
+    rows = []
+    for request, judgment in zip(delivered, judgments):
+        scored = judgment is not None and not judgment.failed
+        rows.append({
+            "discretionary": request.discretionary,
+            "atomic_questions": request.atomic_questions,
+            "reading_effort": judgment.reading_effort if scored else None,
+            "value": judgment.value if scored else None,
+            "fallback": request.fallback,
+            "judge_error": judgment.error if judgment is not None else None,
+        })
+    return rows
+
+
+@dataclass
+class ConversationRecord:
+    """One evaluated conversation of one method on one task and seed."""
+
+    method: str
+    model: str
+    domain: str
+    task_id: str
+    seed: int
+    reward: float
+    requests: list[dict[str, Any]]
+    fallback: bool = False
+    transcript: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> ConversationRecord:
+        known = {k: row[k] for k in cls.__dataclass_fields__ if k in row}
+        return cls(**known)
+
+
+def scorable(record: ConversationRecord, accounting: str) -> bool:
+    """Whether every request counted under ``accounting`` carries the judge scores it needs."""
+    needed = _NEEDS_JUDGE[accounting]
+    counted = [r for r in record.requests
+               if r.get("discretionary") or accounting == "full+exempt"]
+    return all(r.get(name) is not None for r in counted for name in needed)
+
+
+@dataclass
+class MethodRow:
+    """Means over the conversations of one (model, domain, method) cell.
+
+    R covers every conversation; A and U only those whose counted requests were all judged
+    (``unscored`` counts the others). V pools the judged values of all discretionary requests
+    that were judged; requests, atomic questions, bundling and fallbacks cover every one.
+    """
+
+    model: str
+    domain: str
+    method: str
+    conversations: int
+    reward: float
+    cost: float
+    value: float
+    utility: float
+    requests: float
+    atomic_questions: float
+    bundled_share: float
+    fallback_rate: float
+    unscored: int = 0
+    efficiency: float = math.nan  # (R − R_no-ask) / A within the same model and domain
+
+
+def _cell_row(key: tuple[str, str, str], records: list[ConversationRecord], accounting: str,
+              lam: float, weights: CostWeights) -> MethodRow:
+    kept = [r for r in records if scorable(r, accounting)]
+    costs = [conversation_cost(r.requests, accounting, weights) for r in kept]
+    disc = [q for r in records for q in r.requests if q.get("discretionary")]
+    values = [float(q["value"]) for q in disc if q.get("value") is not None]
+    reward = float(np.mean([r.reward for r in records]))
+    return MethodRow(
+        *key, conversations=len(records), reward=reward,
+        cost=float(np.mean(costs)) if costs else math.nan,
+        value=float(np.mean(values)) if values else math.nan,
+        utility=float(np.mean([r.reward - lam * c for r, c in zip(kept, costs)]))
+        if kept else math.nan,
+        requests=float(np.mean([discretionary_count(r.requests) for r in records])),
+        atomic_questions=float(np.mean([sum(q.get("atomic_questions") or 0 for q in r.requests
+                                            if q.get("discretionary")) for r in records])),
+        bundled_share=float(np.mean([(q.get("atomic_questions") or 0) > 1 for q in disc]))
+        if disc else math.nan,
+        fallback_rate=float(np.mean([r.fallback for r in records])),
+        unscored=len(records) - len(kept))
+
+
+def method_rows(records: Iterable[ConversationRecord], accounting: str = "full",
+                lam: float = DEFAULT_LAMBDA, weights: CostWeights | None = None,
+                ) -> list[MethodRow]:
+    """One row per (model, domain, method), with asking efficiency against that cell's No-ask."""
+    if accounting not in ACCOUNTINGS:
+        raise ValueError(f"unknown accounting {accounting!r}; valid: {', '.join(ACCOUNTINGS)}")
+    cells: dict[tuple[str, str, str], list[ConversationRecord]] = {}
+    for record in records:
+        cells.setdefault((record.model, record.domain, record.method), []).append(record)
+    rows = [_cell_row(k, v, accounting, lam, weights or CostWeights())
+            for k, v in sorted(cells.items())]
+    no_ask = {(r.model, r.domain): r.reward for r in rows if r.method == NO_ASK}
+    for row in rows:
+        base = no_ask.get((row.model, row.domain))
+        if base is not None and row.cost > 0:
+            row.efficiency = (row.reward - base) / row.cost
+    return rows
+
+
+def average_over_domains(rows: Sequence[MethodRow]) -> list[MethodRow]:
+    """Unweighted means over domains for each (model, method); domain is set to ``"average"``."""
+    groups: dict[tuple[str, str], list[MethodRow]] = {}
+    for row in rows:
+        groups.setdefault((row.model, row.method), []).append(row)
+    fields = ("reward", "cost", "value", "utility", "requests", "atomic_questions",
+              "bundled_share", "fallback_rate", "efficiency")
+    out = []
+    for (model, method), members in sorted(groups.items()):
+        means = {f: float(np.nanmean([getattr(m, f) for m in members]))
+                 if any(not math.isnan(getattr(m, f)) for m in members) else math.nan
+                 for f in fields}
+        out.append(MethodRow(model, "average", method, sum(m.conversations for m in members),
+                             unscored=sum(m.unscored for m in members), **means))
+    return out
+
+
+# --- equal-cost comparison --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Budgeted N / N+1 mixture matching a policy's cost; ``inside=False`` when impossible."""
+
+    weight: float
+    reward: float
+    inside: bool
+    note: str = ""
+
+
+def equal_cost_mixture(cost_policy: float, cost_n: float, cost_n1: float,
+                       reward_n: float, reward_n1: float) -> Mixture:
+    """w with w·A_N + (1 − w)·A_{N+1} = A_policy, and the mixture's reward (module docstring)."""
+    low, high = min(cost_n, cost_n1), max(cost_n, cost_n1)
+    if not low <= cost_policy <= high:
+        return Mixture(math.nan, math.nan, False,
+                       f"policy cost {cost_policy:.4g} outside [{low:.4g}, {high:.4g}]")
+    if cost_n == cost_n1:
+        return Mixture(1.0, reward_n, True, "Budgeted N and N+1 cost the same")
+    weight = (cost_n1 - cost_policy) / (cost_n1 - cost_n)
+    return Mixture(weight, weight * reward_n + (1 - weight) * reward_n1, True)
+
+
+@dataclass(frozen=True)
+class EqualCostResult:
+    """A policy against its cost-matched Budgeted mixture; ``delta`` is None when outside."""
+
+    mixture: Mixture
+    delta: BootstrapResult | None
+
+
+def equal_cost_comparison(
+    costs: tuple[Any, Any, Any], outcomes: tuple[Any, Any, Any], n_boot: int = 10_000,
+    seed: int = 0, ci: float = 0.95, strata: Sequence[object] | None = None,
+) -> EqualCostResult:
+    """Outcome difference policy − mixture at equal expected cost, with a paired task bootstrap.
+
+    ``costs`` and ``outcomes`` are (policy, Budgeted N, Budgeted N+1) arrays of shape (n_tasks,)
+    or (n_tasks, n_seeds), rows aligned by task; outcomes are usually rewards.
+    """
+    means = [stratified_mean(task_means(c, "cost"), strata) for c in costs]
+    per_task = [task_means(o, "outcome") for o in outcomes]
+    rewards = [stratified_mean(o, strata) for o in per_task]
+    mixture = equal_cost_mixture(means[0], means[1], means[2], rewards[1], rewards[2])
+    if not mixture.inside:
+        log.info("equal-cost comparison skipped: %s", mixture.note)
+        return EqualCostResult(mixture, None)
+    matched = mixture.weight * per_task[1] + (1 - mixture.weight) * per_task[2]
+    return EqualCostResult(mixture, paired_bootstrap(per_task[0], matched, n_boot, seed, ci,
+                                                     strata))
+
+
+def efficiency_interval(
+    reward: Any, reward_no_ask: Any, cost: Any, n_boot: int = 10_000, seed: int = 0,
+    ci: float = 0.95,
+) -> BootstrapResult:
+    """(mean R − mean R_no-ask) / mean A over tasks, with a paired task-bootstrap interval.
+
+    Inputs are (n_tasks,) or (n_tasks, n_seeds) arrays aligned by task; draws whose mean cost
+    is 0 are dropped (the ratio is undefined there).
+    """
+    r, r0, a = (task_means(x, name) for x, name in
+                ((reward, "reward"), (reward_no_ask, "reward_no_ask"), (cost, "cost")))
+    if not r.shape == r0.shape == a.shape:
+        raise ValueError(f"efficiency needs the same tasks: {r.shape}, {r0.shape}, {a.shape}")
+
+    def ratio(idx: np.ndarray) -> float:
+        spent = a[idx].mean()
+        return float((r[idx].mean() - r0[idx].mean()) / spent) if spent > 0 else math.nan
+
+    return bootstrap_statistic(ratio, len(r), n_boot, seed, ci)
+
+
+def holm_table(results: Mapping[str, BootstrapResult]) -> dict[str, float]:
+    """Holm-adjusted p-values of a family of comparisons, keyed like the input."""
+    names = list(results)
+    adjusted = holm_adjust([results[n].p_value for n in names]) if names else []
+    return {name: float(p) for name, p in zip(names, adjusted)}
+
+
+# --- reward-versus-attention plot -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    label: str
+    cost: float
+    reward: float
+
+
+def attention_paths(rows: Sequence[MethodRow], budgets: Sequence[int] = (1, 2, 3),
+                    ) -> dict[str, list[PlotPoint]]:
+    """Per model: No-ask → Budgeted N (in ``budgets`` order) → Unrestricted, where present."""
+    order = [NO_ASK] + [method_name("budgeted", n) for n in budgets] + [UNRESTRICTED]
+    paths: dict[str, list[PlotPoint]] = {}
+    for model in sorted({r.model for r in rows}):
+        by_method = {r.method: r for r in rows if r.model == model}
+        points = []
+        for method in order:
+            row = by_method.get(method)
+            if row is not None:
+                cost = 0.0 if method == NO_ASK and math.isnan(row.cost) else row.cost
+                points.append(PlotPoint(method, cost, row.reward))
+        paths[model] = points
+    return paths
+
+
+def plot_reward_attention(paths: Mapping[str, Sequence[PlotPoint]], out: str | Path,
+                          extras: Mapping[str, Sequence[PlotPoint]] | None = None,
+                          title: str = "Reward versus user-attention cost") -> Path:
+    """Write a PNG: one line per model through its path; ``extras`` as unconnected markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for model, points in paths.items():
+        line, = ax.plot([p.cost for p in points], [p.reward for p in points], "-o", label=model)
+        for p in points:
+            marker = "s" if p.label == NO_ASK else "D" if p.label == UNRESTRICTED else None
+            if marker:
+                ax.plot(p.cost, p.reward, marker, color=line.get_color(), markersize=8)
+        for p in (extras or {}).get(model, []):
+            ax.plot(p.cost, p.reward, "^", color=line.get_color(), markersize=8)
+            ax.annotate(p.label, (p.cost, p.reward), fontsize=7)
+    ax.set_xlabel("user-attention cost A per conversation")
+    ax.set_ylabel("reward R")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+# --- human burden study -----------------------------------------------------------------------
+
+
+def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def equal_count_pairs(records: Sequence[ConversationRecord], accounting: str = "full",
+                      weights: CostWeights | None = None) -> list[tuple[int, int]]:
+    """Index pairs of conversations on the same task with the same number of discretionary
+    requests (at least one), both scorable, whose costs differ."""
+    pairs = []
+    for i, a in enumerate(records):
+        for j in range(i + 1, len(records)):
+            b = records[j]
+            if (a.domain, a.task_id) != (b.domain, b.task_id):
+                continue
+            count = discretionary_count(a.requests)
+            if count == 0 or count != discretionary_count(b.requests):
+                continue
+            if not (scorable(a, accounting) and scorable(b, accounting)):
+                continue
+            ca = conversation_cost(a.requests, accounting, weights)
+            cb = conversation_cost(b.requests, accounting, weights)
+            if not math.isclose(ca, cb, abs_tol=1e-9):
+                pairs.append((i, j))
+    return pairs
+
+
+def export_annotation_pairs(records: Sequence[ConversationRecord], out_dir: str | Path,
+                            n_pairs: int = 60, seed: int = 0, accounting: str = "full",
+                            weights: CostWeights | None = None) -> tuple[Path, Path]:
+    """Write ``pairs.jsonl`` (what annotators see: two transcripts, order shuffled) and
+    ``pairs_key.jsonl`` (costs and which one the cost ranks higher; kept from annotators)."""
+    candidates = equal_count_pairs(records, accounting, weights)
+    rng = np.random.default_rng(seed)
+    chosen = rng.permutation(len(candidates))[:n_pairs]
+    shown, keys = [], []
+    for pair_no, index in enumerate(chosen):
+        i, j = candidates[index]
+        if rng.random() < 0.5:
+            i, j = j, i
+        a, b = records[i], records[j]
+        for record in (a, b):
+            if record.transcript is None:
+                raise ValueError(f"record of task {record.task_id!r} method {record.method!r} "
+                                 f"seed {record.seed} has no transcript to show annotators")
+        cost_a = conversation_cost(a.requests, accounting, weights)
+        cost_b = conversation_cost(b.requests, accounting, weights)
+        pair_id = f"pair-{pair_no:04d}"
+        shown.append({"pair_id": pair_id, "domain": a.domain, "task_id": a.task_id,
+                      "conversation_a": render_history(a.transcript),
+                      "conversation_b": render_history(b.transcript)})
+        keys.append({"pair_id": pair_id, "cost_a": cost_a, "cost_b": cost_b,
+                     "higher": "a" if cost_a > cost_b else "b", "accounting": accounting,
+                     "a": [a.method, a.model, a.seed], "b": [b.method, b.model, b.seed]})
+    out = Path(out_dir)
+    _write_jsonl(out / "pairs.jsonl", shown)
+    _write_jsonl(out / "pairs_key.jsonl", keys)
+    log.info("exported %d of %d equal-count pairs to %s", len(shown), len(candidates), out)
+    return out / "pairs.jsonl", out / "pairs_key.jsonl"
+
+
+@dataclass
+class Agreement:
+    """Share of non-tie answers picking the conversation the cost ranks as more burdensome."""
+
+    interval: BootstrapResult
+    answers: int
+    ties: int
+    pairs: int = 0
+    per_pair: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def annotation_agreement(keys: Sequence[Mapping[str, Any]],
+                         annotations: Sequence[Mapping[str, Any]], n_boot: int = 10_000,
+                         seed: int = 0, ci: float = 0.95) -> Agreement:
+    """Agreement of annotations (``pair_id``, ``choice`` in a / b / same) with the cost ranking,
+    with a pair-bootstrap interval (all answers of a sampled pair stay together); the p-value
+    tests agreement = 0.5 (chance)."""
+    higher = {k["pair_id"]: k["higher"] for k in keys}
+    agree: dict[str, list[int]] = {}
+    ties = 0
+    for i, row in enumerate(annotations):
+        pair, choice = row.get("pair_id"), row.get("choice")
+        if pair not in higher:
+            raise ValueError(f"annotation {i}: unknown pair_id {pair!r}")
+        if choice not in ("a", "b", "same"):
+            raise ValueError(f"annotation {i}: choice {choice!r} must be 'a', 'b' or 'same'")
+        if choice == "same":
+            ties += 1
+            continue
+        agree.setdefault(pair, []).append(int(choice == higher[pair]))
+    if not agree:
+        raise ValueError("no non-tie annotations to compare with the cost ranking")
+    pairs = sorted(agree)
+    hits = np.array([sum(agree[p]) for p in pairs], dtype=float)
+    totals = np.array([len(agree[p]) for p in pairs], dtype=float)
+    interval = bootstrap_statistic(lambda idx: hits[idx].sum() / totals[idx].sum(),
+                                   len(pairs), n_boot, seed, ci, null=0.5)
+    return Agreement(interval, int(totals.sum()), ties, len(pairs),
+                     {p: (int(h), int(t)) for p, h, t in zip(pairs, hits, totals)})

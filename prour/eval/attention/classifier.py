@@ -1,0 +1,235 @@
+"""Request classifier: is an agent message an interruption, and how many things does it ask?
+
+Every message the agent sends to the user gets one label:
+
+- ``answer``: it informs or answers and asks nothing of the user;
+- ``required``: it asks for something the domain policy obliges the agent to obtain
+  (identity details for authentication, an explicit yes before a change);
+- ``discretionary``: any other request; the agent chose to ask, so it is an interruption.
+
+Only discretionary requests spend the interruption budget and cost attention (except under the
+``full+exempt`` accounting). ``atomic_questions`` counts the separate things the user must
+answer or do; a message with more than one is *bundled*.
+
+The LLM classifier answers in strict JSON (validated, retried); when it fails, or when no model
+is given, a deterministic heuristic labels the message and estimates the count, and the result
+says so in ``source``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prour.eval.attention.strict_json import JsonCache, ask_json, cache_key, require_keys
+from prour.llm.base import LLM, Message
+
+log = logging.getLogger(__name__)
+
+LABELS = ("answer", "required", "discretionary")
+PROMPT_VERSION = "classifier-v1"
+POLICY_CHARS = 6000
+CONTEXT_CHARS = 3000
+
+CLASSIFIER_SYSTEM = """\
+You sort the messages a customer-service agent sends to its customer. Pick exactly one label:
+
+- "answer": the message gives information, reports what was done, or replies to the customer, and
+  asks the customer for nothing (a polite closing such as "anything else?" is still an answer).
+- "required": the message asks for something the agent's policy obliges it to obtain before it
+  may act, for example identity details needed to authenticate the customer, or an explicit yes
+  to a specific change the agent is about to make.
+- "discretionary": the message asks the customer for any other information, choice or action.
+  The agent decided to ask; the policy did not make it.
+
+Also count "atomic_questions": the number of separate things the customer must answer or do.
+A yes/no question counts 1, a choice between listed options counts 1, "your name and zip code"
+counts 2, a list of three requested details counts 3. An "answer" message counts 0; a
+"required" or "discretionary" message counts at least 1.
+
+Reply with one JSON object and nothing else:
+{"label": "answer" | "required" | "discretionary", "atomic_questions": <integer>}"""
+
+CLASSIFIER_USER = """\
+[Agent policy (excerpt)]
+{policy}
+
+[Conversation so far]
+{context}
+
+[Message to label]
+{message}"""
+
+
+@dataclass(frozen=True)
+class RequestClass:
+    """The label of one agent message, its atomic-question count, and where they came from."""
+
+    label: str
+    atomic_questions: int
+    source: str = "llm"  # "llm" or "heuristic"
+    error: str | None = None  # why the LLM result was not used, when source is "heuristic"
+
+    @property
+    def discretionary(self) -> bool:
+        return self.label == "discretionary"
+
+    @property
+    def exempt(self) -> bool:
+        """Answers and policy-required requests: no budget, no cost (except full+exempt)."""
+        return not self.discretionary
+
+    @property
+    def bundled(self) -> bool:
+        return self.atomic_questions > 1
+
+
+def validate_classification(data: dict[str, Any]) -> RequestClass:
+    """Check the classifier's JSON: known label, integer count consistent with the label."""
+    require_keys(data, ("label", "atomic_questions"))
+    label, count = data["label"], data["atomic_questions"]
+    if label not in LABELS:
+        raise ValueError(f"label {label!r} is not one of {list(LABELS)}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"atomic_questions={count!r} must be an integer >= 0")
+    if label == "answer" and count != 0:
+        raise ValueError(f"an 'answer' message asks nothing, so atomic_questions must be 0, "
+                         f"got {count}")
+    if label != "answer" and count < 1:
+        raise ValueError(f"a {label!r} request asks something, so atomic_questions must be >= 1")
+    return RequestClass(label, count)
+
+
+# --- deterministic heuristic ------------------------------------------------------------------
+
+_SENTENCE = re.compile(r"(?<=[.?!])\s+")
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_VERBS = r"(?:provide|confirm|share|tell|send|specify|choose|select|enter|give)"
+_REQUEST_VERB = re.compile(
+    rf"^{_VERBS}\b|\b(?:please|kindly)\s+{_VERBS}\b|\blet me know\b|"
+    rf"\b(?:could|can|would) you (?:please )?{_VERBS}\b", re.IGNORECASE)
+_YES_NO_START = re.compile(
+    r"^(?:do|does|did|is|are|was|were|shall|should|would|will|may|can|could|have|has|"
+    r"had|am)\b", re.IGNORECASE)
+_INFO_VERB = re.compile(r"\b(?:provide|share|tell|give|send|specify|let me know|what|which|"
+                        r"when|where|who|how)\b", re.IGNORECASE)
+_SPLIT_ITEMS = re.compile(r",\s*(?:and\s+)?|\s+and\s+", re.IGNORECASE)  # "a, b and c"
+_SPLIT_AND = re.compile(r"\s+and\s+", re.IGNORECASE)  # a comma alone does not list asks
+_CONFIRM = re.compile(r"\b(?:yes/no|\(yes\)|confirm|proceed|go ahead)\b", re.IGNORECASE)
+_CLOSING = re.compile(r"^(?:is there )?anything else\b|\bhelp (?:you )?with anything else\b|"
+                      r"^how else can i help\b", re.IGNORECASE)
+_IDENTITY = re.compile(r"\b(?:verify your identity|authenticat\w*|user id|locate your account)\b",
+                       re.IGNORECASE)
+
+
+def _segments(text: str) -> list[tuple[str, bool]]:
+    """Sentences of the message, each with whether it is a bullet / numbered list item."""
+    out: list[tuple[str, bool]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        is_item = bool(_BULLET.match(line))
+        body = _BULLET.sub("", line).strip()
+        out.extend((s.strip(), is_item) for s in _SENTENCE.split(body) if s.strip())
+    return out
+
+
+def _is_request(sentence: str) -> bool:
+    if _CLOSING.search(sentence):
+        return False
+    return sentence.endswith("?") or bool(_REQUEST_VERB.search(sentence))
+
+
+def _items_in(sentence: str) -> int:
+    """Asks in one request sentence: coordinated items count separately, except in yes/no
+    questions and either/or choices, which are one ask."""
+    if _YES_NO_START.match(sentence) and not _INFO_VERB.search(sentence):
+        return 1
+    body = sentence.rstrip("?.! ")
+    splitter = _SPLIT_ITEMS if re.search(r"\band\b", body, re.IGNORECASE) else _SPLIT_AND
+    return max(1, len([p for p in splitter.split(body) if p.strip()]))
+
+
+def count_atomic_questions(text: str) -> int:
+    """Estimate how many separate things a message asks for (deterministic; see module doc).
+
+    A request sentence ending in ':' that introduces a list counts its list items instead.
+    """
+    total = 0
+    header_open = False
+    for sentence, is_item in _segments(text):
+        if is_item and header_open:
+            total += 1
+            continue
+        header_open = sentence.endswith(":") and bool(_REQUEST_VERB.search(sentence))
+        if header_open:
+            continue
+        if _is_request(sentence):
+            total += _items_in(sentence)
+    return total
+
+
+def heuristic_classify(message: str, error: str | None = None) -> RequestClass:
+    """Label by rules: no ask → answer; a yes/no confirmation to proceed or an identity check →
+    required; any other ask → discretionary (the rules err toward counting an interruption)."""
+    count = count_atomic_questions(message)
+    if count == 0:
+        return RequestClass("answer", 0, "heuristic", error)
+    asks = [s for s, _ in _segments(message) if _is_request(s) or s.endswith(":")]
+    asks_text = " ".join(asks)
+    if _CONFIRM.search(asks_text) or _IDENTITY.search(asks_text):
+        return RequestClass("required", count, "heuristic", error)
+    return RequestClass("discretionary", count, "heuristic", error)
+
+
+# --- the classifier ---------------------------------------------------------------------------
+
+
+class RequestClassifier:
+    """Classify agent messages with an LLM (strict JSON, retried, cached) or the heuristic."""
+
+    def __init__(self, llm: LLM | None = None, policy: str = "", max_attempts: int = 3,
+                 cache: JsonCache | None = None):
+        self.llm = llm
+        self.policy = policy[:POLICY_CHARS]
+        self.max_attempts = max_attempts
+        self.cache = cache if cache is not None else JsonCache()
+
+    def prompt(self, message: str, context: str) -> list[Message]:
+        """The chat prompt for one message given the dialogue before it."""
+        user = CLASSIFIER_USER.format(policy=self.policy or "(not given)",
+                                      context=context[-CONTEXT_CHARS:] or "(start)",
+                                      message=message)
+        return [{"role": "system", "content": CLASSIFIER_SYSTEM}, {"role": "user", "content": user}]
+
+    def _key(self, message: str, context: str) -> str:
+        return cache_key(PROMPT_VERSION, self.policy, context[-CONTEXT_CHARS:], message)
+
+    def classify(self, items: Sequence[tuple[str, str]]) -> list[RequestClass]:
+        """Label each (message, context) pair; one batched model call per retry round."""
+        results: list[RequestClass | None] = [None] * len(items)
+        todo = []
+        for i, (message, context) in enumerate(items):
+            hit = self.cache.get(self._key(message, context))
+            if hit is not None:
+                results[i] = RequestClass(**hit)
+            elif self.llm is None:
+                results[i] = heuristic_classify(message)
+            else:
+                todo.append(i)
+        prompts = [self.prompt(*items[i]) for i in todo]
+        outcomes = ask_json(self.llm, prompts, validate_classification, self.max_attempts) \
+            if todo else []
+        for i, outcome in zip(todo, outcomes):
+            if outcome.failed:
+                results[i] = heuristic_classify(items[i][0], f"llm failed: {outcome.errors[-1]}")
+                continue
+            results[i] = outcome.value
+            self.cache.put(self._key(*items[i]), asdict(outcome.value))
+        return [r for r in results if r is not None]
+
+    def classify_one(self, message: str, context: str = "") -> RequestClass:
+        return self.classify([(message, context)])[0]

@@ -1,0 +1,291 @@
+"""Attention policies: gates the agent consults on every outgoing user-directed message.
+
+Each policy classifies the draft first. Answers and policy-required requests are always
+delivered (exempt). A discretionary draft is blocked once the conversation's budget is spent
+(checked before any review call); otherwise the policy decides:
+
+=========================== =================================================================
+``no-ask``                  block every discretionary request (budget 0)
+``unrestricted``            deliver
+``frugal``                  deliver; the system prompt asks the agent to ask sparingly
+``voi-gate``                a review call estimates the value of asking, p ∈ [0, 1]; the
+                            draft is vetoed when p < c (enforced veto)
+``budgeted``                deliver while the budget N lasts
+``budgeted+review``         + self-review over the evidence window, no memory
+``budgeted+review+summary`` + self-review with a model-written summary as memory
+``budgeted+mgr``            + self-review against the user's earlier answers (MGR)
+=========================== =================================================================
+
+A review that never returns valid JSON does not invent a decision: the draft goes through as
+under plain ``budgeted`` (or an ungated VoI policy), and the decision's reason records it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from prour.eval.attention.budget import (
+    ConversationState,
+    GateAction,
+    GateDecision,
+    InterruptionBudget,
+)
+from prour.eval.attention.classifier import RequestClass, RequestClassifier
+from prour.eval.attention.mgr import SelfReviewer
+from prour.eval.attention.strict_json import ask_json, require_keys
+from prour.llm.base import LLM, Message
+
+log = logging.getLogger(__name__)
+
+FRUGAL_ADDENDUM = (
+    "Questions cost the customer time and attention. Ask only when you cannot continue "
+    "correctly without the answer and cannot find it with your tools or the policy; ask for one "
+    "thing at a time, in one short sentence.")
+NO_ASK_ADDENDUM = (
+    "Do not ask the customer questions beyond what the policy requires (identity checks and "
+    "explicit confirmation of changes). Work with the information you already have.")
+BUDGET_ADDENDUM = (
+    "You may ask the customer at most {n} discretionary question(s) in this conversation; "
+    "identity checks and confirmations required by the policy do not count. Spend them well.")
+
+VOI_SYSTEM = """\
+A customer-service agent is about to ask its customer the draft question below. Estimate how
+much the answer would raise the chance that the agent completes the customer's task correctly,
+compared with continuing without asking (using its tools, its policy and what it already
+knows). 0 means no gain at all; 1 means the task cannot succeed without it.
+
+Reply with one JSON object and nothing else:
+{"voi": <number between 0 and 1>, "reason": "<one short sentence>"}"""
+
+VOI_USER = """\
+[Recent conversation]
+{context}
+
+[Draft question]
+{draft}"""
+
+
+class AttentionPolicy:
+    """Base gate: exempt messages pass, an exhausted budget blocks, subclasses decide the rest."""
+
+    name = "base"
+
+    def __init__(self, classifier: RequestClassifier, budget: int | None = None,
+                 context_chars: int = 3000):
+        self.classifier = classifier
+        self.budget = budget
+        self.context_chars = context_chars
+
+    def new_state(self, messages: list[Message] | None = None) -> ConversationState:
+        """A fresh conversation state carrying this policy's budget."""
+        return ConversationState(list(messages or []), InterruptionBudget(self.budget))
+
+    def system_prompt_addendum(self) -> str:
+        return ""
+
+    def review(self, draft: str, state: ConversationState) -> GateDecision:
+        request = self.classifier.classify_one(draft, state.dialogue_text(self.context_chars))
+        if not request.discretionary:
+            return GateDecision(GateAction.DELIVER, draft, f"exempt ({request.label})", request)
+        if state.budget.exhausted:
+            reason = (f"interruption budget of {state.budget.limit} spent" if state.budget.limit
+                      else "no discretionary requests allowed")
+            return GateDecision(GateAction.BLOCK, None, reason, request)
+        return self.review_discretionary(draft, request, state)
+
+    def review_discretionary(self, draft: str, request: RequestClass,
+                             state: ConversationState) -> GateDecision:
+        return GateDecision(GateAction.DELIVER, draft, "discretionary, budget left", request)
+
+
+class NoAsk(AttentionPolicy):
+    """Only exempt messages reach the user (a budget of zero)."""
+
+    name = "no-ask"
+
+    def __init__(self, classifier: RequestClassifier, context_chars: int = 3000):
+        super().__init__(classifier, budget=0, context_chars=context_chars)
+
+    def system_prompt_addendum(self) -> str:
+        return NO_ASK_ADDENDUM
+
+
+class Unrestricted(AttentionPolicy):
+    """Every discretionary request is delivered."""
+
+    name = "unrestricted"
+
+
+class Frugal(AttentionPolicy):
+    """Unlimited, but the system prompt asks the agent to ask sparingly."""
+
+    name = "frugal"
+
+    def system_prompt_addendum(self) -> str:
+        return FRUGAL_ADDENDUM
+
+
+class Budgeted(AttentionPolicy):
+    """Discretionary requests are delivered until the budget N is spent."""
+
+    name = "budgeted"
+
+    def system_prompt_addendum(self) -> str:
+        return BUDGET_ADDENDUM.format(n=self.budget)
+
+
+def validate_voi(data: dict[str, Any]) -> float:
+    """Check the VoI JSON: ``voi`` a number in [0, 1] and ``reason`` a string."""
+    require_keys(data, ("voi", "reason"))
+    voi = data["voi"]
+    if isinstance(voi, bool) or not isinstance(voi, (int, float)) or not 0 <= voi <= 1:
+        raise ValueError(f"voi={voi!r} must be a number in [0, 1]")
+    if not isinstance(data["reason"], str):
+        raise ValueError("reason must be a string")  # noqa: TRY004
+    return float(voi)
+
+
+class VoIGate(AttentionPolicy):
+    """Every discretionary draft is scored for value of information; below ``threshold`` it is
+    vetoed, and the veto is enforced (the draft is not delivered)."""
+
+    name = "voi-gate"
+
+    def __init__(self, classifier: RequestClassifier, llm: LLM, threshold: float,
+                 budget: int | None = None, max_attempts: int = 3, context_chars: int = 3000):
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"voi-gate threshold c must be in [0, 1], got {threshold}")
+        super().__init__(classifier, budget, context_chars)
+        self.llm, self.threshold, self.max_attempts = llm, threshold, max_attempts
+
+    def review_discretionary(self, draft: str, request: RequestClass,
+                             state: ConversationState) -> GateDecision:
+        user = VOI_USER.format(context=state.dialogue_text(self.context_chars) or "(start)",
+                               draft=draft)
+        prompt = [{"role": "system", "content": VOI_SYSTEM}, {"role": "user", "content": user}]
+        outcome = ask_json(self.llm, [prompt], validate_voi, self.max_attempts)[0]
+        if outcome.failed:
+            return GateDecision(GateAction.DELIVER, draft,
+                                f"VoI review failed, not vetoed: {outcome.errors[-1]}",
+                                request, reviewed=True)
+        voi = outcome.value
+        if voi < self.threshold:
+            return GateDecision(GateAction.BLOCK, None, f"VoI {voi:.2f} < c={self.threshold:.2f}",
+                                request, reviewed=True)
+        return GateDecision(GateAction.DELIVER, draft, f"VoI {voi:.2f} >= c={self.threshold:.2f}",
+                            request, reviewed=True)
+
+
+class ReviewedBudget(Budgeted):
+    """Budgeted with self-review of each discretionary draft (memory per subclass)."""
+
+    name = "budgeted+review"
+    memory = "none"
+
+    def __init__(self, classifier: RequestClassifier, llm: LLM, budget: int,
+                 evidence_tokens: int = 6000, memory_tokens: int = 3072,
+                 max_attempts: int = 3, context_chars: int = 3000):
+        super().__init__(classifier, budget, context_chars)
+        self.reviewer = SelfReviewer(llm, self.memory, evidence_tokens, memory_tokens,
+                                     max_attempts)
+
+    def review_discretionary(self, draft: str, request: RequestClass,
+                             state: ConversationState) -> GateDecision:
+        verdict = self.reviewer.review(draft, state.messages)
+        reason = f"review: {verdict.reason}" if verdict.reason else "review"
+        if verdict.decision == "block":
+            return GateDecision(GateAction.BLOCK, None, reason, request, reviewed=True)
+        if verdict.decision == "approve":
+            return GateDecision(GateAction.DELIVER, draft, reason, request, reviewed=True)
+        substitute = self.classifier.classify_one(verdict.question,
+                                                  state.dialogue_text(self.context_chars))
+        counted = RequestClass("discretionary", max(1, substitute.atomic_questions),
+                               substitute.source, substitute.error)
+        return GateDecision(GateAction.SUBSTITUTE, verdict.question, reason, counted,
+                            reviewed=True)
+
+
+class ReviewSummary(ReviewedBudget):
+    """Self-review with a model-written summary of the user's words as memory."""
+
+    name = "budgeted+review+summary"
+    memory = "summary"
+
+
+class MemoryGuidedReview(ReviewedBudget):
+    """MGR: self-review against the user's earlier answers, verbatim."""
+
+    name = "budgeted+mgr"
+    memory = "answers"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """How a policy is built: its class, and which options it needs."""
+
+    factory: Callable[..., AttentionPolicy]
+    needs_llm: bool = False
+    needs_budget: bool = False
+    takes_budget: bool = False
+    needs_threshold: bool = False
+    self_review: bool = False  # takes evidence / memory windows
+
+
+POLICIES: dict[str, PolicySpec] = {
+    "no-ask": PolicySpec(NoAsk),
+    "unrestricted": PolicySpec(Unrestricted),
+    "frugal": PolicySpec(Frugal),
+    "voi-gate": PolicySpec(VoIGate, needs_llm=True, takes_budget=True, needs_threshold=True),
+    "budgeted": PolicySpec(Budgeted, needs_budget=True, takes_budget=True),
+    "budgeted+review": PolicySpec(ReviewedBudget, needs_llm=True, needs_budget=True,
+                                  takes_budget=True, self_review=True),
+    "budgeted+review+summary": PolicySpec(ReviewSummary, needs_llm=True, needs_budget=True,
+                                          takes_budget=True, self_review=True),
+    "budgeted+mgr": PolicySpec(MemoryGuidedReview, needs_llm=True, needs_budget=True,
+                               takes_budget=True, self_review=True),
+}
+
+
+def policy_spec(name: str) -> PolicySpec:
+    """The registry entry for ``name``; unknown names list the valid ones and the closest."""
+    if name not in POLICIES:
+        close = difflib.get_close_matches(name, POLICIES, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown attention policy {name!r}; valid: {', '.join(POLICIES)}.{hint}")
+    return POLICIES[name]
+
+
+def check_policy_options(name: str, budget: int | None, threshold: float | None,
+                         has_llm: bool = True) -> None:
+    """Raise when ``name`` is given options it needs not, or lacks ones it needs."""
+    spec = policy_spec(name)
+    if spec.needs_budget and budget is None:
+        raise ValueError(f"policy {name!r} needs a budget N (an integer >= 0)")
+    if budget is not None and not spec.takes_budget:
+        raise ValueError(f"policy {name!r} takes no budget (got {budget}); use 'budgeted'")
+    if budget is not None and budget < 0:
+        raise ValueError(f"budget N must be >= 0, got {budget}")
+    if spec.needs_threshold and threshold is None:
+        raise ValueError(f"policy {name!r} needs a threshold c in [0, 1]")
+    if spec.needs_llm and not has_llm:
+        raise ValueError(f"policy {name!r} reviews drafts with a model; pass llm=")
+
+
+def build_policy(name: str, classifier: RequestClassifier, llm: LLM | None = None,
+                 budget: int | None = None, threshold: float | None = None,
+                 **options: Any) -> AttentionPolicy:
+    """Build a policy by registry name with the options it takes (see module docstring)."""
+    check_policy_options(name, budget, threshold, llm is not None)
+    spec = policy_spec(name)
+    kwargs: dict[str, Any] = dict(options)
+    if spec.needs_llm:
+        kwargs["llm"] = llm
+    if spec.takes_budget:
+        kwargs["budget"] = budget
+    if spec.needs_threshold:
+        kwargs["threshold"] = threshold
+    return spec.factory(classifier, **kwargs)
