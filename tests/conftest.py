@@ -8,6 +8,16 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread: the tiny model's matmuls are far slower with two threads on two cores."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a base dependency
+        return
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-init Qwen3 with a local BPE tokenizer and Qwen-style chat template."""

@@ -11,6 +11,7 @@ from prour.llm.base import (
     ScoreResult,
     ToolCall,
 )
+from prour.llm.registry import build_llm
 
 __all__ = [
     "LLM",
@@ -22,4 +23,5 @@ __all__ = [
     "ScoreRequest",
     "ScoreResult",
     "ToolCall",
+    "build_llm",
 ]

@@ -1,0 +1,52 @@
+"""Backends chosen by name (``models.<role>.backend``); each is imported only when used."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from prour.config import ModelConfig
+from prour.llm.base import LLM
+
+
+def _build_hf(cfg: ModelConfig) -> LLM:
+    from prour.llm.hf import HFLLM
+
+    return HFLLM(cfg.path, device=cfg.device, dtype=cfg.dtype, max_model_len=cfg.max_model_len)
+
+
+def _build_openai(cfg: ModelConfig) -> LLM:
+    from prour.llm.openai import OpenAILLM
+
+    return OpenAILLM(
+        base_url=cfg.base_url,
+        model=cfg.model,
+        api_key_env=cfg.api_key_env,
+        max_concurrency=cfg.max_concurrency,
+        timeout_s=cfg.timeout_s,
+        max_retries=cfg.max_retries,
+    )
+
+
+def _build_scripted(cfg: ModelConfig) -> LLM:
+    from prour.llm.scripted import scripted_from_config
+
+    return scripted_from_config(cfg.script)
+
+
+BACKEND_FACTORIES: dict[str, Callable[[ModelConfig], LLM]] = {
+    "hf": _build_hf,
+    "openai": _build_openai,
+    "scripted": _build_scripted,
+}
+
+
+def build_llm(cfg: ModelConfig) -> LLM:
+    """Instantiate the backend named by ``cfg.backend``; unknown names list the valid ones."""
+    factory = BACKEND_FACTORIES.get(cfg.backend)
+    if factory is None:
+        valid = sorted(BACKEND_FACTORIES)
+        close = difflib.get_close_matches(str(cfg.backend), valid, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown backend {cfg.backend!r}; valid: {', '.join(valid)}.{hint}")
+    return factory(cfg)
