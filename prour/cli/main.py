@@ -26,6 +26,14 @@ def validate(recipe: str = typer.Argument(..., help="Path to a YAML recipe.")) -
     typer.echo(f"ok: {recipe} (recipe {loaded.name!r})")
 
 
+from prour.cli.reward import reward_app
+
+app.add_typer(reward_app, name="reward")
+app.command("calibrate")(__import__("prour.cli.calibrate", fromlist=["calibrate"]).calibrate)
+__import__("prour.cli.data", fromlist=["register"]).register(app)  # collect, normalize, extract, data
+__import__("prour.cli.serve", fromlist=["register"]).register(app)  # serve, endpoints
+
+
 def main() -> None:  # pragma: no cover - console entry
     app()
 

@@ -1,0 +1,145 @@
+"""``prour reward probe``: score one hand-written query on one dataset row, to inspect the reward."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import ModelConfig, Recipe
+    from prour.rewards import RewardConfig
+
+reward_app = typer.Typer(help="Inspect the information-gain reward.", no_args_is_help=True)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _load_recipe(path: str, overrides: list[str]) -> Recipe:
+    from prour.config import ConfigError, load_recipe
+
+    try:
+        return load_recipe(path, overrides)
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise  # unreachable: _fail exits
+
+
+def _model_configs(recipe: Recipe | None, model_path: str | None) -> dict[str, ModelConfig]:
+    """Policy, strict user and verifier configs: ``--model`` for all three, else the recipe's roles."""
+    from prour.config import ModelConfig
+
+    if model_path:
+        cfg = ModelConfig(backend="hf", path=model_path, dtype="float32", device="cpu")
+        return {"generator": cfg, "strict_user": cfg, "verifier": cfg}
+    if recipe is None:
+        _fail(
+            "give --recipe (models.generator, models.strict_user, models.verifier) or --model PATH"
+        )
+    if "generator" not in recipe.models:
+        _fail("the recipe needs models.generator (the policy that scores the reward)")
+    return {
+        role: recipe.models.get(role, recipe.models["generator"])
+        for role in ("generator", "strict_user", "verifier")
+    }
+
+
+def _reward_config(recipe: Recipe | None) -> RewardConfig:
+    from prour.rewards import RewardConfig
+
+    section = getattr(recipe, "reward", None) if recipe is not None else None
+    return section if isinstance(section, RewardConfig) else RewardConfig()
+
+
+def _read_row(dataset: Path, row: int) -> dict[str, Any]:
+    import pandas as pd
+
+    if not dataset.is_file():
+        _fail(f"dataset not found: {dataset}")
+    frame = pd.read_parquet(dataset)
+    if not 0 <= row < len(frame):
+        _fail(f"--row {row} is out of range: {dataset} has {len(frame)} rows (0..{len(frame) - 1})")
+    return frame.iloc[row].to_dict()
+
+
+def _as_output(query: str) -> str:
+    """A bare question becomes ``YES [QUESTION]…[/QUESTION]``; formatted outputs are kept."""
+    text = query.strip()
+    if text == "NO" or "[QUESTION]" in text.upper() or text.startswith("<think>"):
+        return query
+    return f"YES [QUESTION]{text}[/QUESTION]"
+
+
+DatasetOpt = Annotated[Path, typer.Option("--dataset", help="Parquet of training states.")]
+RowOpt = Annotated[int, typer.Option("--row", help="Row index in the dataset.")]
+QueryOpt = Annotated[str, typer.Option("--query", help="A question, or a full generator output.")]
+RecipeOpt = Annotated[
+    str | None, typer.Option("--recipe", "-r", help="YAML recipe (models, reward).")
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="HF folder used for all three roles.")
+]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Recipe override key.sub=value.")]
+
+
+@reward_app.command("probe")
+def probe(
+    dataset: DatasetOpt,
+    row: RowOpt,
+    query: QueryOpt,
+    recipe: RecipeOpt = None,
+    model: ModelOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Print the responder's answer, ℓ_prior, ℓ_post and R for one query on one state."""
+    from prour.llm.base import SamplingParams
+    from prour.llm.registry import build_llm
+    from prour.rewards import InfoGainReward, state_from_row
+    from prour.rollout import StrictUserSimulator, Verifier
+
+    loaded = _load_recipe(recipe, list(overrides or [])) if recipe else None
+    try:
+        state = state_from_row(_read_row(dataset, row))
+    except ValueError as exc:
+        _fail(f"{dataset} row {row}: {exc}")
+    configs, settings = _model_configs(loaded, model), _reward_config(loaded)
+    built: dict[str, Any] = {}  # roles with the same model config share one backend
+
+    def llm(role: str) -> Any:
+        key = configs[role].model_dump_json()
+        if key not in built:
+            built[key] = build_llm(configs[role])
+        return built[key]
+
+    responders = SamplingParams(
+        temperature=settings.responder_temperature, max_tokens=settings.responder_max_tokens
+    )
+    reward = InfoGainReward(
+        llm("generator"),
+        StrictUserSimulator(llm("strict_user"), responders),
+        lambda domain: Verifier(llm("verifier"), domain, settings.verifier_max_steps, responders),
+        settings,
+    )
+    sample = reward.score_group(state, [_as_output(query)])[0]
+    _print(state.mode, state.state_id, sample)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _print(mode: str, state_id: str, sample: Any) -> None:
+    typer.echo(f"state:    {state_id} ({mode})")
+    typer.echo(f"kind:     {sample.kind}" + (f" ({sample.reason})" if sample.reason else ""))
+    typer.echo(f"question: {sample.question or '-'}")
+    typer.echo(f"answer:   {sample.answer or '-'}")
+    typer.echo(f"l_prior:  {_number(sample.prior)}")
+    typer.echo(f"l_post:   {_number(sample.post)}")
+    typer.echo(
+        f"R:        {_number(sample.reward)}" + (" (failed: excluded)" if sample.failed else "")
+    )
+    typer.echo(f"target tokens: {sample.n_target_tokens}")

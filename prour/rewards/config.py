@@ -1,0 +1,23 @@
+"""The ``reward`` recipe section: information-gain reward and responder settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from prour.config import Section
+
+
+class RewardConfig(Section):
+    """How queries are rewarded (paper 3.3, A.3) and how the frozen responders are called."""
+
+    invalid_penalty: float = -1.0  # reward of an output that breaks the NO / YES [QUESTION] format
+    aggregation: Literal["sum", "mean"] = "sum"  # log p(Y): token log-probs summed, or their mean
+    responder_retries: int = Field(2, ge=0)  # retries after a failed responder call, then `failed`
+    responder_timeout_s: float | None = Field(300.0, gt=0)  # wall-clock limit per responder call
+    retry_backoff_s: float = Field(0.5, ge=0)  # sleep before retry k: backoff * 2**(k-1)
+    prior_cache_size: int = Field(4096, ge=1)  # states whose ℓ_prior is kept (per policy version)
+    verifier_max_steps: int = Field(4, ge=0)  # tool rounds of the verifier's ReAct loop
+    responder_max_tokens: int = Field(256, ge=1)  # reply length of strict user and verifier turns
+    responder_temperature: float = Field(0.0, ge=0)  # frozen responders decode greedily by default

@@ -1,0 +1,328 @@
+"""The mode-conditioned information-gain reward (paper 3.3, A.3).
+
+For a state (history h, mode m, target Y) and a sampled query Q answered with A:
+ℓ_prior = log p_θ(Y | belief_m(h)), ℓ_post = log p_θ(Y | belief_m(h, Q, A)), R = ℓ_post − ℓ_prior,
+scored by the current policy θ itself. ``NO`` earns 0, an invalid output the configured penalty,
+and a query whose responder fails (after bounded retries) is flagged ``failed`` with no reward.
+
+Cost per group: one responder batch, one prior score request per state (cached across groups
+until :meth:`InfoGainReward.policy_updated`), and one batched score call for all posteriors.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prour.llm.base import LLM, Completion, Message, ScoreRequest, ScoreResult
+from prour.rewards.belief import Mode, belief_prompt
+from prour.rewards.config import RewardConfig
+from prour.rollout.query import ParsedQuery, parse_query
+from prour.rollout.strict_user import StrictUserSimulator
+from prour.rollout.verifier import Verifier
+
+logger = logging.getLogger(__name__)
+
+
+def info_gain(prior_logprob: float, post_logprob: float) -> float:
+    """R = ℓ_post − ℓ_prior in nats: how much the answer raised the policy's log-belief in Y."""
+    return float(post_logprob) - float(prior_logprob)
+
+
+@dataclass
+class RewardState:
+    """One training state: what the reward needs to answer and score a group of queries.
+
+    ``target`` is G* (clarify) or the canonical JSON of the reference action (verify); it reaches
+    only the strict user simulator and the scored target, never a policy prompt. ``env`` is an
+    optional live tau2 environment at this state for the verifier; without it the environment is
+    rebuilt from ``domain``, ``task_id`` and the tool calls of ``env_history`` (the untruncated
+    history; ``history`` itself when not given).
+    """
+
+    mode: Mode
+    history: list[Message]
+    target: str
+    domain: str
+    task_id: str | None = None
+    state_id: str = ""
+    env: Any = None
+    env_history: list[Message] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("clarify", "verify"):
+            raise ValueError(f"RewardState.mode must be 'clarify' or 'verify', got {self.mode!r}")
+        if not isinstance(self.target, str) or not self.target.strip():
+            raise ValueError(f"RewardState.target must be non-empty text (state {self.state_id!r})")
+        if not self.state_id:
+            self.state_id = content_id(self.mode, self.domain, self.history, self.target)
+
+
+def content_id(mode: str, domain: str, history: Sequence[Message], target: str) -> str:
+    """A stable id for a state from its content (used when the dataset gives none)."""
+    payload = json.dumps([mode, domain, list(history), target], sort_keys=True, default=str)
+    return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+
+@dataclass
+class SampleReward:
+    """The reward of one sampled output; ``reward`` is None exactly when ``failed``."""
+
+    kind: Literal["ask", "none", "invalid"]
+    question: str | None = None
+    answer: str | None = None
+    prior: float | None = None
+    post: float | None = None
+    reward: float | None = None
+    failed: bool = False
+    reason: str | None = None
+    n_target_tokens: int = 0
+
+
+class InfoGainReward:
+    """Scores groups of query-generator outputs of one state with the information-gain reward.
+
+    ``verifier_factory(domain)`` builds the verifier of a domain (once). Call
+    :meth:`policy_updated` after every optimizer step: cached priors belong to the old policy.
+    """
+
+    def __init__(
+        self,
+        policy_llm: LLM,
+        strict_user: StrictUserSimulator,
+        verifier_factory: Callable[[str], Verifier] | None,
+        config: RewardConfig | None = None,
+    ):
+        self.policy_llm = policy_llm
+        self.strict_user = strict_user
+        self.verifier_factory = verifier_factory
+        self.config = config or RewardConfig()
+        self.policy_version = 0
+        self._priors: OrderedDict[tuple[str, int], ScoreResult] = OrderedDict()
+        self._verifiers: dict[str, Verifier] = {}
+        self._env_cache: tuple[str, Any] | None = None
+
+    def policy_updated(self) -> None:
+        """Forget cached priors: they were scored by the policy before its latest update."""
+        self.policy_version += 1
+        self._priors.clear()
+
+    def score_group(
+        self, state: RewardState, completions: Sequence[str | Completion]
+    ) -> list[SampleReward]:
+        """Rewards for the sampled outputs of one state, in order."""
+        parsed = [parse_query(_text(c)) for c in completions]
+        rewards = [self._decided(p) for p in parsed]
+        asks = [i for i, p in enumerate(parsed) if p.kind == "ask"]
+        if not asks:
+            return rewards
+        answers = self.respond(state, [parsed[i].question or "" for i in asks])
+        scored: list[int] = []
+        for i, (answer, error) in zip(asks, answers):
+            rewards[i].answer = answer
+            if answer is None:
+                rewards[i].failed, rewards[i].reason = True, f"responder failed: {error}"
+            else:
+                scored.append(i)
+        if scored:
+            self._score_posteriors(state, [rewards[i] for i in scored])
+        return rewards
+
+    def _decided(self, parsed: ParsedQuery) -> SampleReward:
+        """The reward of an output before any responder call (ask stays pending)."""
+        if parsed.kind == "none":
+            return SampleReward(kind="none", reward=0.0)
+        if parsed.kind == "invalid":
+            return SampleReward(
+                kind="invalid", reward=self.config.invalid_penalty, reason=parsed.reason
+            )
+        return SampleReward(kind="ask", question=parsed.question)
+
+    def prior(self, state: RewardState) -> ScoreResult:
+        """ℓ_prior's token log-probs for a state: one score request, cached per policy version."""
+        key = (state.state_id, self.policy_version)
+        if key in self._priors:
+            self._priors.move_to_end(key)
+            return self._priors[key]
+        request = ScoreRequest(
+            context=belief_prompt(state.mode, state.history), target=state.target
+        )
+        result = self._score([request], state)[0]
+        self._priors[key] = result
+        while len(self._priors) > self.config.prior_cache_size:
+            self._priors.popitem(last=False)
+        return result
+
+    def _score_posteriors(self, state: RewardState, samples: list[SampleReward]) -> None:
+        """Fill prior, post and reward of answered samples; identical exchanges are scored once."""
+        prior = self._logprob(self.prior(state))
+        unique: dict[tuple[str, str], int] = {}
+        for s in samples:
+            unique.setdefault((s.question or "", s.answer or ""), len(unique))
+        requests = [
+            ScoreRequest(
+                context=belief_prompt(state.mode, state.history, q, a), target=state.target
+            )
+            for q, a in unique
+        ]
+        results = self._score(requests, state)
+        for s in samples:
+            result = results[unique[(s.question or "", s.answer or "")]]
+            s.prior, s.post = prior, self._logprob(result)
+            s.reward = info_gain(s.prior, s.post)
+            s.n_target_tokens = result.n_tokens
+
+    def _score(self, requests: list[ScoreRequest], state: RewardState) -> list[ScoreResult]:
+        results = self.policy_llm.score(requests)
+        if len(results) != len(requests):
+            raise RuntimeError(
+                f"policy backend returned {len(results)} scores for {len(requests)} requests "
+                f"(state {state.state_id})"
+            )
+        return results
+
+    def _logprob(self, result: ScoreResult) -> float:
+        return result.mean if self.config.aggregation == "mean" else result.sum
+
+    def respond(
+        self, state: RewardState, questions: list[str]
+    ) -> list[tuple[str | None, str | None]]:
+        """(answer, error) per question from the mode's responder, retrying failed items."""
+        results: list[tuple[str | None, str | None]] = [(None, "not attempted")] * len(questions)
+        pending = list(range(len(questions)))
+        for attempt in range(self.config.responder_retries + 1):
+            if attempt:
+                time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+                logger.info("retrying %d responder call(s), attempt %d", len(pending), attempt + 1)
+            batch = [questions[i] for i in pending]
+            try:
+                replies = call_with_timeout(
+                    functools.partial(self._responder_call, state, batch),
+                    self.config.responder_timeout_s,
+                )
+            except Exception as exc:  # noqa: BLE001 - BackendError, timeouts, HTTP errors: retry, then fail
+                logger.warning("responder call failed (state %s): %s", state.state_id, exc)
+                replies = [(None, f"{type(exc).__name__}: {exc}")] * len(batch)
+            for i, reply in zip(pending, replies):
+                results[i] = reply
+            pending = [i for i in pending if results[i][0] is None]
+            if not pending:
+                break
+        return results
+
+    def _responder_call(
+        self, state: RewardState, questions: list[str]
+    ) -> list[tuple[str | None, str | None]]:
+        """One batched call of the strict user (clarify) or the verifier (verify)."""
+        if state.mode == "clarify":
+            replies = self.strict_user.answer_many(state.target, questions)
+            return [(r, None if r is not None else "empty reply") for r in replies]
+        verifier = self._verifier(state.domain)
+        if state.env is not None:  # the caller's environment: the verifier works on a copy
+            results = verifier.answer_many(questions, state.history, state.env)
+        else:  # rebuilt here for this state only: nobody else sees it, no copy needed
+            env = self._private_environment(state)
+            results = verifier.answer_many(questions, state.history, env, copy_env=False)
+        return [(None, r.error) if r.failed else (r.answer, None) for r in results]
+
+    def _verifier(self, domain: str) -> Verifier:
+        if self.verifier_factory is None:
+            raise ValueError("a verify state needs a verifier_factory in InfoGainReward")
+        if domain not in self._verifiers:
+            self._verifiers[domain] = self.verifier_factory(domain)
+        return self._verifiers[domain]
+
+    def _private_environment(self, state: RewardState) -> Any:
+        """The environment at a verify state, rebuilt from task and history (last state cached)."""
+        from prour.rollout.verifier import environment_at
+
+        if self._env_cache is None or self._env_cache[0] != state.state_id:
+            self._env_cache = (
+                state.state_id,
+                environment_at(state.domain, state.task_id, state.env_history or state.history),
+            )
+        return self._env_cache[1]
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
+    """Run ``fn`` with a wall-clock limit; a call past it raises TimeoutError (its thread is left)."""
+    if timeout_s is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="prour-responder", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"responder call did not return within {timeout_s} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _text(completion: str | Completion | Any) -> Any:
+    """The raw text of a sampled output (think block included), or the object itself."""
+    return completion.text if isinstance(completion, Completion) else completion
+
+
+def _plain(value: Any) -> Any:
+    """Nested lists/dicts from parquet values (numpy arrays become lists, nulls are dropped)."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def state_from_row(row: Mapping[str, Any]) -> RewardState:
+    """A :class:`RewardState` from a dataset row.
+
+    Reads ``reward_model.ground_truth`` (the target) and ``extra_info`` with ``mode``, ``domain``,
+    ``task_id``, ``history`` (message list or its JSON text) and optionally ``state_id`` and
+    ``env_history`` (the untruncated history, to rebuild the environment of a truncated row).
+    """
+    extra = _plain(row.get("extra_info") or {})
+    target = _plain(row.get("reward_model") or {}).get("ground_truth")
+    missing = [f"extra_info.{k}" for k in ("mode", "domain") if not extra.get(k)]
+    missing += [] if target else ["reward_model.ground_truth"]
+    if missing:
+        raise ValueError(f"dataset row lacks {', '.join(missing)}")
+    history, env_history = _messages(extra.get("history")), _messages(extra.get("env_history"))
+    if extra.get("mode") == "verify" and extra.get("truncated") and not env_history:
+        logger.warning(
+            "verify row %s has a truncated history and no env_history: tool calls dropped by the "
+            "truncation are missing from the verifier's environment",
+            extra.get("index"),
+        )
+    return RewardState(
+        mode=extra["mode"],
+        history=history,
+        target=str(target),
+        domain=extra["domain"],
+        task_id=None if extra.get("task_id") is None else str(extra["task_id"]),
+        state_id=str(extra.get("state_id") or ""),
+        env_history=env_history or None,
+    )
+
+
+def _messages(value: Any) -> list[Message]:
+    """A message list from a row field (a list or its JSON text; missing → empty)."""
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else []
+    return [dict(m) for m in value or []]
