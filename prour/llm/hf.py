@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+# Contexts that share at least this many leading tokens are scored on one cached prefix.
+MIN_SHARED_PREFIX = 16
+
+
 def resolve_device(device: str) -> torch.device:
     """``auto`` → the GPU when there is one, else the CPU."""
     if device == "auto":
@@ -428,6 +432,12 @@ class HFLLM:
                 else:
                     groups[(i,) + tuple(ctx)] = [i]
             singles = [members[0] for members in groups.values() if len(members) == 1]
+            shared = self._common_prefix([pairs[i][0] for i in singles]) if self.prefix_reuse else 0
+            if len(singles) > 1 and shared >= MIN_SHARED_PREFIX:
+                scored = self._score_common_prefix(shared, [pairs[i] for i in singles])
+                for i, lps in zip(singles, scored):
+                    results[i] = ScoreResult(lps)
+                singles = []
             for chunk in self._token_chunks(
                 singles, [len(pairs[i][0]) + len(pairs[i][1]) for i in singles]
             ):
@@ -438,6 +448,84 @@ class HFLLM:
                 for i, lps in zip(members, self._score_shared(pairs[members[0]][0], targets)):
                     results[i] = ScoreResult(lps)
             return [r for r in results if r is not None]
+
+    @staticmethod
+    def _common_prefix(contexts: list[list[int]]) -> int:
+        """Length of the token prefix shared by all contexts, leaving each at least one own token."""
+        if len(contexts) < 2:
+            return 0
+        limit = min(len(c) for c in contexts) - 1
+        first = contexts[0]
+        n = 0
+        while n < limit and all(c[n] == first[n] for c in contexts[1:]):
+            n += 1
+        return n
+
+    @torch.inference_mode()
+    def _score_common_prefix(
+        self, shared: int, pairs: list[tuple[list[int], list[int]]]
+    ) -> list[list[float]]:
+        """Encode the contexts' shared prefix once; score each (rest of context + target) on it.
+
+        This is the group case of the reward (one history, different question/answer turns).
+        """
+        from transformers import DynamicCache
+
+        decoder = self.model.get_decoder()
+        cache = DynamicCache()
+        decoder(
+            input_ids=torch.tensor([pairs[0][0][:shared]], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        prefix = [(layer.keys, layer.values) for layer in cache.layers]
+        rests = [(ctx[shared:], tgt) for ctx, tgt in pairs]
+        out: dict[int, list[float]] = {}
+        lengths = [shared + len(r) + len(t) for r, t in rests]
+        for chunk in self._token_chunks(list(range(len(rests))), lengths):
+            scored = self._score_suffixes(decoder, prefix, shared, [rests[j] for j in chunk])
+            out.update(zip(chunk, scored))
+        return [out[j] for j in range(len(rests))]
+
+    def _score_suffixes(
+        self,
+        decoder: Any,
+        prefix: list[tuple[torch.Tensor, torch.Tensor]],
+        offset: int,
+        items: list[tuple[list[int], list[int]]],
+    ) -> list[list[float]]:
+        """(rest, target) rows right-padded on a copy of the cached prefix; rest is non-empty."""
+        from transformers import DynamicCache
+
+        size = len(items)
+        seqs = [rest + tgt for rest, tgt in items]
+        width = max(len(s) for s in seqs)
+        cache = DynamicCache(
+            [(k.expand(size, -1, -1, -1), v.expand(size, -1, -1, -1)) for k, v in prefix]
+        )
+        ids = torch.full((size, width), self.pad_id, dtype=torch.long)
+        for b, seq in enumerate(seqs):
+            ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        positions = torch.arange(offset, offset + width, device=self.device)[None, :].expand(
+            size, -1
+        )
+        hidden = decoder(
+            input_ids=ids.to(self.device),
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        span = max(len(tgt) for _, tgt in items)
+        predicting = torch.stack(
+            [
+                torch.nn.functional.pad(
+                    hidden[b, len(rest) - 1 : len(rest) - 1 + len(tgt)],
+                    (0, 0, 0, span - len(tgt)),
+                )
+                for b, (rest, tgt) in enumerate(items)
+            ]
+        )
+        return self._target_logprobs(predicting, [tgt for _, tgt in items])
 
     def _token_chunks(self, items: list[int], lengths: list[int]) -> Iterator[list[int]]:
         """Items sorted by length, batched within ``max_batch_size`` and ``max_batch_tokens``."""

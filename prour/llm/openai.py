@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -40,8 +41,7 @@ RETRY_STATUS = frozenset({408, 429})
 def api_root(base_url: str) -> str:
     """Server root from a base URL given with or without the conventional ``/v1`` suffix."""
     root = base_url.strip().rstrip("/")
-    if root.endswith("/v1"):
-        root = root[: -len("/v1")]
+    root = root.removesuffix("/v1")
     if not root.startswith(("http://", "https://")):
         raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
     return root
@@ -77,7 +77,9 @@ class _LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="prour-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="prour-openai", daemon=True
+        )
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -215,7 +217,9 @@ class OpenAILLM:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if max_retries < 0 or backoff_s < 0:
-            raise ValueError(f"max_retries and backoff_s must be >= 0, got {max_retries}, {backoff_s}")
+            raise ValueError(
+                f"max_retries and backoff_s must be >= 0, got {max_retries}, {backoff_s}"
+            )
         self.root = api_root(base_url)
         self.model = model
         self.max_concurrency = max_concurrency
@@ -226,6 +230,7 @@ class OpenAILLM:
         self._secret = os.environ.get(api_key_env) or ""
         self._local_tokenizer: Any = None
         self._runner: _LoopThread | None = _LoopThread()
+        self._finalizer = weakref.finalize(self, self._runner.stop)  # if never closed
         self._client: httpx.AsyncClient = self._runner.run(self._make_client())
         self._semaphore = asyncio.Semaphore(max_concurrency)
 
@@ -234,8 +239,12 @@ class OpenAILLM:
 
     async def _make_client(self) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
-        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-        return httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout_s), limits=limits)
+        limits = httpx.Limits(
+            max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
+        )
+        return httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(self.timeout_s), limits=limits
+        )
 
     def _scrub(self, text: str) -> str:
         """Remove the API key from text bound for a log line or an exception."""
@@ -252,7 +261,9 @@ class OpenAILLM:
         """One POST under the concurrency limit and a hard time limit; classifies failures."""
         async with self._semaphore:
             try:
-                response = await asyncio.wait_for(self._client.post(url, json=payload), self.timeout_s)
+                response = await asyncio.wait_for(
+                    self._client.post(url, json=payload), self.timeout_s
+                )
             except (TimeoutError, httpx.TimeoutException):
                 raise _TransientError(f"timed out after {self.timeout_s:g} s") from None
             except httpx.TransportError as exc:
@@ -262,11 +273,13 @@ class OpenAILLM:
             retry_after = _retry_after(response)
             raise _TransientError(f"HTTP {status}: {server_message(response)}", retry_after)
         if status >= 400:
-            raise BackendError(self._scrub(f"POST {url}: HTTP {status}: {server_message(response)}"))
+            raise BackendError(f"POST {url}: HTTP {status}: {server_message(response)}")
         try:
             body = response.json()
         except ValueError:
-            raise BackendError(f"POST {url}: response is not JSON: {response.text[:200]!r}") from None
+            raise BackendError(
+                f"POST {url}: response is not JSON: {response.text[:200]!r}"
+            ) from None
         if not isinstance(body, dict):
             raise BackendError(f"POST {url}: expected a JSON object, got {type(body).__name__}")
         return body
@@ -278,6 +291,8 @@ class OpenAILLM:
         for attempt in range(1, attempts + 1):
             try:
                 return await self._attempt(url, payload)
+            except BackendError as exc:  # not worth retrying; the server may echo the key
+                raise BackendError(self._scrub(str(exc))) from None
             except _TransientError as exc:
                 reason = self._scrub(exc.reason)
                 if attempt == attempts:
@@ -287,7 +302,14 @@ class OpenAILLM:
                 delay = self.backoff_s * 2 ** (attempt - 1)
                 if exc.retry_after is not None:
                     delay = min(max(delay, exc.retry_after), self.timeout_s)
-                logger.warning("POST %s: %s (attempt %d/%d); retrying in %.2f s", url, reason, attempt, attempts, delay)
+                logger.warning(
+                    "POST %s: %s (attempt %d/%d); retrying in %.2f s",
+                    url,
+                    reason,
+                    attempt,
+                    attempts,
+                    delay,
+                )
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -387,14 +409,24 @@ class OpenAILLM:
         if not target:
             return ScoreResult(token_logprobs=[])
         if not context:
-            raise BackendError("score: the context is empty, so the first target token has no log-prob")
+            raise BackendError(
+                "score: the context is empty, so the first target token has no log-prob"
+            )
         ids = context + target
-        payload = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+        payload = {
+            "model": self.model,
+            "prompt": ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,
+        }
         body = await self._post("/v1/completions", payload)
         try:
             entries = body["choices"][0]["prompt_logprobs"]
         except (KeyError, IndexError, TypeError):
-            raise BackendError(f"/v1/completions returned no prompt_logprobs: {str(body)[:200]}") from None
+            raise BackendError(
+                f"/v1/completions returned no prompt_logprobs: {str(body)[:200]}"
+            ) from None
         return ScoreResult(token_logprobs=prompt_logprobs_of(entries, ids, len(context)))
 
     async def _score_all(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
@@ -403,12 +435,16 @@ class OpenAILLM:
         contexts = dict(zip(context_keys, requests))
         targets = list(dict.fromkeys(r.target for r in requests))
         ids = await _gather_or_cancel(
-            [self._context_ids(r) for r in contexts.values()] + [self._target_ids(t) for t in targets]
+            [self._context_ids(r) for r in contexts.values()]
+            + [self._target_ids(t) for t in targets]
         )
         context_ids = dict(zip(contexts, ids[: len(contexts)]))
         target_ids = dict(zip(targets, ids[len(contexts) :]))
         return await _gather_or_cancel(
-            [self._prompt_logprobs(context_ids[k], target_ids[r.target]) for k, r in zip(context_keys, requests)]
+            [
+                self._prompt_logprobs(context_ids[k], target_ids[r.target])
+                for k, r in zip(context_keys, requests)
+            ]
         )
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
@@ -425,7 +461,7 @@ class OpenAILLM:
         try:
             runner.run(self._client.aclose())
         finally:
-            runner.stop()
+            self._finalizer()
 
 
 def _retry_after(response: httpx.Response) -> float | None:

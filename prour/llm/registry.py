@@ -18,6 +18,11 @@ def _build_hf(cfg: ModelConfig) -> LLM:
 def _build_openai(cfg: ModelConfig) -> LLM:
     from prour.llm.openai import OpenAILLM
 
+    if not cfg.base_url:
+        raise ValueError(
+            f"openai model {cfg.model!r} has no base_url: set it in the recipe, or start "
+            f"`prour serve --recipe R` (it writes the endpoints file the recipe reads)"
+        )
     return OpenAILLM(
         base_url=cfg.base_url,
         model=cfg.model,

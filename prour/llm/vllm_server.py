@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Self
 
 import httpx
 
@@ -75,6 +75,7 @@ class VLLMServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._temp_log: Path | None = None
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.pid else "stopped"
@@ -94,13 +95,21 @@ class VLLMServer:
     def command(self) -> list[str]:
         """The server command line."""
         cmd = [
-            self.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", self.model_dir,
-            "--served-model-name", self.served_name,
-            "--host", self.host,
-            "--port", str(self.port),
-            "--dtype", self.dtype,
-            "--max-model-len", str(self.max_model_len),
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model_dir,
+            "--served-model-name",
+            self.served_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
         ]
         if self.enforce_eager:
             cmd.append("--enforce-eager")
@@ -116,21 +125,17 @@ class VLLMServer:
         env.update(self.env)
         return env
 
-    def start(self, timeout_s: float = 180.0) -> "VLLMServer":
+    def start(self, timeout_s: float = 180.0) -> VLLMServer:
         """Launch the server and wait until it answers ``/health``; raise RuntimeError if it cannot."""
         if self._process is not None:
             raise RuntimeError(f"{self!r} is already started")
         if _looks_local(self.model_dir) and not Path(self.model_dir).expanduser().exists():
-            raise RuntimeError(f"model directory {self.model_dir!r} does not exist (vLLM cannot serve it)")
+            raise RuntimeError(
+                f"model directory {self.model_dir!r} does not exist (vLLM cannot serve it)"
+            )
         self.port = self.port or free_port(self.host)
         self._workdir = tempfile.TemporaryDirectory(prefix="prour-vllm-")
-        if self.log_path is None:  # kept after stop() so that a failed start can be read
-            handle, name = tempfile.mkstemp(prefix="prour-vllm-", suffix=".log")
-            os.close(handle)
-            self.log_path = Path(name)
-        log_path = self.log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(log_path, "ab")
+        log_path = self._open_log()
         started = time.monotonic()
         self._process = subprocess.Popen(
             self.command(),
@@ -141,14 +146,31 @@ class VLLMServer:
             start_new_session=True,
         )
         atexit.register(self.stop)
-        logger.info("starting vLLM (pid %d) on %s:%d; log %s", self._process.pid, self.host, self.port, log_path)
+        logger.info(
+            "starting vLLM (pid %d) on %s:%d; log %s",
+            self._process.pid,
+            self.host,
+            self.port,
+            log_path,
+        )
         try:
             self._wait_healthy(timeout_s)
         except BaseException:
+            self._temp_log = None  # keep the log that the error message points to
             self.stop()
             raise
         logger.info("vLLM ready after %.1f s at %s", time.monotonic() - started, self.base_url)
         return self
+
+    def _open_log(self) -> Path:
+        """Open the server log for appending; without ``log_path``, a temporary file is used."""
+        if self.log_path is None:
+            handle, name = tempfile.mkstemp(prefix="prour-vllm-", suffix=".log")
+            os.close(handle)
+            self.log_path = self._temp_log = Path(name)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - the child writes until stop()
+        return self.log_path
 
     def _wait_healthy(self, timeout_s: float) -> None:
         """Poll ``/health`` until it returns 200, the process exits or the deadline passes."""
@@ -185,11 +207,14 @@ class VLLMServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self._temp_log is not None:  # a temporary log of a run that started fine
+            self._temp_log.unlink(missing_ok=True)
+            self.log_path = self._temp_log = None
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> Self:
         return self.start() if self._process is None else self
 
     def __exit__(

@@ -270,3 +270,15 @@ def test_build_llm_makes_an_hf_backend(tiny_model_dir: Path):
     assert isinstance(llm, HFLLM) and llm.max_len == 512 and llm.dtype == torch.float32
     llm.close()
     llm.close()
+
+
+def test_contexts_sharing_a_prefix_score_like_a_plain_forward(llm: HFLLM):
+    """The reward's posterior group: one long history, each context ending in its own Q/A turn."""
+    history = "user: I want to return the water bottle from order #W1234567 please. " * 4
+    contexts = [history + f"agent asks: question {k}? user answers: answer {k}." for k in range(3)]
+    target = " My goal: return the bottle."
+    results = llm.score([ScoreRequest(c, target) for c in contexts])
+    ids = [llm.tokenizer(c, add_special_tokens=False)["input_ids"] for c in contexts]
+    assert llm._common_prefix(ids) >= 16  # the shared-prefix path is the one exercised here
+    for context_ids, result in zip(ids, results):
+        assert _close(result.token_logprobs, _by_hand(llm, context_ids, target))
