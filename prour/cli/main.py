@@ -31,7 +31,11 @@ from prour.cli.reward import reward_app
 app.add_typer(reward_app, name="reward")
 app.command("calibrate")(__import__("prour.cli.calibrate", fromlist=["calibrate"]).calibrate)
 __import__("prour.cli.data", fromlist=["register"]).register(app)  # collect, normalize, extract, data
+__import__("prour.cli.train", fromlist=["register"]).register(app)  # train, train export
 __import__("prour.cli.serve", fromlist=["register"]).register(app)  # serve, endpoints
+app.add_typer(__import__("prour.cli.slurm", fromlist=["slurm_app"]).slurm_app, name="slurm")
+__import__("prour.cli.eval", fromlist=["register"]).register(app)  # eval, report
+__import__("prour.cli.env", fromlist=["register"]).register(app)  # env, episode
 
 
 def main() -> None:  # pragma: no cover - console entry

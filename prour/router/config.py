@@ -1,0 +1,85 @@
+"""The ``router`` recipe section: decomposer, thresholds, budget, LLM router, calibration."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from prour.config import Section
+from prour.router.routing import DecomposerBudget
+
+RouteName = Literal["act", "clarify", "verify"]
+
+
+class CalibrationConfig(Section):
+    """Where the labelled decision states live and how the threshold grid is laid out."""
+
+    dev_states: str | None = None  # JSONL of decision states used to fit (τ_AU, τ_EU)
+    test_states: str | None = None  # disjoint held-out JSONL, used only after the search
+    out_dir: str | None = None  # labels and AU/EU caches; default <run_dir>/calibration
+    lo: float = Field(0.0, ge=0)  # grid start (both thresholds), nats
+    hi: float = Field(0.8, gt=0)  # grid end, inclusive, nats
+    step: float = Field(0.01, gt=0)  # grid spacing, nats
+    annotator_temperature: float = Field(0.0, ge=0)
+    annotator_max_tokens: int = Field(16, ge=1)  # a label is one word
+    excerpt_chars: int = Field(1500, ge=100)  # tail of the history shown to reviewers
+
+    def model_post_init(self, context: Any, /) -> None:
+        if self.hi <= self.lo:
+            raise ValueError(f"hi ({self.hi}) must be greater than lo ({self.lo})")
+        if self.step > self.hi - self.lo:
+            raise ValueError(f"step ({self.step}) is wider than the grid [{self.lo}, {self.hi}]")
+
+
+class RouterConfig(Section):
+    """Decomposer (paper A.2.2), routing thresholds, budget (A.2.3) and the LLM-router ablation."""
+
+    n_interpretations: int = Field(5, ge=1)  # K goal interpretations per decision
+    n_actions: int = Field(4, ge=1)  # L candidate actions per interpretation
+    goal_temperature: float = Field(1.0, ge=0)
+    action_temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    goal_max_tokens: int = Field(96, ge=1)  # one first-person sentence
+    action_max_tokens: int = Field(256, ge=1)  # one JSON action
+    enable_thinking: bool = False  # Qwen3 <think> for the decomposer's generations
+    # How tools appear in the decomposer prompts: "full" argument JSON schemas (paper A.4.1) or
+    # "brief" typed signatures (~5x fewer tokens, for small context windows such as the tiny model).
+    tool_detail: Literal["full", "brief"] = "full"
+    # Appended to each canonical action when scoring, so the completion token is scored too
+    # (Qwen3's end of turn). Set it to the decomposer model's end-of-turn marker.
+    end_marker: str = "<|im_end|>"
+    tau_au: float | None = Field(None, ge=0)  # explicit thresholds win over thresholds_file
+    tau_eu: float | None = Field(None, ge=0)
+    thresholds_file: str | None = None  # JSON keyed by decomposer model id (prour calibrate)
+    empty_route: RouteName = "act"  # route when no valid candidate (or no goal) survives
+    budget: int | None = Field(None, ge=0)  # max decomposer runs per episode; None: unlimited
+    every_n: int = Field(1, ge=1)  # run the decomposer every n-th agent decision step
+    llm_router_fallback: RouteName = "act"  # LLM router mode when its output is invalid
+    llm_router_temperature: float = Field(0.0, ge=0)
+    llm_router_max_tokens: int = Field(128, ge=1)
+    calibration: CalibrationConfig = CalibrationConfig()
+
+    def model_post_init(self, context: Any, /) -> None:
+        if (self.tau_au is None) != (self.tau_eu is None):
+            raise ValueError(
+                "set both tau_au and tau_eu, or neither (then thresholds_file is read)"
+            )
+
+    def new_budget(self) -> DecomposerBudget:
+        """A fresh per-episode budget from ``budget`` and ``every_n``."""
+        return DecomposerBudget(max_calls=self.budget, every_n=self.every_n)
+
+    def thresholds(self, model_id: str) -> tuple[float, float]:
+        """(τ_AU, τ_EU): the explicit pair if set, else the calibrated pair for ``model_id``."""
+        if self.tau_au is not None and self.tau_eu is not None:
+            return self.tau_au, self.tau_eu
+        if not self.thresholds_file:
+            raise ValueError(
+                "router: no thresholds; set router.tau_au and router.tau_eu, or "
+                "router.thresholds_file (written by `prour calibrate`)"
+            )
+        from prour.router.thresholds import load_thresholds
+
+        found = load_thresholds(self.thresholds_file, model_id)
+        return found.tau_au, found.tau_eu

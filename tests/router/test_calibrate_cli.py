@@ -1,0 +1,169 @@
+"""``prour calibrate`` end to end with scripted models: labels, AU/EU cache (resumable), stored
+thresholds keyed by the decomposer model, held-out report; human corrections are honoured."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from prour.cli.main import app
+from prour.llm.scripted import ScriptedLLM, register_script
+from prour.router import load_thresholds
+
+GOALS = ["I want to return an item.", "I want a refund to my card.", "I want to track order #W2."]
+ACTIONS = [
+    '{"tool": "get_order_details", "arguments": {"order_id": "#W2"}}',
+    '{"tool": "respond", "arguments": {}}',
+    '{"tool": "find_user_id_by_email", "arguments": {"email": "a@b.c"}}',
+    "oops",
+]
+UTTERANCES = {
+    "d1": "Where is my order #W2?",
+    "d2": "I want a refund, card or gift card, whichever.",
+    "d3": "Hello.",
+    "d4": "Please return my order number #W2 items.",
+    "d5": "Which refund method is best, I can't decide.",
+    "d6": "Thanks, that's all.",
+    "t1": "My order number is #W2, where is it?",
+    "t2": "Refund to card or gift card? You choose.",
+    "t3": "Bye.",
+}
+
+
+CANDIDATES = [json.loads(a) for a in ACTIONS[:3]]
+
+
+def _score(context: str, target: str) -> list[float]:
+    """Planted behaviour: refund dialogues -> goals disagree (AU), order dialogues -> every goal
+    is unsure (EU), anything else -> every goal picks the first candidate (neither)."""
+    dialogue = context.split("Conversation so far:")[1].split("Assume the customer's goal")[0]
+    goal = GOALS.index(re.search(r"Assume the customer's goal is: (.*)", context).group(1))
+    action = json.loads(target.removesuffix("<|im_end|>"))
+    index = CANDIDATES.index(action)
+    if "refund" in dialogue.lower():
+        return [0.0 if index == goal else -6.0]
+    if "order" in dialogue.lower():
+        return [0.0]
+    return [0.0 if index == 0 else -8.0]
+
+
+register_script(
+    "router-test-decomposer",
+    lambda: ScriptedLLM(
+        rules=[
+            ("The customer's goal, in one sentence:", GOALS),
+            ("Propose one plausible next action", ACTIONS),
+        ],
+        scorer=_score,
+    ),
+)
+
+
+def _write_states(path: Path, ids: list[str]) -> None:
+    with path.open("w") as handle:
+        for state_id in ids:
+            messages = [{"role": "user", "content": UTTERANCES[state_id]}]
+            handle.write(
+                json.dumps({"id": state_id, "domain": "retail", "messages": messages}) + "\n"
+            )
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Path:
+    return make_recipe(tmp_path)
+
+
+def make_recipe(tmp_path: Path) -> Path:
+    """A recipe with scripted decomposer, annotator and router, and small dev/test state files."""
+    annotator = tmp_path / "annotator.yaml"
+    annotator.write_text(
+        yaml.safe_dump(
+            {
+                "rules": [
+                    {"pattern": "(?i)user: [^\\n]*order", "reply": "epistemic"},
+                    {"pattern": "(?i)user: [^\\n]*refund", "reply": "aleatoric"},
+                    {"pattern": "Label:", "reply": "no_uncertainty"},
+                ]
+            }
+        )
+    )
+    router = tmp_path / "router.yaml"
+    router.write_text(yaml.safe_dump({"default": '{"mode": "verify", "rationale": "look it up"}'}))
+    _write_states(tmp_path / "dev.jsonl", ["d1", "d2", "d3", "d4", "d5", "d6"])
+    _write_states(tmp_path / "test.jsonl", ["t1", "t2", "t3"])
+    data = {
+        "name": "calib",
+        "seed": 0,
+        "run_dir": str(tmp_path / "run"),
+        "models": {
+            "decomposer": {"backend": "scripted", "script": "router-test-decomposer"},
+            "annotator": {"backend": "scripted", "script": str(annotator)},
+            "router": {"backend": "scripted", "script": str(router)},
+        },
+        "router": {
+            "n_interpretations": 3,
+            "n_actions": 4,
+            "calibration": {
+                "dev_states": str(tmp_path / "dev.jsonl"),
+                "test_states": str(tmp_path / "test.jsonl"),
+            },
+        },
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_calibrate_all_stages(recipe: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["calibrate", "--recipe", str(recipe)])
+    assert result.exit_code == 0, result.output
+    out_dir = tmp_path / "run" / "calibration"
+    labels = [json.loads(line) for line in (out_dir / "labels_dev.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in labels] == ["verify", "clarify", "act", "verify", "clarify", "act"]
+    assert all(r["corrected"] is None and r["raw"] for r in labels)
+    cache = (out_dir / "uncertainty_dev.jsonl").read_text().splitlines()
+    assert len(cache) == 6 and all(json.loads(line)["au"] is not None for line in cache)
+    stored = load_thresholds(out_dir / "thresholds.json", "scripted:router-test-decomposer")
+    # clarify states have AU ~ 1.0, verify states EU = ln 3, act states ~0: smallest perfect pair
+    assert (stored.tau_au, stored.tau_eu, stored.macro_f1) == (0.01, 0.01, 1.0)
+    assert stored.dataset == str(tmp_path / "dev.jsonl") and stored.n_states == 6
+    assert "held-out, τ_AU=0.01 τ_EU=0.01: macro-F1 1.000" in result.output
+    assert "held-out" in result.output and "LLM router (0 invalid replies)" in result.output
+    assert "macro-F1" in result.output
+
+    # resume: nothing is relabelled or recomputed; a human correction changes the search input
+    labels[2]["corrected"] = "verify"
+    (out_dir / "labels_dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels))
+    again = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "search"])
+    assert again.exit_code == 0, again.output
+    assert "decomposer ran on 0 new dev states" in again.output
+    corrected = load_thresholds(out_dir / "thresholds.json", "scripted:router-test-decomposer")
+    assert corrected.macro_f1 < 1.0  # d3 (an act state by AU/EU) is now labelled verify
+    assert len((out_dir / "uncertainty_dev.jsonl").read_text().splitlines()) == 6
+    relabel = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "label"])
+    assert "labelled 0 new dev states" in relabel.output
+
+
+def test_evaluate_without_thresholds_names_model_and_file(recipe: Path) -> None:
+    runner = CliRunner()
+    assert (
+        runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "label"]).exit_code
+        == 0
+    )
+    result = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "evaluate"])
+    assert result.exit_code == 2
+    assert "thresholds.json does not exist" in result.output and "scripted:" in result.output
+
+
+def test_bad_router_key_is_reported_with_its_dotted_path(recipe: Path) -> None:
+    data = yaml.safe_load(recipe.read_text())
+    data["router"]["n_actoins"] = 3
+    recipe.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "search"])
+    assert result.exit_code == 2 and "router.n_actoins" in result.output
