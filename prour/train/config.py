@@ -1,0 +1,253 @@
+"""The ``train`` recipe section: DAPO hyperparameters (paper A.2.1) and both backends' resources.
+
+Defaults are the paper's numbers. Batch arithmetic is checked when the recipe loads, before any
+model: an impossible combination is refused with the dotted key and the numbers involved.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from prour.config import ConfigError, Section
+
+
+class RolloutSettings(Section):
+    """How the policy samples its group of queries for each state."""
+
+    n: int = Field(8, ge=1)  # queries sampled per state
+    keep: int = Field(6, ge=1)  # kept per state for the update (valid questions first)
+    temperature: float = Field(0.8, gt=0)  # > 0: the update needs a sampling distribution
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = Field(None, ge=1)  # None: no top-k truncation
+    enable_thinking: bool = True  # Qwen3 <think> block before the answer
+    max_prompt_tokens: int = Field(1400, ge=16)  # history left-truncated, system prompt kept
+    max_response_tokens: int = Field(1760, ge=1)
+
+
+class OptimSettings(Section):
+    """AdamW with linear warmup to a constant learning rate, and grad-norm clipping."""
+
+    lr: float = Field(7e-7, gt=0)
+    warmup_steps: int = Field(60, ge=0)  # optimizer steps of linear warmup from 0
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, gt=0)  # max global L2 norm of the gradient
+
+
+class PPOSettings(Section):
+    """The clipped-surrogate update over the kept samples."""
+
+    epochs: int = Field(4, ge=1)  # passes over the step's kept samples
+    mini_batch_states: int = Field(1, ge=1)  # states per optimizer step
+    micro_batch_size: int = Field(1, ge=1)  # samples per forward/backward (per GPU on verl)
+    clip_low: float = Field(0.2, gt=0, lt=1)  # ratio floor 1 - clip_low
+    clip_high: float = Field(0.3, gt=0)  # ratio ceiling 1 + clip_high
+    clip_ratio_c: float = Field(3.0, gt=1)  # dual-clip bound for negative advantages
+    entropy_coeff: float = Field(0.01, ge=0)
+    loss_agg_mode: Literal["token-mean"] = "token-mean"
+    adv_epsilon: float = Field(1e-6, gt=0)  # added to the group std
+    drop_zero_variance: bool = False  # DAPO dynamic sampling: skip groups with equal rewards
+    shuffle: bool = True  # shuffle mini-batches (whole states) between epochs
+
+
+class VerlSettings(Section):
+    """Resources and engine switches of the verl backend (Ray, FSDP, vLLM rollouts)."""
+
+    nnodes: int = Field(1, ge=1)
+    n_gpus_per_node: int = Field(2, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1)  # vLLM rollout TP (verl's default is 2)
+    gpu_memory_utilization: float = Field(0.2, gt=0, le=1)  # vLLM share while colocated
+    enable_chunked_prefill: bool = True
+    fsdp_strategy: Literal["fsdp", "fsdp2"] = "fsdp"
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    use_remove_padding: bool = True  # packed sequences (needs flash-attn)
+    attn_implementation: str = "flash_attention_2"
+    max_model_len: int = Field(8192, ge=64)  # rollout server context: belief prompts + target fit
+    agent_workers: int = Field(8, ge=1)  # agent-loop worker actors
+    val_before_train: bool = False
+    test_freq: int = -1  # steps between validations; -1: never
+    extra_overrides: list[str] = Field(default_factory=list)  # raw Hydra overrides, appended last
+
+
+class WandbSettings(Section):
+    """Weights & Biases tracking; off unless asked for, offline when no API key is set."""
+
+    track: bool = False
+    project: str = "prour"
+    entity: str | None = None
+    mode: Literal["offline", "online", "auto"] = "offline"  # auto: online iff WANDB_API_KEY is set
+
+
+class TrainConfig(Section):
+    """DAPO training of the query generator (``models.generator`` is the initial policy)."""
+
+    backend: Literal["local", "verl"] = "local"
+    train_file: str = "data/dataset/train.parquet"  # instances; relative to the run directory
+    val_file: str | None = "data/dataset/validation.parquet"
+    states_per_step: int = Field(16, ge=1)  # prompts per training step
+    total_steps: int = Field(2010, ge=1)
+    save_every: int = Field(100, ge=1)  # checkpoint every N steps; the last step is always saved
+    keep_checkpoints: int | None = Field(None, ge=1)  # newest N kept; None: keep all
+    output_dir: str = "checkpoints/${name}"  # checkpoints/<run>/step_N
+    device: str = "auto"  # local backend: auto | cpu | cuda[:i]
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    gradient_checkpointing: bool = True  # where the model supports it
+    rollout: RolloutSettings = RolloutSettings()
+    optim: OptimSettings = OptimSettings()
+    ppo: PPOSettings = PPOSettings()
+    verl: VerlSettings = VerlSettings()
+    wandb: WandbSettings = WandbSettings()
+
+    @model_validator(mode="after")
+    def _batch_arithmetic(self) -> TrainConfig:
+        check_batch_arithmetic(self)
+        return self
+
+    @property
+    def kept_per_step(self) -> int:
+        """Samples that reach the update per step (before failures and dropped groups)."""
+        return self.states_per_step * self.rollout.keep
+
+    @property
+    def mini_batches_per_epoch(self) -> int:
+        return self.states_per_step // self.ppo.mini_batch_states
+
+
+def check_batch_arithmetic(cfg: TrainConfig) -> None:
+    """Refuse impossible batch sizes; keys are relative to ``train`` (first_error prefixes it)."""
+    n, keep = cfg.rollout.n, cfg.rollout.keep
+    if keep > n:
+        raise ConfigError(
+            "rollout.keep", f"keeps {keep} samples per state but only {n} are sampled (rollout.n)"
+        )
+    if keep < 2:
+        raise ConfigError(
+            "rollout.keep", f"keeps {keep} sample per state; a group advantage needs at least 2"
+        )
+    states, per_mini = cfg.states_per_step, cfg.ppo.mini_batch_states
+    if per_mini > states or states % per_mini:
+        raise ConfigError(
+            "ppo.mini_batch_states",
+            f"{per_mini} states per mini-batch does not divide the {states} states per step "
+            "(states_per_step)",
+        )
+    samples = per_mini * keep
+    micro = cfg.ppo.micro_batch_size
+    if cfg.backend == "verl":
+        _check_verl(cfg, samples)
+    elif micro > samples or samples % micro:
+        raise ConfigError(
+            "ppo.micro_batch_size",
+            f"{micro} does not divide the {samples} samples of a mini-batch "
+            f"(mini_batch_states {per_mini} x rollout.keep {keep})",
+        )
+
+
+def _check_verl(cfg: TrainConfig, samples: int) -> None:
+    """verl splits each mini-batch over data-parallel GPUs, then into micro-batches per GPU."""
+    v = cfg.verl
+    gpus = v.nnodes * v.n_gpus_per_node
+    if gpus % v.tensor_parallel_size:
+        raise ConfigError(
+            "verl.tensor_parallel_size",
+            f"{v.tensor_parallel_size} does not divide the {gpus} GPUs "
+            f"({v.nnodes} nodes x {v.n_gpus_per_node})",
+        )
+    if samples % gpus:
+        raise ConfigError(
+            "ppo.mini_batch_states",
+            f"a mini-batch of {samples} samples (mini_batch_states {cfg.ppo.mini_batch_states} "
+            f"x rollout.keep {cfg.rollout.keep}) "
+            f"does not split over {gpus} GPUs",
+        )
+    per_gpu, micro = samples // gpus, cfg.ppo.micro_batch_size
+    if micro > per_gpu or per_gpu % micro:
+        raise ConfigError(
+            "ppo.micro_batch_size",
+            f"{micro} per GPU does not divide the {per_gpu} samples each of {gpus} GPUs "
+            "gets per mini-batch",
+        )
+
+
+def resolve_output_dir(cfg: TrainConfig, name: str) -> str:
+    """``output_dir`` with ``${name}`` replaced by the recipe name."""
+    return cfg.output_dir.replace("${name}", name)
+
+
+def train_section(recipe: Any) -> TrainConfig:
+    """The recipe's ``train`` section, or a :class:`ConfigError` when the recipe has none."""
+    cfg = getattr(recipe, "train", None)
+    if cfg is None:
+        raise ConfigError("train", "this recipe has no `train` section; add one to train")
+    return cfg
+
+
+# Stage sections a recipe may hold, by the model that checks them. Until prour.config.Recipe
+# carries a section itself, the loader below validates it here and hands it out beside the recipe.
+_SECTION_MODELS = {
+    "train": "prour.train.config:TrainConfig",
+    "reward": "prour.rewards.config:RewardConfig",
+    "data": "prour.data.config:DataConfig",
+    "router": "prour.router.config:RouterConfig",
+    "eval": "prour.eval.config:EvalConfig",
+    "serve": "prour.cluster.config:ServeConfig",
+    "slurm": "prour.cluster.config:SlurmConfig",
+}
+
+
+def _section_model(spec: str) -> type:
+    import importlib
+
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_train_recipe(
+    path: str | Path, overrides: list[str] | None = None
+) -> tuple[Any, TrainConfig]:
+    """A recipe and its ``train`` section; ``recipe.reward`` is set when the file has one."""
+    import yaml
+    from pydantic import ValidationError
+
+    from prour.config import Recipe, apply_override, first_error, parse_recipe
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("<file>", f"recipe file not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("<root>", "a recipe must be a mapping", str(path))
+    for item in overrides or []:
+        apply_override(raw, item)
+    sections: dict[str, Any] = {}
+    for name, spec in _SECTION_MODELS.items():
+        if name in Recipe.model_fields or name not in raw:
+            continue
+        try:
+            sections[name] = _section_model(spec).model_validate(raw.pop(name) or {})
+        except ValidationError as exc:
+            err = first_error(exc)
+            raise ConfigError(
+                f"{name}.{err.key}" if err.key != "<root>" else name,
+                str(err).split(": ", 1)[-1],
+                str(path),
+            ) from None
+    recipe = parse_recipe(raw, str(path))
+    for name, value in sections.items():
+        object.__setattr__(recipe, name, value)
+    return recipe, train_section(recipe)
+
+
+def recipe_dict(recipe: Any) -> dict[str, Any]:
+    """The whole resolved recipe as plain data, stage sections loaded beside it included."""
+    data = recipe.model_dump(mode="json")
+    for name in _SECTION_MODELS:
+        section = recipe.__dict__.get(name)
+        if name not in data and section is not None:
+            data[name] = section.model_dump(mode="json")
+    return data

@@ -1,0 +1,471 @@
+"""The local DAPO trainer: one process, CPU or one GPU, the paper's algorithm end to end.
+
+Each step: take ``states_per_step`` instances in seeded order, sample ``n`` queries per state
+with the live policy, score them with the reward (whose belief scorer is that same policy), keep
+``keep`` per state (valid questions first), compute GRPO advantages within each kept group, and
+run ``ppo.epochs`` passes of the clipped surrogate over mini-batches of whole states. Checkpoints
+are atomic and resumable; metrics go to ``<output_dir>/metrics.jsonl`` (and wandb if enabled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prour.config import ConfigError, Recipe
+from prour.rewards.info_gain import SampleReward
+from prour.train import checkpoint as ckpt
+from prour.train.algorithm import (
+    LossSettings,
+    drop_zero_variance,
+    group_advantages,
+    policy_loss,
+    select_kept,
+)
+from prour.train.config import TrainConfig, recipe_dict, resolve_output_dir, train_section
+from prour.train.data import DataOrder, read_instances
+from prour.train.metrics import MetricsLog
+from prour.train.policy import Policy, Rollout
+from prour.train.reward import RewardFn
+
+logger = logging.getLogger(__name__)
+
+StateFn = Callable[[dict[str, Any]], Any]
+
+
+@dataclass
+class Kept:
+    """A sample that reaches the update: its rollout, reward and state (group) index."""
+
+    rollout: Rollout
+    reward: float
+    group: int
+
+
+class LocalTrainer:
+    """Trains ``models.generator`` with ``train`` settings; see :meth:`run`."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        train: TrainConfig | None = None,
+        reward_fn: RewardFn | None = None,
+        make_state: StateFn | None = None,
+        rows: Sequence[dict[str, Any]] | None = None,
+    ):
+        self.recipe = recipe
+        self.cfg = train or train_section(recipe)
+        self.output_dir = Path(resolve_output_dir(self.cfg, recipe.name))
+        self._reward_fn = reward_fn
+        self._make_state = make_state
+        self._rows = list(rows) if rows is not None else None
+        self.step = 0
+
+    # ---- setup ---------------------------------------------------------------------------
+
+    def _policy_path(self) -> str:
+        model = self.recipe.models.get("generator")
+        if model is None or model.backend != "hf" or not model.path:
+            raise ConfigError(
+                "models.generator",
+                "the local trainer needs the policy with backend 'hf' and a path",
+            )
+        return model.path
+
+    def _setup_model(self, path: str | Path) -> None:
+        """Load the policy in float32 (master weights); bf16 autocast on a GPU when asked."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from prour.llm.hf import resolve_device, resolve_dtype
+
+        device = resolve_device(self.cfg.device)
+        self.compute_dtype = resolve_dtype(self.cfg.dtype, device)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
+        if self.cfg.gradient_checkpointing and getattr(
+            model, "supports_gradient_checkpointing", False
+        ):
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        model.config.use_cache = False
+        self.model = model
+        self.policy = Policy(model, self.tokenizer, self.cfg.rollout, seed=self.recipe.seed)
+        logger.info("policy %s on %s (compute %s)", path, device, self.compute_dtype)
+
+    def _setup_optimizer(self) -> None:
+        """AdamW and verl's constant schedule with linear warmup (one scheduler step per step)."""
+        from verl.utils.torch_functional import get_constant_schedule_with_warmup
+
+        o = self.cfg.optim
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+        self.scheduler = get_constant_schedule_with_warmup(
+            self.optimizer, num_warmup_steps=o.warmup_steps
+        )
+
+    def _setup_data(self) -> None:
+        """Seeded order over the rows; every prompt is checked against the token budget."""
+        self.order = DataOrder(len(self._rows), self.recipe.seed)
+        for index, row in enumerate(self._rows):
+            self.policy.check_prompt(row["prompt"], f"training row {index}")
+        logger.info("%d training instances", len(self._rows))
+
+    def _train_file(self) -> Path:
+        path = Path(self.cfg.train_file)
+        return path if path.is_absolute() else self.recipe.resolved_run_dir() / path
+
+    def _setup_reward(self) -> None:
+        if self._make_state is None:
+            from prour.rewards.info_gain import state_from_row
+
+            self._make_state = state_from_row
+        if self._reward_fn is None:
+            from prour.train.reward import info_gain_reward
+
+            self._reward_fn = info_gain_reward(self.recipe, self.policy.llm)
+
+    def _setup_metrics(self) -> None:
+        self.metrics = MetricsLog(
+            self.output_dir,
+            self.cfg.wandb,
+            run_name=self.recipe.name,
+            config=recipe_dict(self.recipe),
+        )
+
+    def setup(self, resume: bool = False) -> Path | None:
+        """Load everything; with ``resume`` continue from the newest finished checkpoint."""
+        ckpt.remove_temporaries(self.output_dir)
+        start = ckpt.latest_checkpoint(self.output_dir)
+        if start is not None and not resume:
+            raise FileExistsError(
+                f"{self.output_dir} already holds checkpoints (newest {start.name}); "
+                "pass --resume to continue that run or set train.output_dir to a new folder"
+            )
+        if self._rows is None:  # read before any model loads: a missing file fails fast
+            self._rows = read_instances(self._train_file())
+        self._setup_model(start or self._policy_path())
+        self._setup_optimizer()
+        self._setup_data()
+        self._setup_reward()
+        self._setup_metrics()
+        if start is not None:
+            self._restore(start)
+        self._write_provenance(start)
+        return start
+
+    def _restore(self, folder: Path) -> None:
+        state = ckpt.load_trainer_state(folder)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        ckpt.restore_rng(state["rng"])
+        self.step = int(state["step"])
+        dropped = self.metrics.truncate_after(self.step)
+        logger.info(
+            "resumed from %s (step %d; %d later metric lines dropped)", folder, self.step, dropped
+        )
+
+    def _write_provenance(self, resumed_from: Path | None) -> None:
+        from prour.provenance import write_provenance
+
+        data = recipe_dict(self.recipe) | {"train": self.cfg.model_dump(mode="json")}
+        write_provenance(
+            self.output_dir,
+            data,
+            self.recipe.seed,
+            extra={
+                "resumed_from": str(resumed_from) if resumed_from else None,
+                "start_step": self.step,
+            },
+        )
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    def run(self, resume: bool = False) -> Path | None:
+        """Train to ``total_steps``; returns the last checkpoint folder."""
+        self.setup(resume=resume)
+        last = ckpt.latest_checkpoint(self.output_dir)
+        try:
+            while self.step < self.cfg.total_steps:
+                metrics = self.train_step()
+                self.metrics.log(self.step, metrics)
+                logger.info(
+                    "step %d/%d reward %s kept %d lr %.3g (%.1fs)",
+                    self.step,
+                    self.cfg.total_steps,
+                    metrics["reward_mean"],
+                    metrics["n_kept"],
+                    metrics["lr"],
+                    metrics["time_step_s"],
+                )
+                if self.step % self.cfg.save_every == 0 or self.step == self.cfg.total_steps:
+                    last = self.save()
+        finally:
+            self.metrics.close()
+        return last
+
+    def save(self) -> Path:
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": ckpt.rng_state(),
+            "data": {
+                "seed": self.order.seed,
+                "n_rows": self.order.n_rows,
+                "position": self.order.position(self.step, self.cfg.states_per_step),
+            },
+        }
+        folder = ckpt.save_checkpoint(self.output_dir, self.step, self.model, self.tokenizer, state)
+        ckpt.prune_checkpoints(self.output_dir, self.cfg.keep_checkpoints)
+        return folder
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.policy.device.type, dtype=self.compute_dtype)
+
+    def train_step(self) -> dict[str, Any]:
+        """One training step on the next ``states_per_step`` instances; returns its metrics."""
+        t0 = time.perf_counter()
+        rows = [self._rows[i] for i in self.order.indices(self.step, self.cfg.states_per_step)]
+        with self._autocast():
+            rollouts = self._rollout(rows)
+            t1 = time.perf_counter()
+            rewards = self._score(rows, rollouts)
+            t2 = time.perf_counter()
+            groups, select_stats = self._select(rollouts, rewards)
+            update = self._update(groups)
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate this step's updates used
+        self.scheduler.step()
+        self.step += 1
+        t3 = time.perf_counter()
+        metrics = sample_metrics(rollouts, rewards)
+        metrics.update(select_stats)
+        metrics.update(update)
+        n_generated = sum(len(r.response_ids) for g in rollouts for r in g)
+        metrics.update(
+            time_rollout_s=t1 - t0,
+            time_reward_s=t2 - t1,
+            time_update_s=t3 - t2,
+            time_step_s=t3 - t0,
+            rollout_tokens_per_s=n_generated / max(t1 - t0, 1e-9),
+            lr=lr,
+        )
+        return metrics
+
+    def _rollout(self, rows: list[dict[str, Any]]) -> list[list[Rollout]]:
+        from prour.llm.hf import sample_seed
+
+        base = self.step * self.cfg.states_per_step
+        seeds = [sample_seed(self.recipe.seed, base + i) for i in range(len(rows))]
+        return self.policy.sample([row["prompt"] for row in rows], self.cfg.rollout.n, seeds)
+
+    @torch.no_grad()
+    def _score(
+        self, rows: list[dict[str, Any]], rollouts: list[list[Rollout]]
+    ) -> list[list[SampleReward]]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return [
+                self._reward_fn.score_group(self._make_state(row), [r.completion for r in group])
+                for row, group in zip(rows, rollouts)
+            ]
+        finally:
+            self.model.train(was_training)
+
+    def _select(
+        self, rollouts: list[list[Rollout]], rewards: list[list[SampleReward]]
+    ) -> tuple[list[list[Kept]], dict[str, Any]]:
+        """Keep ``keep`` per state (failed never), then drop groups without a usable signal."""
+        groups: list[list[Kept]] = []
+        for g, (group, scored) in enumerate(zip(rollouts, rewards)):
+            failed = [s.failed or s.reward is None for s in scored]
+            kept = select_kept([s.kind for s in scored], self.cfg.rollout.keep, failed)
+            groups.append([Kept(group[i], float(scored[i].reward), g) for i in kept])
+        n_kept = sum(len(g) for g in groups)
+        if self.cfg.ppo.drop_zero_variance:
+            usable = drop_zero_variance([[k.reward for k in g] for g in groups])
+        else:
+            usable = [i for i, g in enumerate(groups) if len(g) >= 2]
+        stats = {
+            "n_kept": n_kept,
+            "groups_used": len(usable),
+            "groups_dropped": len(groups) - len(usable),
+            "reward_kept_mean": _mean([k.reward for g in groups for k in g]),
+        }
+        return [groups[i] for i in usable], stats
+
+    # ---- the update ----------------------------------------------------------------------
+
+    def _update(self, groups: list[list[Kept]]) -> dict[str, Any]:
+        """``ppo.epochs`` passes of the clipped surrogate over mini-batches of whole states."""
+        if not groups:
+            logger.warning("step %d: no group with a usable signal; no update", self.step)
+            return _Tally().summary() | {"update_tokens_per_s": None}
+        t0 = time.perf_counter()
+        flat = [k for g in groups for k in g]
+        mask = _lengths_mask([len(k.rollout.response_ids) for k in flat], self.policy.device)
+        rewards = torch.tensor([k.reward for k in flat], device=self.policy.device)
+        advantages = group_advantages(
+            rewards, [k.group for k in flat], mask, self.cfg.ppo.adv_epsilon
+        )
+        old = self._old_log_probs(flat)
+        tally = _Tally()
+        self.model.train()
+        for epoch in range(self.cfg.ppo.epochs):
+            for members in self._mini_batches(groups, epoch):
+                self._optimizer_step(flat, members, old, advantages, tally)
+        self._reward_fn.policy_updated()
+        tokens = int(mask.sum()) * self.cfg.ppo.epochs
+        return tally.summary() | {
+            "update_tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)
+        }
+
+    @torch.no_grad()
+    def _old_log_probs(self, flat: list[Kept]) -> list[torch.Tensor]:
+        """Log-probs under the policy that sampled (before any update), a 1-D tensor per sample."""
+        self.model.eval()
+        out = []
+        for micro in _chunks(list(range(len(flat))), self.cfg.ppo.micro_batch_size):
+            scores = self.policy.token_scores([flat[i].rollout for i in micro])
+            for row, i in enumerate(micro):
+                out.append(scores.log_probs[row, : len(flat[i].rollout.response_ids)].detach())
+        return out
+
+    def _mini_batches(self, groups: list[list[Kept]], epoch: int) -> Iterator[list[int]]:
+        """Sample indices per mini-batch: ``mini_batch_states`` whole groups, shuffled per epoch."""
+        starts, offset = [], 0
+        for g in groups:
+            starts.append(list(range(offset, offset + len(g))))
+            offset += len(g)
+        order = list(range(len(groups)))
+        if self.cfg.ppo.shuffle:
+            gen = torch.Generator().manual_seed(
+                self.recipe.seed * 1_000_003 + self.step * 131 + epoch
+            )
+            order = torch.randperm(len(groups), generator=gen).tolist()
+        for chunk in _chunks(order, self.cfg.ppo.mini_batch_states):
+            yield [i for g in chunk for i in starts[g]]
+
+    def _optimizer_step(
+        self,
+        flat: list[Kept],
+        members: list[int],
+        old: list[torch.Tensor],
+        advantages: torch.Tensor,
+        tally: _Tally,
+    ) -> None:
+        """Accumulate micro-batch gradients of one mini-batch (token-mean over it), clip, step."""
+        p = self.cfg.ppo
+        settings = LossSettings(
+            p.clip_low, p.clip_high, p.clip_ratio_c, p.entropy_coeff, p.loss_agg_mode
+        )
+        n_tokens = sum(len(flat[i].rollout.response_ids) for i in members)
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in _chunks(members, p.micro_batch_size):
+            scores = self.policy.token_scores([flat[i].rollout for i in micro], with_entropy=True)
+            width = scores.log_probs.shape[1]
+            loss, metrics = policy_loss(
+                _pad_rows([old[i] for i in micro], width),
+                scores.log_probs,
+                advantages[micro, :width],
+                scores.mask,
+                settings,
+                entropy=scores.entropy,
+                batch_num_tokens=n_tokens,
+            )
+            loss.backward()
+            tally.add_micro(metrics, int(scores.mask.sum()))
+        params = [q for q in self.model.parameters() if q.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip))
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        tally.add_step(grad_norm)
+
+
+class _Tally:
+    """Token-weighted means of loss metrics and grad-norm statistics over a step's update."""
+
+    KEYS = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.tokens = 0
+        self.grad_norms: list[float] = []
+
+    def add_micro(self, metrics: dict[str, float], tokens: int) -> None:
+        for key, value in metrics.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value * tokens
+        self.tokens += tokens
+
+    def add_step(self, grad_norm: float) -> None:
+        self.grad_norms.append(grad_norm)
+
+    def summary(self) -> dict[str, Any]:
+        finite = [g for g in self.grad_norms if math.isfinite(g)]
+        out: dict[str, Any] = {
+            key: self.sums[key] / self.tokens if self.tokens else None for key in self.KEYS
+        }
+        out.update(
+            optimizer_steps=len(finite),
+            skipped_steps=len(self.grad_norms) - len(finite),
+            grad_norm=_mean(finite),
+            grad_norm_max=max(finite) if finite else None,
+        )
+        return out
+
+
+def sample_metrics(
+    rollouts: list[list[Rollout]], rewards: list[list[SampleReward]]
+) -> dict[str, Any]:
+    """Counts by kind, reward/prior/posterior statistics and response lengths of all samples."""
+    samples = [s for group in rewards for s in group]
+    values = [s.reward for s in samples if not s.failed and s.reward is not None]
+    lengths = [len(r.response_ids) for group in rollouts for r in group]
+    return {
+        "n_states": len(rewards),
+        "n_sampled": len(samples),
+        "n_valid": sum(s.kind == "ask" for s in samples),
+        "n_none": sum(s.kind == "none" for s in samples),
+        "n_invalid": sum(s.kind == "invalid" for s in samples),
+        "n_failed": sum(s.failed for s in samples),
+        "reward_mean": _mean(values),
+        "reward_std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+        "prior_mean": _mean([s.prior for s in samples if s.prior is not None]),
+        "post_mean": _mean([s.post for s in samples if s.post is not None]),
+        "response_length_mean": _mean(lengths),
+        "truncated_fraction": _mean([r.finish_reason == "length" for g in rollouts for r in g]),
+    }
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(statistics.fmean(values)) if values else None
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _lengths_mask(lengths: list[int], device: torch.device) -> torch.Tensor:
+    width = max(lengths)
+    return (
+        torch.arange(width, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+    ).float()
+
+
+def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.stack([torch.nn.functional.pad(r, (0, width - r.shape[0])) for r in rows])

@@ -1,0 +1,111 @@
+"""Per-step training metrics: always a JSONL file, and Weights & Biases when the recipe asks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from prour.train.config import WandbSettings
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe numbers (NaN and inf become None)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsLog:
+    """Appends one JSON object per step to ``<run_dir>/metrics.jsonl`` (flushed each line)."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        wandb: WandbSettings | None = None,
+        run_name: str = "",
+        config: Mapping[str, Any] | None = None,
+    ):
+        self.path = Path(run_dir) / METRICS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._wandb = (
+            _start_wandb(wandb, run_name, Path(run_dir), config) if wandb and wandb.track else None
+        )
+
+    def truncate_after(self, step: int) -> int:
+        """Drop lines of steps after ``step`` (written after the checkpoint a resume starts at)."""
+        if not self.path.exists():
+            return 0
+        kept, dropped = [], 0
+        for line in self.path.read_text().splitlines():
+            try:
+                record_step = json.loads(line).get("step", 0)
+            except json.JSONDecodeError:  # a line cut by a kill: drop it
+                dropped += 1
+                continue
+            if record_step <= step:
+                kept.append(line)
+            else:
+                dropped += 1
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(f"{line}\n" for line in kept))
+        os.replace(tmp, self.path)
+        return dropped
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+        if self._wandb is not None:
+            self._wandb.log(
+                {k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step
+            )
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def wandb_mode(settings: WandbSettings) -> str:
+    """The mode wandb runs in: ``auto`` is online only when an API key is present."""
+    if settings.mode == "auto":
+        return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    if settings.mode == "online" and not os.environ.get("WANDB_API_KEY"):
+        logger.warning("wandb mode 'online' without WANDB_API_KEY: logging offline instead")
+        return "offline"
+    return settings.mode
+
+
+def _start_wandb(
+    settings: WandbSettings, run_name: str, run_dir: Path, config: Mapping[str, Any] | None
+) -> Any:
+    try:
+        import wandb
+    except ImportError as exc:
+        raise ImportError(
+            "train.wandb.track is on but wandb is not installed: pip install 'prour[track]'"
+        ) from exc
+    return wandb.init(
+        project=settings.project,
+        entity=settings.entity,
+        name=run_name,
+        dir=str(run_dir),
+        mode=wandb_mode(settings),
+        config=dict(config or {}),
+        resume="allow",
+    )

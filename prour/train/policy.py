@@ -1,0 +1,162 @@
+"""The policy being trained, in process: chat-template prompts, group sampling, token log-probs.
+
+One ``transformers`` model object samples the queries, scores the reward's beliefs (through the
+``hf`` backend wrapped around it) and receives the gradient, so all three see the same weights.
+Log-probs are taken from ``logits / temperature``, the distribution the samples were drawn from
+(as verl's actor does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prour.llm.base import ChatRequest, Completion, Message, SamplingParams
+from prour.train.config import RolloutSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Rollout:
+    """One sampled response to a state's prompt; ``response_ids`` end with the stop token if any."""
+
+    state: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    completion: Completion
+
+    @property
+    def finish_reason(self) -> str:
+        return self.completion.finish_reason
+
+
+@dataclass
+class TokenScores:
+    """Per-token log-probs and entropies of responses, right-padded: all (B, R)."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None
+    mask: torch.Tensor
+
+
+class Policy:
+    """The live model and tokenizer with the recipe's rollout settings.
+
+    Sampling and the reward's belief scoring go through :class:`~prour.llm.hf.HFLLM` wrapped
+    around the same model object (``self.llm``); the update uses :meth:`token_scores`.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, settings: RolloutSettings, seed: int = 0):
+        from prour.llm.hf import HFLLM
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.llm = HFLLM.from_model(model, tokenizer, seed=seed)
+        self.device = self.llm.device
+        self.pad_id = self.llm.pad_id
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """Token ids of the chat prompt exactly as sampling renders it."""
+        text = self.llm.render_chat(list(messages), None, self.settings.enable_thinking)
+        return self.llm.encode(text)
+
+    def check_prompt(self, messages: Sequence[Message], where: str) -> int:
+        """Prompt length in tokens; refuses prompts over ``max_prompt_tokens`` (naming the row)."""
+        length = len(self.prompt_ids(messages))
+        limit = self.settings.max_prompt_tokens
+        if length > limit:
+            raise ValueError(
+                f"{where}: the prompt has {length} tokens, over "
+                f"train.rollout.max_prompt_tokens={limit}; re-extract the dataset with this "
+                "tokenizer and budget (history is left-truncated there)"
+            )
+        return length
+
+    @torch.no_grad()
+    def sample(
+        self, prompts: Sequence[Sequence[Message]], n: int, seeds: Sequence[int]
+    ) -> list[list[Rollout]]:
+        """``n`` responses per prompt; prompt ``i`` samples from a stream seeded ``seeds[i]``."""
+        s = self.settings
+        requests = [
+            ChatRequest(
+                messages=list(messages),
+                sampling=SamplingParams(
+                    n=n,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    top_k=s.top_k,
+                    max_tokens=s.max_response_tokens,
+                    seed=seed,
+                ),
+                enable_thinking=s.enable_thinking,
+            )
+            for messages, seed in zip(prompts, seeds, strict=True)
+        ]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            groups = self.llm.chat(requests)
+        finally:
+            self.model.train(was_training)
+        rollouts = []
+        for i, (messages, completions) in enumerate(zip(prompts, groups)):
+            prompt = self.prompt_ids(messages)
+            rollouts.append([Rollout(i, prompt, list(c.token_ids or []), c) for c in completions])
+        return rollouts
+
+    def token_scores(self, rollouts: Sequence[Rollout], with_entropy: bool = False) -> TokenScores:
+        """Log-probs (and entropies) of each response token given its prompt; differentiable."""
+        seqs = [r.prompt_ids + r.response_ids for r in rollouts]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            ids[row, : len(seq)] = torch.tensor(seq)
+            attention[row, : len(seq)] = 1
+        keep = (
+            width - min(len(r.prompt_ids) for r in rollouts) + 1
+        )  # logits of response positions only
+        logits = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=attention.to(self.device),
+            use_cache=False,
+            logits_to_keep=keep,
+        ).logits
+        return _response_scores(
+            logits, rollouts, self.settings.temperature, with_entropy, width - keep
+        )
+
+
+def _response_scores(
+    logits: torch.Tensor,
+    rollouts: Sequence[Rollout],
+    temperature: float,
+    with_entropy: bool,
+    offset: int,
+) -> TokenScores:
+    """(B, R) response-token log-probs from logits (B, L - offset, V) of positions >= offset."""
+    from prour.train.algorithm import token_entropy
+
+    width = max(len(r.response_ids) for r in rollouts)
+    rows_lp, rows_ent = [], []
+    mask = torch.zeros((len(rollouts), width), device=logits.device)
+    for row, r in enumerate(rollouts):
+        start, length = len(r.prompt_ids) - offset, len(r.response_ids)
+        step_logits = logits[row, start - 1 : start - 1 + length].float() / temperature
+        targets = torch.tensor(r.response_ids, device=logits.device)
+        log_probs = torch.log_softmax(step_logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+        rows_lp.append(torch.nn.functional.pad(log_probs, (0, width - length)))
+        if with_entropy:
+            rows_ent.append(
+                torch.nn.functional.pad(token_entropy(step_logits), (0, width - length))
+            )
+        mask[row, :length] = 1
+    entropy = torch.stack(rows_ent) if with_entropy else None
+    return TokenScores(torch.stack(rows_lp), entropy, mask)

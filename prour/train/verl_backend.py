@@ -1,0 +1,339 @@
+"""The verl backend: ``python -m verl.trainer.main_ppo`` with Hydra overrides built from the recipe.
+
+GRPO advantages, the clipped surrogate and FSDP updates are verl's; generation runs on vLLM
+(colocated, TP 1). Our extensions (``prour.train.verl_ext``) plug in the agent loop that writes
+and rewards queries, the sampler that keeps ``keep`` of ``n`` per state, and the dataset that
+asks for ``n`` sessions per prompt. Every hyperparameter comes from the recipe's ``train``
+section; nothing here is a second copy of one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from prour.config import ConfigError
+from prour.train.config import TrainConfig, recipe_dict, resolve_output_dir
+
+logger = logging.getLogger(__name__)
+
+VERL_ENTRY = "verl.trainer.main_ppo"
+VERL_CONFIG = "ppo_trainer"
+EXT = "pkg://prour.train.verl_ext"
+_SAFE = re.compile(r"^[A-Za-z0-9_./:+\-@]+$")
+
+
+@dataclass
+class VerlRun:
+    """Everything a launch needs: files written into the run folder, overrides and the command."""
+
+    output_dir: Path
+    recipe_file: Path
+    agent_loops_file: Path
+    overrides: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", VERL_ENTRY, *self.overrides]
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {shlex.join(self.command)}".strip()
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override syntax."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if _SAFE.match(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _policy_path(recipe: Any) -> str:
+    model = recipe.models.get("generator")
+    if model is None or not (model.path or model.model):
+        raise ConfigError(
+            "models.generator",
+            "the verl backend needs the initial policy's path (hub id or folder)",
+        )
+    path = str(model.path or model.model)
+    return str(Path(path).resolve()) if Path(path).exists() else path  # local folder or hub id
+
+
+def _data_file(recipe: Any, value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    return str(path if path.is_absolute() else (recipe.resolved_run_dir() / path).resolve())
+
+
+def algorithm_overrides(cfg: TrainConfig) -> dict[str, Any]:
+    """GRPO with std-normalised advantages; no KL anywhere; no critic."""
+    return {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": True,
+        "algorithm.use_kl_in_reward": False,
+        "critic.enable": False,
+    }
+
+
+def data_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
+    train_file = _data_file(recipe, cfg.train_file)
+    return {
+        "data.train_files": train_file,
+        "data.val_files": _data_file(recipe, cfg.val_file) or train_file,
+        "data.train_batch_size": cfg.states_per_step,
+        "data.max_prompt_length": cfg.rollout.max_prompt_tokens,
+        "data.max_response_length": cfg.rollout.max_response_tokens,
+        "data.truncation": "error",  # histories are left-truncated by the data stage
+        "data.filter_overlong_prompts": False,
+        "data.return_raw_chat": True,
+        "data.shuffle": True,
+        "data.seed": recipe.seed,
+        "data.custom_cls.path": f"{EXT}.dataset",
+        "data.custom_cls.name": "ProurRLDataset",
+        "+data.prour_sample_n": cfg.rollout.n,
+        "+data.apply_chat_template_kwargs.enable_thinking": cfg.rollout.enable_thinking,
+    }
+
+
+def actor_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
+    o, p, v = cfg.optim, cfg.ppo, cfg.verl
+    a = "actor_rollout_ref.actor"
+    return {
+        "actor_rollout_ref.model.path": _policy_path(recipe),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
+        "actor_rollout_ref.model.use_remove_padding": v.use_remove_padding,
+        "+actor_rollout_ref.model.override_config.attn_implementation": v.attn_implementation,
+        f"{a}.strategy": v.fsdp_strategy,
+        f"{a}.optim.lr": o.lr,
+        f"{a}.optim.lr_warmup_steps": o.warmup_steps,
+        f"{a}.optim.lr_scheduler_type": "constant",
+        f"{a}.optim.weight_decay": o.weight_decay,
+        f"{a}.optim.betas": list(o.betas),
+        f"{a}.optim.clip_grad": o.grad_clip,
+        f"{a}.ppo_epochs": p.epochs,
+        f"{a}.ppo_mini_batch_size": p.mini_batch_states,  # in prompts; verl multiplies by rollout.n
+        f"{a}.ppo_micro_batch_size_per_gpu": p.micro_batch_size,
+        f"{a}.use_dynamic_bsz": False,
+        f"{a}.shuffle": p.shuffle,
+        f"{a}.data_loader_seed": recipe.seed,
+        f"{a}.clip_ratio": p.clip_low,
+        f"{a}.clip_ratio_low": p.clip_low,
+        f"{a}.clip_ratio_high": p.clip_high,
+        f"{a}.clip_ratio_c": p.clip_ratio_c,
+        f"{a}.policy_loss.loss_mode": "vanilla",
+        f"{a}.loss_agg_mode": p.loss_agg_mode,
+        f"{a}.entropy_coeff": p.entropy_coeff,
+        f"{a}.use_kl_loss": False,
+        f"{a}.fsdp_config.param_offload": v.param_offload,
+        f"{a}.fsdp_config.optimizer_offload": v.optimizer_offload,
+    }
+
+
+def rollout_overrides(cfg: TrainConfig, agent_loops_file: Path) -> dict[str, Any]:
+    r, v = cfg.rollout, cfg.verl
+    x = "actor_rollout_ref.rollout"
+    return {
+        f"{x}.name": "vllm",
+        f"{x}.mode": "async",
+        f"{x}.n": r.keep,  # samples per prompt that reach the update; ProurRLDataset samples r.n
+        f"{x}.temperature": r.temperature,
+        f"{x}.top_p": r.top_p,
+        f"{x}.top_k": r.top_k if r.top_k is not None else -1,
+        f"{x}.prompt_length": r.max_prompt_tokens,
+        f"{x}.response_length": r.max_response_tokens,
+        f"{x}.max_model_len": v.max_model_len,
+        f"{x}.gpu_memory_utilization": v.gpu_memory_utilization,
+        f"{x}.enable_chunked_prefill": v.enable_chunked_prefill,
+        f"{x}.tensor_model_parallel_size": v.tensor_parallel_size,
+        f"{x}.log_prob_micro_batch_size_per_gpu": cfg.ppo.micro_batch_size,  # == actor's
+        f"{x}.calculate_log_probs": True,
+        f"{x}.agent.default_agent_loop": "prour_query",
+        f"{x}.agent.agent_loop_config_path": str(agent_loops_file),
+        f"{x}.agent.num_workers": v.agent_workers,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": cfg.ppo.micro_batch_size,
+    }
+
+
+def trainer_overrides(
+    recipe: Any, cfg: TrainConfig, output_dir: Path, resume: bool
+) -> dict[str, Any]:
+    v = cfg.verl
+    sampler = "trainer.v1.sampler"
+    out: dict[str, Any] = {
+        "trainer.project_name": cfg.wandb.project,
+        "trainer.experiment_name": recipe.name,
+        "trainer.logger": ["console", "wandb"] if cfg.wandb.track else ["console"],
+        "trainer.nnodes": v.nnodes,
+        "trainer.n_gpus_per_node": v.n_gpus_per_node,
+        "trainer.total_training_steps": cfg.total_steps,
+        "trainer.total_epochs": cfg.total_steps,  # upper bound; total_training_steps ends it
+        "trainer.save_freq": cfg.save_every,
+        "trainer.max_actor_ckpt_to_keep": cfg.keep_checkpoints,
+        "trainer.default_local_dir": str(output_dir),
+        "trainer.resume_mode": "auto" if resume else "disable",
+        "trainer.val_before_train": v.val_before_train,
+        "trainer.test_freq": v.test_freq,
+        "trainer.critic_warmup": 0,
+        f"{sampler}.custom_sampler.path": f"{EXT}.sampler",
+        f"{sampler}.custom_sampler.name": "KeepValidFirstReplayBuffer",
+        f"+{sampler}.sampler_kwargs.keep": cfg.rollout.keep,
+        f"+{sampler}.sampler_kwargs.drop_zero_variance": cfg.ppo.drop_zero_variance,
+        f"+{sampler}.sampler_kwargs.train_batch_size": cfg.states_per_step,
+    }
+    return out
+
+
+def verl_overrides(
+    recipe: Any, cfg: TrainConfig, output_dir: Path, agent_loops_file: Path, resume: bool = False
+) -> list[str]:
+    """All Hydra overrides of a run, in a stable order; ``train.verl.extra_overrides`` come last."""
+    merged: dict[str, Any] = {}
+    for part in (
+        algorithm_overrides(cfg),
+        data_overrides(recipe, cfg),
+        actor_overrides(recipe, cfg),
+        rollout_overrides(cfg, agent_loops_file),
+        trainer_overrides(recipe, cfg, output_dir, resume),
+    ):
+        merged.update(part)
+    return [f"{key}={hydra_value(value)}" for key, value in merged.items()] + list(
+        cfg.verl.extra_overrides
+    )
+
+
+def agent_loops(recipe_file: Path) -> list[dict[str, Any]]:
+    """verl's agent-loop registry entries: our loop, told where the resolved recipe lies."""
+    return [
+        {
+            "name": "prour_query",
+            "_target_": "prour.train.verl_ext.agent_loop.QueryAgentLoop",
+            "recipe_path": str(recipe_file),
+        }
+    ]
+
+
+def prepare_verl_run(
+    recipe: Any, cfg: TrainConfig, write: bool = True, resume: bool = False
+) -> VerlRun:
+    """The run's overrides; with ``write`` also store the resolved recipe and loop registry."""
+    output_dir = Path(resolve_output_dir(cfg, recipe.name)).resolve()
+    recipe_file = output_dir / "verl" / "recipe.yaml"
+    loops_file = output_dir / "verl" / "agent_loops.yaml"
+    if write:
+        recipe_file.parent.mkdir(parents=True, exist_ok=True)
+        data = recipe_dict(recipe) | {"train": cfg.model_dump(mode="json")}
+        recipe_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        loops_file.write_text(yaml.safe_dump(agent_loops(recipe_file), sort_keys=False))
+    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if cfg.wandb.track:
+        from prour.train.metrics import wandb_mode
+
+        env["WANDB_MODE"] = wandb_mode(cfg.wandb)
+    overrides = verl_overrides(recipe, cfg, output_dir, loops_file, resume)
+    return VerlRun(output_dir, recipe_file, loops_file, overrides, env)
+
+
+def compose_verl_config(overrides: list[str]) -> Any:
+    """verl's ``ppo_trainer`` config with ``overrides`` applied (Hydra compose; runs on CPU)."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name=VERL_CONFIG, overrides=overrides)
+
+
+CHECKED_SECTIONS = (
+    "algorithm",
+    "actor_rollout_ref.rollout",
+    "actor_rollout_ref.actor.optim",
+    "actor_rollout_ref.model",
+)
+
+
+def check_verl_config(config: Any, sections: tuple[str, ...] = CHECKED_SECTIONS) -> None:
+    """verl's own start-up validation (``validate_config``, as ``main_ppo`` runs it), then verl's
+    typed config classes for ``sections`` (the model section reads the policy's HF config)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    validate_config(
+        config=config,
+        use_reference_policy=need_reference_policy(config),
+        use_critic=need_critic(config),
+    )
+    for dotted in sections:
+        node = config
+        for part in dotted.split("."):
+            node = node[part]
+        omega_conf_to_dataclass(node)
+
+
+def launch(run: VerlRun) -> int:
+    """Run verl's trainer in a child process (GPU nodes); returns its exit status."""
+    logger.info("launching verl: %s", run.shell())
+    env = {**os.environ, **run.env}
+    return subprocess.call(run.command, env=env)
+
+
+def latest_verl_step(output_dir: Path) -> int | None:
+    """The newest ``global_step_N`` that verl saved under ``output_dir``."""
+    steps = [
+        int(m.group(1))
+        for p in Path(output_dir).glob("global_step_*")
+        if (m := re.fullmatch(r"global_step_(\d+)", p.name)) and (p / "actor").is_dir()
+    ]
+    return max(steps) if steps else None
+
+
+def export_command(actor_dir: Path, target_dir: Path) -> list[str]:
+    """``verl.model_merger`` call that turns an FSDP actor checkpoint into a Hugging Face folder."""
+    return [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor_dir),
+        "--target_dir",
+        str(target_dir),
+    ]
+
+
+def export_checkpoint(
+    output_dir: Path, step: int | None = None, target: Path | None = None, dry_run: bool = False
+) -> tuple[list[str], Path]:
+    """Convert ``global_step_<step>`` (newest when None) to HF format in ``step_<step>``."""
+    step = step if step is not None else latest_verl_step(output_dir)
+    if step is None:
+        raise FileNotFoundError(f"no verl checkpoint (global_step_N/actor) under {output_dir}")
+    actor = Path(output_dir) / f"global_step_{step}" / "actor"
+    if not actor.is_dir():
+        raise FileNotFoundError(f"{actor} does not exist")
+    target = target or Path(output_dir) / f"step_{step}"
+    command = export_command(actor, target)
+    if not dry_run:
+        subprocess.run(command, check=True)
+    return command, target

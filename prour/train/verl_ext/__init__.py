@@ -1,0 +1,11 @@
+"""Extensions that verl's ``main_ppo`` loads by path on the GPU nodes (never imported by prour).
+
+- ``agent_loop``: :class:`QueryAgentLoop` samples one query per session from the rollout server,
+  asks the frozen responder, and scores the information-gain reward with the rollout server's
+  prompt log-probs (the policy being trained scores its own beliefs).
+- ``sampler``: :class:`KeepValidFirstReplayBuffer` keeps ``keep`` of the ``n`` sessions of each
+  group (valid questions first) before the update.
+- ``dataset``: :class:`ProurRLDataset` asks for ``n`` sessions per prompt while verl's batch
+  arithmetic counts the ``keep`` that reach the update.
+- ``logic``: the pure parts of the three, tested on CPU.
+"""

@@ -1,0 +1,110 @@
+"""verl agent loop of the query generator (loaded by verl through ``agent_loop_config_path``).
+
+One session = one sampled query for one state: generate with the rollout server (thinking on),
+then score it with the information-gain reward, where the responders are the frozen models of
+the recipe (vLLM endpoints) and the belief scorer is the rollout server itself, i.e. the policy
+being trained, through its prompt log-probs. The reward is set on the output, so verl's own
+reward workers are not called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import lru_cache
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+
+from prour.llm.base import Completion
+from prour.llm.toolcalls import parse_tool_calls, split_thinking
+from prour.train.verl_ext.logic import RolloutServerLLM, reward_extra_info
+
+logger = logging.getLogger(__name__)
+
+AGENT_NAME = "prour_query"
+
+
+@lru_cache(maxsize=2)
+def _run_context(recipe_path: str) -> tuple[Any, Any]:
+    """The run's recipe and frozen responders (clients), built once per worker process."""
+    from prour.train.config import load_train_recipe
+    from prour.train.reward import build_responders
+
+    recipe, _train = load_train_recipe(recipe_path)
+    return recipe, build_responders(recipe)
+
+
+@register(AGENT_NAME)
+class QueryAgentLoop(AgentLoopBase):
+    """Sample a query, answer it with the frozen responder, reward it by information gain."""
+
+    def __init__(self, *args: Any, recipe_path: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.recipe, self.responders = _run_context(recipe_path)
+        self.response_length = self.rollout_config.response_length
+
+    def _reward(self) -> Any:
+        """The reward with the rollout servers as the policy LLM (per loop; responders shared)."""
+        from prour.train.reward import info_gain_reward
+
+        policy = RolloutServerLLM(self._generate, self.tokenizer, self.loop)
+        return info_gain_reward(self.recipe, policy, self.responders)
+
+    async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Any:
+        return await self.server_manager.generate(
+            request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params
+        )
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        from prour.rewards.info_gain import state_from_row
+
+        prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
+        output = await self._generate(prompt_ids, sampling_params)
+        response_ids = list(output.token_ids)[: self.response_length]
+        completion = _completion(self.tokenizer, response_ids, output.stop_reason, len(prompt_ids))
+        state = state_from_row(
+            {"reward_model": kwargs["reward_model"], "extra_info": kwargs["extra_info"]}
+        )
+        reward_fn = self._reward()
+        sample = (await asyncio.to_thread(reward_fn.score_group, state, [completion]))[0]
+        logprobs = output.log_probs[: self.response_length] if output.log_probs else None
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            response_mask=[1] * len(response_ids),
+            response_logprobs=logprobs,
+            reward_score=0.0 if sample.reward is None else float(sample.reward),
+            num_turns=2,
+            metrics=AgentLoopMetrics(),
+            extra_fields={
+                "reward_extra_info": reward_extra_info(sample),
+                "turn_scores": [],
+                "tool_rewards": [],
+                **output.extra_fields,
+            },
+        )
+
+
+def _completion(
+    tokenizer: Any, response_ids: list[int], stop_reason: str | None, prompt_tokens: int
+) -> Completion:
+    text = tokenizer.decode(response_ids, skip_special_tokens=True)
+    reasoning, rest = split_thinking(text)
+    content, calls = parse_tool_calls(rest)
+    return Completion(
+        text=text,
+        content=content,
+        reasoning=reasoning,
+        tool_calls=calls,
+        finish_reason="stop" if stop_reason == "completed" else "length",
+        prompt_tokens=prompt_tokens,
+        completion_tokens=len(response_ids),
+        token_ids=list(response_ids),
+    )

@@ -1,0 +1,255 @@
+"""The verl extensions' decisions, free of verl imports so that they run (and are tested) on CPU.
+
+Trajectory keys in verl's TransferQueue read ``{uid}_{session}_{index}``: ``uid`` names the
+prompt (one GRPO group), ``session`` the sample's place in sampling order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prour.llm.base import ChatRequest, Completion, ScoreRequest, ScoreResult
+from prour.llm.toolcalls import parse_tool_calls, split_thinking
+from prour.train.algorithm import select_kept
+
+SCORE_SAMPLING = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "detokenize": False}
+"""vLLM parameters of a scoring call: one forward pass returning the prompt tokens' log-probs."""
+
+
+@dataclass(frozen=True)
+class SampleInfo:
+    """What the sampler needs to know of one trajectory (from its ``reward_extra_info``)."""
+
+    kind: str
+    failed: bool
+    reward: float | None
+
+
+def parse_trajectory_key(key: str) -> tuple[str, int, int]:
+    """``(uid, session, index)`` of a trajectory key ``{uid}_{session}_{index}``."""
+    uid, session, index = key.rsplit("_", 2)
+    return uid, int(session), int(index)
+
+
+def reward_extra_info(sample: Any) -> dict[str, Any]:
+    """The per-sample facts the agent loop hands to verl (metrics and our sampler read them).
+
+    Keys avoid verl's own ``reward`` entry, which its validation fills with the scalar score.
+    """
+    return {
+        "query_kind": sample.kind,
+        "failed": bool(sample.failed or sample.reward is None),
+        "ig_reward": None if sample.reward is None else float(sample.reward),
+        "prior": sample.prior,
+        "post": sample.post,
+        "valid": sample.kind == "ask",
+    }
+
+
+def sample_info(extra_fields: Any) -> SampleInfo:
+    """Read a trajectory's ``extra_fields`` as stored by verl (dict or a wrapper with ``.data``)."""
+    fields = getattr(extra_fields, "data", extra_fields)
+    info = fields.get("reward_extra_info", {}) if isinstance(fields, Mapping) else {}
+    if not info or "query_kind" not in info:
+        return SampleInfo(kind="invalid", failed=True, reward=None)
+    reward = info.get("ig_reward")
+    return SampleInfo(
+        kind=str(info["query_kind"]),
+        failed=bool(info.get("failed")) or reward is None,
+        reward=None if reward is None else float(reward),
+    )
+
+
+def _groups(keys: Sequence[str]) -> dict[str, list[int]]:
+    """Positions of each uid's keys, in sampling (session) order."""
+    groups: dict[str, list[int]] = {}
+    for pos, key in enumerate(keys):
+        groups.setdefault(parse_trajectory_key(key)[0], []).append(pos)
+    for members in groups.values():
+        members.sort(key=lambda pos: parse_trajectory_key(keys[pos])[1:])
+    return groups
+
+
+def kept_keys(
+    keys: Sequence[str], infos: Sequence[SampleInfo], keep: int
+) -> tuple[list[str], list[str]]:
+    """Split a batch's trajectory keys into those kept for the update and those dropped.
+
+    Per group: valid questions first, then the rest, in sampling order, at most ``keep``;
+    failed samples are never kept; a group left with fewer than two samples is dropped whole
+    (its advantages would carry no relative signal). Kept keys keep their batch order.
+    """
+    keep_pos: set[int] = set()
+    for members in _groups(keys).values():
+        chosen = select_kept(
+            [infos[p].kind for p in members], keep, [infos[p].failed for p in members]
+        )
+        if len(chosen) >= 2:
+            keep_pos.update(members[c] for c in chosen)
+    kept = [k for pos, k in enumerate(keys) if pos in keep_pos]
+    dropped = [k for pos, k in enumerate(keys) if pos not in keep_pos]
+    return kept, dropped
+
+
+def flat_groups(
+    keys: Sequence[str], infos: Sequence[SampleInfo], keep: int, atol: float = 0.0
+) -> dict[str, float]:
+    """uid -> shared reward of each group whose *kept* rewards are all equal (DAPO's filter)."""
+    flat: dict[str, float] = {}
+    for uid, members in _groups(keys).items():
+        chosen = select_kept(
+            [infos[p].kind for p in members], keep, [infos[p].failed for p in members]
+        )
+        rewards = [infos[members[c]].reward for c in chosen]
+        if len(rewards) < 2 or max(rewards) - min(rewards) <= atol:
+            flat[uid] = float(rewards[0]) if rewards else 0.0
+    return flat
+
+
+def target_logprobs(
+    prompt_logprobs: Sequence[Sequence[float]], n_context: int, n_target: int
+) -> list[float]:
+    """Log-probs of the last ``n_target`` prompt tokens, from vLLM's prompt log-probs (verl's form).
+
+    ``prompt_logprobs[j][0]`` is the log-prob of prompt token ``j + 1`` (the first token has none;
+    verl appends a dummy entry for the last position), so target token ``k`` sits at
+    ``n_context + k - 1``.
+    """
+    needed = n_context + n_target - 1
+    if len(prompt_logprobs) < needed:
+        raise ValueError(
+            f"{len(prompt_logprobs)} prompt log-probs for {n_context} context + "
+            f"{n_target} target tokens"
+        )
+    return [float(prompt_logprobs[n_context + k - 1][0]) for k in range(n_target)]
+
+
+Generate = Callable[[list[int], dict[str, Any]], Awaitable[Any]]
+"""``generate(prompt_ids, sampling_params)`` of verl's rollout server manager: returns an object
+with ``token_ids`` and ``extra_fields`` (``prompt_logprobs`` when asked for)."""
+
+
+class RolloutServerLLM:
+    """The :class:`~prour.llm.base.LLM` protocol over verl's rollout servers (the live policy).
+
+    The agent loop runs on an asyncio loop; the reward is synchronous code, so it runs in a worker
+    thread and this adapter hands each batch of server calls back to that loop.
+    """
+
+    name = "verl-rollout"
+
+    def __init__(
+        self,
+        generate: Generate,
+        tokenizer: Any,
+        loop: asyncio.AbstractEventLoop,
+        timeout_s: float = 900.0,
+    ):
+        self.generate = generate
+        self.tokenizer = tokenizer
+        self.loop = loop
+        self.timeout_s = timeout_s
+
+    def _run(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Run the coroutine ``make()`` on the agent loop's event loop and wait for its result."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:  # waiting here would block the loop that has to do the work
+            raise RuntimeError(
+                "RolloutServerLLM must be called from a worker thread, not its event loop"
+            )
+        return asyncio.run_coroutine_threadsafe(make(), self.loop).result(self.timeout_s)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def render(
+        self, messages: Sequence[Mapping[str, Any]], tools: Any, enable_thinking: bool
+    ) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=True,
+            enable_thinking=enable_thinking,
+        )
+
+    def _context_ids(self, request: ScoreRequest) -> list[int]:
+        if isinstance(request.context, str):
+            return self.encode(request.context)
+        return self.encode(self.render(request.context, None, request.enable_thinking))
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """Teacher-forced log-probs of each target, one prompt-log-prob pass per request."""
+        pairs = [(self._context_ids(r), self.encode(r.target)) for r in requests]
+
+        async def all_scores() -> list[Any]:
+            return await asyncio.gather(
+                *[self.generate(c + t, dict(SCORE_SAMPLING)) for c, t in pairs if t]
+            )
+
+        outputs = iter(self._run(all_scores))
+        results = []
+        for context, target in pairs:
+            if not target:
+                results.append(ScoreResult([]))
+                continue
+            entries = next(outputs).extra_fields["prompt_logprobs"]
+            results.append(ScoreResult(target_logprobs(entries, len(context), len(target))))
+        return results
+
+    def chat(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+        """``n`` sampled replies per request (one server call per sample)."""
+        prompts = [
+            self.encode(self.render(r.messages, r.tools, r.enable_thinking)) for r in requests
+        ]
+
+        async def all_samples() -> list[Any]:
+            calls = [
+                self.generate(ids, _sampling(r))
+                for ids, r in zip(prompts, requests)
+                for _ in range(r.sampling.n)
+            ]
+            return await asyncio.gather(*calls)
+
+        outputs = iter(self._run(all_samples))
+        return [
+            [self._completion(next(outputs), len(ids)) for _ in range(r.sampling.n)]
+            for ids, r in zip(prompts, requests)
+        ]
+
+    def _completion(self, output: Any, prompt_tokens: int) -> Completion:
+        text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+        reasoning, rest = split_thinking(text)
+        content, calls = parse_tool_calls(rest)
+        stopped = getattr(output, "stop_reason", None) == "completed"
+        return Completion(
+            text=text,
+            content=content,
+            reasoning=reasoning,
+            tool_calls=calls,
+            finish_reason="stop" if stopped else "length",
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(output.token_ids),
+            token_ids=list(output.token_ids),
+            logprobs=getattr(output, "log_probs", None),
+        )
+
+    def close(self) -> None:
+        """Nothing to release: the servers belong to verl."""
+
+
+def _sampling(request: ChatRequest) -> dict[str, Any]:
+    s = request.sampling
+    return {
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k or -1,
+        "max_tokens": s.max_tokens,
+        "logprobs": 0,
+    }

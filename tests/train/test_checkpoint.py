@@ -1,0 +1,182 @@
+"""Checkpoints: atomic writes, unfinished saves ignored, kill -9 then --resume continues exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from train_helpers import instance_rows
+
+from prour.train import checkpoint as ckpt
+
+
+class _Model:
+    """Stand-in with the save interface of a transformers model / tokenizer."""
+
+    def __init__(self, payload: str):
+        self.payload = payload
+
+    def save_pretrained(self, folder: Path) -> None:
+        (Path(folder) / f"{self.payload}.txt").write_text(self.payload)
+
+
+def _state(step: int) -> dict:
+    return {"step": step, "rng": ckpt.rng_state()}
+
+
+def test_save_is_complete_and_replaces_an_older_copy(tmp_path):
+    folder = ckpt.save_checkpoint(tmp_path, 3, _Model("model"), _Model("tok"), _state(3))
+    assert folder == tmp_path / "step_3"
+    assert sorted(p.name for p in folder.iterdir()) == ["model.txt", "tok.txt", ckpt.STATE_FILE]
+    again = ckpt.save_checkpoint(tmp_path, 3, _Model("model2"), _Model("tok"), _state(3))
+    assert sorted(p.name for p in again.iterdir()) == ["model2.txt", "tok.txt", ckpt.STATE_FILE]
+    assert [p.name for p in tmp_path.iterdir()] == ["step_3"]  # nothing left beside it
+
+
+def test_a_save_that_dies_leaves_no_checkpoint(tmp_path, monkeypatch):
+    ckpt.save_checkpoint(tmp_path, 1, _Model("m"), _Model("t"), _state(1))
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save_checkpoint(tmp_path, 2, _Model("m"), _Model("t"), _state(2))
+    assert ckpt.latest_checkpoint(tmp_path) == tmp_path / "step_1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1"]
+
+
+def test_unfinished_folders_are_never_loaded(tmp_path):
+    ckpt.save_checkpoint(tmp_path, 2, _Model("m"), _Model("t"), _state(2))
+    (tmp_path / ".tmp-step_3-abc").mkdir()  # what a kill -9 during a save leaves behind
+    (tmp_path / ".tmp-step_3-abc" / "model.safetensors").write_bytes(b"half")
+    (tmp_path / "step_4").mkdir()  # a folder without the trainer state is not a checkpoint
+    (tmp_path / "step_x").mkdir()
+    assert [s for s, _ in ckpt.complete_checkpoints(tmp_path)] == [2]
+    assert ckpt.latest_checkpoint(tmp_path) == tmp_path / "step_2"
+    assert ckpt.remove_temporaries(tmp_path) == [tmp_path / ".tmp-step_3-abc"]
+    with pytest.raises(FileNotFoundError, match="not a finished checkpoint"):
+        ckpt.load_trainer_state(tmp_path / "step_4")
+
+
+def test_rng_state_round_trip():
+    state = ckpt.rng_state()
+    first = torch.rand(3)
+    ckpt.restore_rng(state)
+    assert torch.equal(torch.rand(3), first)
+
+
+def test_prune_keeps_the_newest(tmp_path):
+    for step in (1, 2, 3):
+        ckpt.save_checkpoint(tmp_path, step, _Model("m"), _Model("t"), _state(step))
+    ckpt.prune_checkpoints(tmp_path, keep=2)
+    assert [s for s, _ in ckpt.complete_checkpoints(tmp_path)] == [2, 3]
+
+
+# ---- kill -9 during `prour train`, then --resume --------------------------------------------
+
+
+def _recipe_file(tmp_path: Path, name: str, model_dir: Path, data_file: Path) -> Path:
+    tiny = {"backend": "hf", "path": str(model_dir), "device": "cpu", "dtype": "float32"}
+    recipe = {
+        "name": name,
+        "seed": 5,
+        "run_dir": str(tmp_path / "runs" / name),
+        "models": {"generator": tiny, "strict_user": tiny},
+        "train": {
+            "backend": "local",
+            "train_file": str(data_file),
+            "val_file": None,
+            "states_per_step": 2,
+            "total_steps": 4,
+            "save_every": 1,
+            "output_dir": str(tmp_path / "ckpt" / name),
+            "device": "cpu",
+            "dtype": "float32",
+            "gradient_checkpointing": False,
+            "rollout": {"n": 3, "keep": 2, "max_response_tokens": 8},
+            "optim": {"lr": 1e-3, "warmup_steps": 2},
+            "ppo": {"epochs": 2},
+        },
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def _train(recipe: Path, *extra: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "prour.cli.main", "train", "--recipe", str(recipe), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _kill_during_a_save(proc: subprocess.Popen, out: Path, timeout: float = 600) -> str:
+    """SIGKILL the trainer while it writes its second checkpoint (or right after, if quick)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        saving = (
+            [p for p in out.glob(".tmp-step_*") if not p.name.startswith(".tmp-step_1-")]
+            if out.exists()
+            else []
+        )
+        if saving or (out / "step_2").exists():
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return "mid-save" if saving else "after step 2"
+        time.sleep(0.005)
+    raise AssertionError(f"the trainer ended before it could be killed:\n{proc.communicate()[0]}")
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_kill_minus_nine_then_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
+    from prour.data.dataset import write_rows
+
+    data = write_rows(instance_rows(5), tmp_path / "train.parquet")
+    reference = _train(_recipe_file(tmp_path, "whole", tiny_model_dir, data))
+    killed_recipe = _recipe_file(tmp_path, "killed", tiny_model_dir, data)
+    out = tmp_path / "ckpt" / "killed"
+    when = _kill_during_a_save(_train(killed_recipe), out)
+    finished_before = [s for s, _ in ckpt.complete_checkpoints(out)]
+    assert finished_before and max(finished_before) < 4, when
+
+    resumed = _train(killed_recipe, "--resume")
+    log = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, log
+    assert reference.wait(timeout=600) == 0, reference.communicate()[0]
+
+    assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1, 2, 3, 4]
+    assert not list(out.glob(".tmp-*"))
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["start_step"] == max(finished_before)
+    assert provenance["resumed_from"].endswith(f"step_{max(finished_before)}")
+    ours, theirs = _weights(out / "step_4"), _weights(tmp_path / "ckpt" / "whole" / "step_4")
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours), (
+        "resumed run diverged from the uninterrupted one"
+    )

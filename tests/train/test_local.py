@@ -1,0 +1,256 @@
+"""The local trainer on CPU with the tiny model: one step, selection, learning, data order."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from train_helpers import instance_rows
+
+from prour.config import ModelConfig, Recipe
+from prour.llm.base import Completion
+from prour.rewards.info_gain import SampleReward
+from prour.rollout.query import parse_query
+from prour.train.config import TrainConfig
+from prour.train.data import DataOrder
+from prour.train.local import LocalTrainer
+from prour.train.policy import Rollout
+from prour.train.reward import RewardFn, VerifiableFormatReward
+
+METRIC_KEYS = {
+    "n_states",
+    "n_sampled",
+    "n_valid",
+    "n_none",
+    "n_invalid",
+    "n_failed",
+    "n_kept",
+    "groups_used",
+    "groups_dropped",
+    "reward_mean",
+    "reward_std",
+    "reward_kept_mean",
+    "prior_mean",
+    "post_mean",
+    "response_length_mean",
+    "truncated_fraction",
+    "pg_loss",
+    "pg_clipfrac",
+    "pg_clipfrac_lower",
+    "ppo_kl",
+    "entropy",
+    "optimizer_steps",
+    "skipped_steps",
+    "grad_norm",
+    "grad_norm_max",
+    "lr",
+    "rollout_tokens_per_s",
+    "update_tokens_per_s",
+    "time_rollout_s",
+    "time_reward_s",
+    "time_update_s",
+    "time_step_s",
+    "step",
+}
+
+
+class StandInReward:
+    """A deterministic reward with prior/posterior fields, so every metric has a value."""
+
+    def __init__(self) -> None:
+        self.updates = 0
+        self.states: list[Any] = []
+
+    def score_group(self, state: Any, completions: Sequence[Completion]) -> list[SampleReward]:
+        self.states.append(state)
+        out = []
+        for c in completions:
+            fraction = int(hashlib.sha256(c.text.encode()).hexdigest()[:6], 16) / 16**6
+            out.append(
+                SampleReward(
+                    kind=parse_query(c.text).kind, prior=-5.0, post=-5.0 + fraction, reward=fraction
+                )
+            )
+        return out
+
+    def policy_updated(self) -> None:
+        self.updates += 1
+
+
+def _recipe(model_dir: Path) -> Recipe:
+    return Recipe(
+        name="t", seed=3, models={"generator": ModelConfig(backend="hf", path=str(model_dir))}
+    )
+
+
+def _train(out: Path, **changes: Any) -> TrainConfig:
+    base: dict[str, Any] = {
+        "states_per_step": 2,
+        "total_steps": 1,
+        "save_every": 1,
+        "output_dir": str(out),
+        "device": "cpu",
+        "dtype": "float32",
+        "rollout": {"n": 4, "keep": 3, "max_response_tokens": 12},
+        "optim": {"lr": 1e-3, "warmup_steps": 0, "weight_decay": 0.0},
+        "ppo": {"epochs": 1},
+    }
+    for key, value in changes.items():
+        base[key] = {**base[key], **value} if isinstance(value, dict) else value
+    return TrainConfig.model_validate(base)
+
+
+def test_stand_in_reward_fits_the_protocol():
+    assert isinstance(StandInReward(), RewardFn)
+    assert isinstance(VerifiableFormatReward(), RewardFn)
+
+
+def test_format_reward_rule():
+    reward = VerifiableFormatReward()
+    texts = [
+        "YES [QUESTION]Which size?[/QUESTION]",
+        "<think>hm</think>YES [QUESTION]Which one?[/QUESTION]",
+        "NO",
+        "yes [question]x[/question]",
+        "YES [QUESTION][/QUESTION]",
+        "Which size?",
+    ]
+    got = reward.score_group(None, [Completion(text=t, content=t) for t in texts])
+    assert [s.reward for s in got] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert [s.kind for s in got] == ["ask", "ask", "none", "invalid", "invalid", "invalid"]
+
+
+def test_one_step_changes_every_parameter_and_logs_all_metrics(tiny_model_dir, fresh_dir):
+    reward = StandInReward()
+    trainer = LocalTrainer(
+        _recipe(tiny_model_dir),
+        _train(fresh_dir, gradient_checkpointing=True),
+        reward_fn=reward,
+        make_state=lambda row: row["extra_info"]["task_id"],
+        rows=instance_rows(4),
+    )
+    trainer.setup()
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    metrics = trainer.train_step()
+    trainer.metrics.log(trainer.step, metrics)
+    unchanged = [
+        name
+        for name, p in trainer.model.named_parameters()
+        if p.requires_grad and torch.equal(p.detach(), before[name])
+    ]
+    assert unchanged == []
+    logged = trainer.metrics.read()
+    assert len(logged) == 1 and set(logged[0]) >= METRIC_KEYS
+    assert [k for k in METRIC_KEYS if logged[0][k] is None] == []
+    assert (
+        logged[0]["n_sampled"] == 8 and logged[0]["n_kept"] == 6 and logged[0]["groups_used"] == 2
+    )
+    assert logged[0]["optimizer_steps"] == 2  # 1 epoch x 2 mini-batches of one state
+    assert logged[0]["post_mean"] > logged[0]["prior_mean"]
+    assert reward.updates == 1 and len(reward.states) == 2  # the reward saw the states of this step
+    assert trainer.model.is_gradient_checkpointing
+
+
+def test_selection_drops_failed_samples_and_lone_survivors(tiny_model_dir, fresh_dir):
+    trainer = LocalTrainer(_recipe(tiny_model_dir), _train(fresh_dir))
+
+    def rollout(i: int) -> Rollout:
+        return Rollout(0, [1, 2], [3, 4 + i], Completion(text=str(i), content=str(i)))
+
+    rollouts = [[rollout(i) for i in range(4)], [rollout(i) for i in range(4)]]
+    rewards = [
+        [
+            SampleReward(kind="ask", failed=True, reason="responder failed"),
+            SampleReward(kind="invalid", reward=-1.0),
+            SampleReward(kind="ask", reward=0.5),
+            SampleReward(kind="none", reward=0.0),
+        ],
+        [
+            SampleReward(kind="ask", failed=True),
+            SampleReward(kind="ask", failed=True),
+            SampleReward(kind="ask", failed=True),
+            SampleReward(kind="none", reward=0.0),
+        ],
+    ]
+    groups, stats = trainer._select(rollouts, rewards)
+    assert [[k.rollout.response_ids[1] for k in g] for g in groups] == [
+        [5, 6, 7]
+    ]  # sample 0 failed
+    assert [k.reward for k in groups[0]] == [-1.0, 0.5, 0.0]
+    assert stats["n_kept"] == 4 and stats["groups_used"] == 1 and stats["groups_dropped"] == 1
+
+
+def test_refuses_to_overwrite_a_run_without_resume(tiny_model_dir, fresh_dir):
+    cfg = _train(fresh_dir)
+    trainer = LocalTrainer(
+        _recipe(tiny_model_dir),
+        cfg,
+        reward_fn=VerifiableFormatReward(),
+        make_state=lambda row: row,
+        rows=instance_rows(2),
+    )
+    trainer.run()
+    again = LocalTrainer(
+        _recipe(tiny_model_dir),
+        cfg,
+        reward_fn=VerifiableFormatReward(),
+        make_state=lambda row: row,
+        rows=instance_rows(2),
+    )
+    with pytest.raises(FileExistsError, match="--resume"):
+        again.setup()
+
+
+def test_prompt_over_the_budget_is_refused_naming_the_row(tiny_model_dir, fresh_dir):
+    rows = instance_rows(3)
+    rows[2]["prompt"] = [{"role": "user", "content": "word " * 400}]
+    trainer = LocalTrainer(
+        _recipe(tiny_model_dir),
+        _train(fresh_dir, rollout={"max_prompt_tokens": 64}),
+        reward_fn=VerifiableFormatReward(),
+        make_state=lambda row: row,
+        rows=rows,
+    )
+    with pytest.raises(ValueError, match=r"training row 2: the prompt has \d+ tokens, over .*=64"):
+        trainer.setup()
+
+
+def test_data_order_is_a_seeded_shuffle_per_epoch():
+    order = DataOrder(n_rows=5, seed=11)
+    first = [order.indices(step, 2) for step in range(5)]  # 10 positions = two epochs
+    flat = [i for chunk in first for i in chunk]
+    assert sorted(flat[:5]) == list(range(5)) and sorted(flat[5:]) == list(range(5))
+    assert flat[:5] != flat[5:]  # a fresh shuffle each epoch
+    assert DataOrder(5, 11).indices(3, 2) == first[3]  # a pure function of (seed, step)
+    assert order.position(3, 2) == (1, 1)
+
+
+@pytest.mark.slow
+def test_learning_raises_the_format_reward(format_policy_dir, fresh_dir):
+    """Same trainer, verifiable reward: the share of well-formed questions rises clearly."""
+    cfg = _train(
+        fresh_dir,
+        states_per_step=4,
+        total_steps=8,
+        save_every=100,
+        rollout={"n": 6, "keep": 5, "max_response_tokens": 20},
+        optim={"lr": 2e-4, "warmup_steps": 0, "weight_decay": 0.0},
+        ppo={"epochs": 2, "drop_zero_variance": True},
+    )
+    trainer = LocalTrainer(
+        _recipe(format_policy_dir),
+        cfg,
+        reward_fn=VerifiableFormatReward(),
+        make_state=lambda row: row,
+        rows=instance_rows(8),
+    )
+    trainer.run()
+    rewards = [m["reward_mean"] for m in trainer.metrics.read()]
+    assert len(rewards) == 8
+    start, end = sum(rewards[:2]) / 2, sum(rewards[-3:]) / 3
+    assert start < 0.5, rewards  # the warm start answers well-formed about a fifth of the time
+    assert end >= start + 0.3, rewards
