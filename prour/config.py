@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
+
+# Stage sections live next to the code that uses them; they import their base from prour.section.
+from prour.data.config import DataConfig
+from prour.rewards.config import RewardConfig
+from prour.router.config import RouterConfig
+from prour.section import ConfigError, Section
+from prour.train.config import TrainConfig
+
+__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "Recipe", "Section", "load_recipe", "parse_recipe"]
 
 BACKENDS = ("hf", "openai", "scripted")
 MODEL_ROLES = (
@@ -30,28 +39,13 @@ MODEL_ROLES = (
 )
 
 
-class ConfigError(ValueError):
-    """A recipe value is wrong. ``key`` is the dotted path of the offending value."""
-
-    def __init__(self, key: str, message: str, source: str | None = None):
-        self.key = key
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{key}: {message}")
-
-
-class Section(BaseModel):
-    """Base for recipe sections: unknown keys are errors (typos must not pass silently)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
 class ModelConfig(Section):
     """A model behind one of the backends.
 
     ``hf``: ``path`` is a local HF folder or hub id (loaded in process).
     ``openai``: ``base_url`` of an OpenAI-compatible server and the served ``model`` name; the API
     key is read from the environment variable named by ``api_key_env``, never from the recipe.
+    Without ``base_url`` the URL comes from the recipe's endpoints file written by ``prour serve``.
     ``scripted``: ``script`` names a rules file or a registered script (tests only).
     """
 
@@ -81,8 +75,11 @@ class ModelConfig(Section):
     def model_post_init(self, __context: Any) -> None:
         if self.backend == "hf" and not self.path:
             raise ValueError("backend 'hf' needs `path` (a local HF folder or a hub id)")
-        if self.backend == "openai" and not (self.base_url and self.model):
-            raise ValueError("backend 'openai' needs `base_url` and `model`")
+        if self.backend == "openai" and not self.model:
+            raise ValueError(
+                "backend 'openai' needs `model` (the served name) and a `base_url`, given here or "
+                "taken from the endpoints file that `prour serve` writes"
+            )
 
 
 class EnvConfig(Section):
@@ -96,6 +93,8 @@ class EnvConfig(Section):
     max_errors: int = Field(10, ge=1)  # tool errors before the episode is cut
 
 
+
+
 class Recipe(Section):
     """A whole run: models by role, environment, seed, output folder, and stage sections."""
 
@@ -104,6 +103,12 @@ class Recipe(Section):
     run_dir: str = "runs/${name}"
     models: dict[str, ModelConfig] = {}
     env: EnvConfig = EnvConfig()
+    # Written by `prour serve`: base URLs of served models (None: <run_dir>/endpoints.json).
+    endpoints_file: str | None = None
+    router: RouterConfig = Field(default_factory=RouterConfig)  # decomposer, routing, calibration
+    reward: RewardConfig = Field(default_factory=RewardConfig)  # information-gain reward
+    data: DataConfig = Field(default_factory=DataConfig)  # collect, normalize, extract
+    train: TrainConfig | None = None  # DAPO (local or verl); required by `prour train`
 
     @field_validator("models")
     @classmethod
@@ -127,6 +132,10 @@ def first_error(exc: ValidationError, source: str | None = None) -> ConfigError:
     """Turn pydantic's first error into a :class:`ConfigError` naming the dotted key."""
     err = exc.errors()[0]
     loc = tuple(p for p in err["loc"] if p not in ("function-after", "function-before"))
+    inner = err.get("ctx", {}).get("error")
+    if isinstance(inner, ConfigError):  # a section's own check: its key is relative to the section
+        text = str(inner).removeprefix(f"{inner.source}: " if inner.source else "")
+        return ConfigError(_dotted(loc + tuple(inner.key.split("."))), text.removeprefix(f"{inner.key}: "), source)
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown key (check its spelling and the section it sits in)"
@@ -135,14 +144,22 @@ def first_error(exc: ValidationError, source: str | None = None) -> ConfigError:
     return ConfigError(_dotted(loc), message, source)
 
 
-def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
-    """Validate a recipe mapping; raises :class:`ConfigError` on the first problem."""
+def parse_recipe(data: dict[str, Any], source: str | None = None, endpoints: bool = True) -> Recipe:
+    """Validate a recipe mapping; raises :class:`ConfigError` on the first problem.
+
+    With ``endpoints``, ``openai`` models without a ``base_url`` take it from a ready endpoints file.
+    """
     if not isinstance(data, dict):
         raise ConfigError("<root>", f"a recipe must be a mapping, got {type(data).__name__}", source)
     try:
-        return Recipe.model_validate(data)
+        recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         raise first_error(exc, source) from None
+    if not endpoints:
+        return recipe
+    from prour.cluster.endpoints import resolve_endpoints
+
+    return resolve_endpoints(recipe)
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:

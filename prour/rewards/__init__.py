@@ -1,21 +1,22 @@
 """Information-gain reward: belief prompts, prior/posterior scoring by the policy, R = ℓ_post − ℓ_prior."""
 
-from prour.rewards.belief import belief_prompt
-from prour.rewards.config import RewardConfig
-from prour.rewards.info_gain import (
-    InfoGainReward,
-    RewardState,
-    SampleReward,
-    info_gain,
-    state_from_row,
-)
+from prour._lazy import lazy_exports
 
-__all__ = [
-    "InfoGainReward",
-    "RewardConfig",
-    "RewardState",
-    "SampleReward",
-    "belief_prompt",
-    "info_gain",
-    "state_from_row",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "prour.rewards.belief": (
+            "belief_prompt",
+        ),
+        "prour.rewards.config": (
+            "RewardConfig",
+        ),
+        "prour.rewards.reward": (
+            "InfoGainReward",
+            "RewardState",
+            "SampleReward",
+            "info_gain",
+            "state_from_row",
+        ),
+    },
+)

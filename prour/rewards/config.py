@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from prour.config import Section
+from prour.section import Section
 
 
 class RewardConfig(Section):

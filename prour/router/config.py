@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prour.config import Section
+from prour.section import Section
 from prour.router.routing import DecomposerBudget
 
 RouteName = Literal["act", "clarify", "verify"]

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from prour.config import ConfigError, Section
+from prour.section import ConfigError, Section
 
 
 class RolloutSettings(Section):

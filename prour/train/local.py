@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from prour.config import ConfigError, Recipe
-from prour.rewards.info_gain import SampleReward
+from prour.rewards.reward import SampleReward
 from prour.train import checkpoint as ckpt
 from prour.train.algorithm import (
     LossSettings,
@@ -128,7 +128,7 @@ class LocalTrainer:
 
     def _setup_reward(self) -> None:
         if self._make_state is None:
-            from prour.rewards.info_gain import state_from_row
+            from prour.rewards.reward import state_from_row
 
             self._make_state = state_from_row
         if self._reward_fn is None:

@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
 from prour.llm.base import Completion
-from prour.rewards.info_gain import SampleReward
+from prour.rewards.reward import SampleReward
 from prour.rollout.query import parse_query
 
 

@@ -13,7 +13,7 @@ from train_helpers import instance_rows
 
 from prour.config import ModelConfig, Recipe
 from prour.llm.base import Completion
-from prour.rewards.info_gain import SampleReward
+from prour.rewards.reward import SampleReward
 from prour.rollout.query import parse_query
 from prour.train.config import TrainConfig
 from prour.train.data import DataOrder
