@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prour.config import Section
+from prour.section import Section
 from prour.eval.attention.classifier import RequestClassifier
 from prour.eval.attention.cost import DEFAULT_LAMBDA, CostWeights
 from prour.eval.attention.mgr import EVIDENCE_WINDOW_TOKENS, MEMORY_WINDOW_TOKENS
