@@ -1,1 +1,9 @@
+"""The data stage: collect trajectories, normalize goals (G*), extract routed state–mode instances,
+and write/check/describe the parquet dataset the trainers read.
 
+Modules: ``collect`` (teacher-augmented episodes), ``normalize`` (G* and the value check),
+``extract`` (split, decision states, routing, targets), ``truncate`` (prompt budget),
+``decisions`` (decomposer cache), ``dataset`` (row schema, parquet, schema check), ``card``
+(dataset card), ``pipeline`` (recipe sections, ``prour extract``), ``config`` (``DataConfig``).
+Nothing heavy is imported here.
+"""

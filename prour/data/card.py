@@ -1,0 +1,125 @@
+"""The dataset card (``prour data stats``): what a dataset holds, as JSON and as markdown.
+
+Counts per mode and domain, prompt/target token-length percentiles, truncation counts, and the
+extraction cost (decomposer calls per routed state) read from the summary ``extract`` leaves
+next to the parquet files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prour.data.dataset import SPLITS, read_rows, split_path
+
+CARD_JSON = "card.json"
+CARD_MD = "card.md"
+EXTRACT_SUMMARY = "extract_summary.json"
+PERCENTILES = (50, 90, 95, 99)
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50/p90/p95/p99 (linear interpolation), mean and max; zeros for an empty list."""
+    if not values:
+        return {**{f"p{q}": 0.0 for q in PERCENTILES}, "mean": 0.0, "max": 0.0}
+    arr = np.asarray(values, dtype=np.float64)
+    stats = {f"p{q}": float(np.percentile(arr, q)) for q in PERCENTILES}
+    return {**stats, "mean": float(arr.mean()), "max": float(arr.max())}
+
+
+def split_stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Counts and length statistics of one split's rows."""
+    extras = [row["extra_info"] for row in rows]
+    by_domain_mode: dict[str, Counter[str]] = {}
+    for extra in extras:
+        by_domain_mode.setdefault(extra["domain"], Counter())[extra["mode"]] += 1
+    truncated = sum(1 for extra in extras if extra["truncated"])
+    return {
+        "rows": len(rows),
+        "by_mode": dict(Counter(extra["mode"] for extra in extras)),
+        "by_domain": {domain: sum(c.values()) for domain, c in by_domain_mode.items()},
+        "by_domain_mode": {domain: dict(c) for domain, c in by_domain_mode.items()},
+        "trajectories": len({extra["trajectory_id"] for extra in extras}),
+        "tasks": len({(extra["domain"], extra["task_id"]) for extra in extras}),
+        "prompt_tokens": percentiles([extra["prompt_tokens"] for extra in extras]),
+        "target_tokens": percentiles([extra["target_tokens"] for extra in extras]),
+        "truncated": truncated,
+        "truncated_share": truncated / len(rows) if rows else 0.0,
+        "dropped_messages": sum(extra["dropped_messages"] for extra in extras),
+    }
+
+
+def dataset_card(dataset_dir: str | Path) -> dict[str, Any]:
+    """The card of a dataset folder (both splits plus the extraction summary when present)."""
+    dataset_dir = Path(dataset_dir)
+    card: dict[str, Any] = {"dataset_dir": str(dataset_dir), "splits": {}}
+    for split in SPLITS:
+        path = split_path(dataset_dir, split)
+        if path.is_file():
+            card["splits"][split] = split_stats(read_rows(path))
+    if not card["splits"]:
+        raise FileNotFoundError(f"no split files (train/validation .parquet) in {dataset_dir}")
+    summary = dataset_dir / EXTRACT_SUMMARY
+    if summary.is_file():
+        card["extraction"] = json.loads(summary.read_text())
+    return card
+
+
+def _lengths_row(name: str, stats: dict[str, float]) -> str:
+    cells = " | ".join(f"{stats[key]:.0f}" for key in (*[f"p{q}" for q in PERCENTILES], "max"))
+    return f"| {name} | {cells} | {stats['mean']:.1f} |"
+
+
+def _split_markdown(split: str, stats: dict[str, Any]) -> list[str]:
+    summary = (f"{stats['rows']} rows from {stats['trajectories']} trajectories "
+               f"of {stats['tasks']} tasks.")
+    lines = [f"## {split}", "", summary, "", "| domain | clarify | verify | total |",
+             "|---|---|---|---|"]
+    for domain, counts in sorted(stats["by_domain_mode"].items()):
+        lines.append(f"| {domain} | {counts.get('clarify', 0)} | {counts.get('verify', 0)} | "
+                     f"{sum(counts.values())} |")
+    truncation = (f"Truncated prompts: {stats['truncated']} "
+                  f"({100 * stats['truncated_share']:.1f}%), "
+                  f"{stats['dropped_messages']} history messages dropped in all.")
+    lines += ["", "| tokens | p50 | p90 | p95 | p99 | max | mean |", "|---|---|---|---|---|---|---|",
+              _lengths_row("prompt", stats["prompt_tokens"]),
+              _lengths_row("target", stats["target_tokens"]), "", truncation, ""]
+    return lines
+
+
+def _extraction_markdown(summary: dict[str, Any]) -> list[str]:
+    routes = summary.get("routes", {})
+    routed = (f"States routed: {summary.get('states', 0)} (act {routes.get('act', 0)}, "
+              f"clarify {routes.get('clarify', 0)}, verify {routes.get('verify', 0)}).")
+    cost = (f"Decomposer calls: {summary.get('decomposer_calls', 0)} in all, "
+            f"{summary.get('decomposer_calls_per_state', 0.0):.2f} per routed state.")
+    lines = ["## Extraction", "", routed, cost]
+    dropped = summary.get("dropped", {})
+    if dropped:
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+        lines.append(f"Dropped states: {listed}.")
+    return lines + [""]
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    """The card as a markdown page."""
+    lines = [f"# Dataset card: {card['dataset_dir']}", ""]
+    for split, stats in card["splits"].items():
+        lines += _split_markdown(split, stats)
+    if "extraction" in card:
+        lines += _extraction_markdown(card["extraction"])
+    return "\n".join(lines)
+
+
+def write_card(dataset_dir: str | Path) -> tuple[dict[str, Any], Path, Path]:
+    """Compute the card and write ``card.json`` and ``card.md`` next to the parquet files."""
+    card = dataset_card(dataset_dir)
+    json_path, md_path = Path(dataset_dir) / CARD_JSON, Path(dataset_dir) / CARD_MD
+    json_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    md_path.write_text(card_markdown(card))
+    return card, json_path, md_path

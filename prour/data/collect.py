@@ -1,0 +1,232 @@
+"""Trajectory collection (paper A.2.1): task agent + teacher query generator + user simulator.
+
+After every agent tool call a *teacher* query generator reads the dialogue (clarify template) and
+may ask the user one follow-up question. The question goes to the user as an ordinary agent
+message, the user simulator answers it in its next turn, and the exchange (Q_t, A_t) stays in the
+transcript as messages and in the step meta (``teacher_query`` on the question, ``teacher_answer``
+on the answer). The teacher only enriches the histories: its questions are never training targets.
+
+The teacher is a wrapper around the runner's agent hook (``Agent.act``) plus a thin user wrapper
+that labels the answer; both share one :class:`TeacherSession` per episode. Episodes run through
+:func:`prour.env.runner.run_episodes`: concurrent, appended one JSONL line each as they finish,
+and a rerun skips the (domain, task, seed, agent) keys already stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prour.data.config import DataConfig
+from prour.env.agents import Agent, AgentTurn, TaskView
+from prour.env.runner import EpisodeJob, run_episodes
+from prour.env.trajectory import JsonlRecords, Trajectory, read_trajectories
+from prour.env.users import UserSimulator, UserTurn
+from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
+from prour.rollout.query import PROMPTS_VERSION as QUERY_PROMPTS_VERSION
+from prour.rollout.query import parse_query, query_prompt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tau2.data_model.tasks import Task
+
+log = logging.getLogger(__name__)
+
+AGENT_NAME = "teacher-collect"
+"""Recorded as ``Trajectory.agent``: part of the resume key of collected episodes."""
+
+
+@dataclass
+class TeacherSession:
+    """Per-episode state shared by the teacher agent wrapper and the user wrapper."""
+
+    pending: str | None = None  # question sent to the user and not yet answered
+    asked: int = 0  # questions asked so far in this episode
+    consulted_at: set[int] = field(default_factory=set)  # view lengths already consulted
+
+
+class TeacherAgent:
+    """Wraps a task agent: after each of its tool calls, a teacher may ask the user one question."""
+
+    def __init__(self, inner: Agent, teacher: LLM, session: TeacherSession, cfg: DataConfig):
+        self.inner, self.teacher, self.session, self.cfg = inner, teacher, session, cfg
+        self.name = AGENT_NAME
+        self.model_name = inner.model_name
+        self.teacher_model = getattr(teacher, "name", None)
+        self._seed = 0
+
+    def reset(self, domain: str, task_view: TaskView) -> str | None:
+        self.session.pending, self.session.asked = None, 0
+        self.session.consulted_at.clear()
+        self._seed = task_view.seed
+        return self.inner.reset(domain, task_view)
+
+    def episode_meta(self) -> dict[str, Any]:
+        """Stored in ``Trajectory.meta`` by the runner: who the teacher was and how often it asked."""
+        return {"teacher": {"model": self.teacher_model, "prompts_version": QUERY_PROMPTS_VERSION,
+                            "questions": self.session.asked,
+                            "max_questions": self.cfg.teacher_max_questions}}
+
+    def _due(self, messages: list[Message]) -> bool:
+        """A tool result ends the view, this point was not consulted yet, the cap is not reached."""
+        cap = self.cfg.teacher_max_questions
+        return (
+            bool(messages) and messages[-1].get("role") == "tool"
+            and len(messages) not in self.session.consulted_at
+            and (cap is None or self.session.asked < cap)
+        )
+
+    def consult(self, messages: list[Message]) -> dict[str, Any]:
+        """Ask the teacher (clarify template, dialogue only) whether to ask the user something."""
+        self.session.consulted_at.add(len(messages))
+        request = ChatRequest(
+            messages=query_prompt("clarify", messages),
+            sampling=SamplingParams(temperature=self.cfg.teacher_temperature,
+                                    max_tokens=self.cfg.teacher_max_tokens,
+                                    seed=self._seed * 1000 + len(messages)),
+            enable_thinking=self.cfg.teacher_thinking,
+        )
+        text = self.teacher.chat([request])[0][0].text
+        parsed = parse_query(text)
+        return {"decision": parsed.kind, "question": parsed.question, "invalid": parsed.reason,
+                "model": self.teacher_model, "prompts_version": QUERY_PROMPTS_VERSION}
+
+    def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> AgentTurn:
+        if not self._due(messages):
+            return self.inner.act(messages, tools)
+        verdict = self.consult(messages)
+        if verdict["decision"] == "ask":
+            self.session.pending = verdict["question"]
+            self.session.asked += 1
+            return AgentTurn(content=verdict["question"], meta={"teacher_query": verdict})
+        turn = self.inner.act(messages, tools)
+        turn.meta = {**turn.meta, "teacher": verdict}
+        return turn
+
+
+class TeacherAwareUser:
+    """Wraps a user simulator and labels its reply to a pending teacher question as A_t."""
+
+    def __init__(self, inner: UserSimulator, session: TeacherSession):
+        self.inner, self.session = inner, session
+        self.name = inner.name
+        self.model_name = inner.model_name
+
+    def reset(self, domain: str, task: Task, seed: int = 0) -> None:
+        self.inner.reset(domain, task, seed)
+
+    def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> UserTurn:
+        turn = self.inner.respond(messages, tools)
+        question = self.session.pending
+        last = messages[-1] if messages else {}
+        if question is not None and last.get("role") == "assistant" and last.get("content") == question:
+            turn.meta = {**turn.meta, "teacher_answer": {"question": question}}
+            if not turn.tool_calls:
+                self.session.pending = None
+        return turn
+
+
+@dataclass
+class EpisodeFactories:
+    """Builds a fresh (agent, user) pair per episode sharing one teacher session."""
+
+    make_agent: Callable[[], Agent]
+    make_user: Callable[[], UserSimulator]
+    teacher: LLM | None
+    cfg: DataConfig
+
+    def pair(self) -> tuple[Callable[[], Agent], Callable[[], UserSimulator]]:
+        """Two zero-argument builders for one job; the session is made once, on first use."""
+        holder: dict[str, TeacherSession] = {}
+
+        def session() -> TeacherSession:
+            return holder.setdefault("session", TeacherSession())
+
+        def agent() -> Agent:
+            inner = self.make_agent()
+            if self.teacher is None or not self.cfg.teacher:
+                return inner
+            return TeacherAgent(inner, self.teacher, session(), self.cfg)
+
+        def user() -> UserSimulator:
+            return TeacherAwareUser(self.make_user(), session())
+
+        return agent, user
+
+
+def plan_episodes(tasks: Sequence[Task], cfg: DataConfig) -> list[tuple[Task, int]]:
+    """(task, seed) pairs, seed-major, cut at ``num_trajectories`` (same list on every rerun)."""
+    capacity = len(tasks) * len(cfg.trial_seeds)
+    if capacity < cfg.num_trajectories:
+        raise ValueError(
+            f"data.num_trajectories={cfg.num_trajectories} needs more episodes than "
+            f"{len(tasks)} tasks x {len(cfg.trial_seeds)} data.trial_seeds = {capacity}; "
+            "add seeds to data.trial_seeds"
+        )
+    plan = [(task, seed) for seed in cfg.trial_seeds for task in tasks]
+    return plan[: cfg.num_trajectories]
+
+
+def collect_trajectories(
+    tasks: Sequence[Task],
+    factories: EpisodeFactories,
+    cfg: DataConfig,
+    out_path: str | Path,
+    *,
+    max_steps: int = 30,
+    max_errors: int = 10,
+    progress: bool = True,
+) -> list[Trajectory]:
+    """Run the planned episodes (skipping those already in ``out_path``) and return them all."""
+    jobs = []
+    for task, seed in plan_episodes(tasks, cfg):
+        make_agent, make_user = factories.pair()
+        jobs.append(EpisodeJob(domain=cfg.domain, task=task, agent_name=AGENT_NAME,
+                               make_agent=make_agent, make_user=make_user, seed=seed,
+                               split=cfg.split))
+    log.info("collect: %d episode(s) planned into %s", len(jobs), out_path)
+    return run_episodes(jobs, concurrency=cfg.concurrency, out_path=out_path, progress=progress,
+                        max_steps=max_steps, max_errors=max_errors)
+
+
+def trajectory_id(traj: Trajectory) -> str:
+    """A stable id of an episode: domain/task/seed/agent, readable and unique per resume key."""
+    return f"{traj.domain}/{traj.task_id}/s{traj.seed}/{traj.agent}"
+
+
+def teacher_exchanges(traj: Trajectory) -> list[tuple[str, str | None]]:
+    """The (Q_t, A_t) pairs of an episode in order (A_t None when the user never answered)."""
+    pairs: list[tuple[str, str | None]] = []
+    for step in traj.steps:
+        if "teacher_query" in step.meta:
+            pairs.append((step.meta["teacher_query"]["question"], None))
+        elif "teacher_answer" in step.meta and pairs and pairs[-1][1] is None:
+            pairs[-1] = (pairs[-1][0], traj.messages[step.message_index].get("content") or "")
+    return pairs
+
+
+def stable_seed(*parts: Any) -> int:
+    """A 31-bit seed derived from ``parts`` (same inputs, same seed, on every machine)."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
+    return int(digest[:8], 16) & 0x7FFFFFFF
+
+
+def load_trajectories(path: str | Path, on_bad_line: str = "error") -> JsonlRecords:
+    """Stored trajectories, one per resume key (a rerun's later record wins).
+
+    Corrupt lines raise a ValueError naming ``file:line`` (``on_bad_line="error"``) or are
+    skipped, logged, and listed in ``.skipped`` (``"skip"``); ``.duplicates`` counts replaced keys.
+    """
+    if on_bad_line not in ("error", "skip"):
+        raise ValueError(f"on_bad_line must be 'error' or 'skip', got {on_bad_line!r}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectories at {path}; run `prour collect` first")
+    rows = read_trajectories(path, on_error="raise" if on_bad_line == "error" else "skip")
+    by_key = {traj.key: traj for traj in rows}
+    out = JsonlRecords(by_key.values(), rows.skipped)
+    out.duplicates = len(rows) - len(by_key)
+    return out

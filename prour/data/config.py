@@ -1,0 +1,65 @@
+"""The ``data`` recipe section: collection, goal normalization, extraction and dataset paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from prour.section import Section
+
+
+class DataConfig(Section):
+    """Settings of ``prour collect | normalize | extract`` (paper section 4 and A.2.1).
+
+    Relative paths resolve against the recipe's run directory.
+    """
+
+    # --- collect ---
+    domain: Literal["retail", "airline", "telecom"] = "retail"  # the paper trains on retail only
+    split: Literal["train", "test", "base"] = "train"  # tau2 split the trajectories come from
+    max_tasks: int | None = Field(None, ge=1)  # first N tasks of the split (smoke runs)
+    num_trajectories: int = Field(500, ge=1)  # stop once this many episodes are recorded
+    # one trial per seed per task, seed-major order
+    trial_seeds: list[int] = Field(default_factory=lambda: list(range(10)))
+    concurrency: int = Field(8, ge=1)  # episodes run at the same time
+    teacher: bool = True  # invoke the teacher query generator after each agent tool call
+    teacher_max_questions: int | None = Field(None, ge=0)  # per episode; None: no cap
+    teacher_temperature: float = Field(0.0, ge=0)
+    teacher_max_tokens: int = Field(512, ge=1)
+    teacher_thinking: bool = False  # Qwen3 <think> for the teacher's decision
+    agent_temperature: float = Field(0.01, ge=0)
+    user_temperature: float = Field(1.0, ge=0)
+    # --- normalize ---
+    normalizer_max_tokens: int = Field(768, ge=16)
+    # --- extract ---
+    val_ratio: float = Field(0.2, ge=0, lt=1)  # share of trajectories held out for validation
+    split_seed: int = 0  # seed of the trajectory shuffle that assigns the split
+    split_by: Literal["trajectory", "task"] = "trajectory"  # "task": all trials of a task together
+    max_decisions: int = Field(16, ge=1)  # first N agent decisions of each trajectory
+    max_prompt_tokens: int = Field(1400, ge=64)  # query-generator prompt budget (policy tokens)
+    only_successful: bool = False  # verify targets only from trajectories with reward 1
+    success_threshold: float = 1.0  # reward at or above which a trajectory counts as successful
+    # Verify states whose next agent decision is a text reply rather than a tool call: "drop"
+    # them (the target is defined as the next *tool call*), or use the decomposer's
+    # `{"tool":"respond","arguments":{}}` action as the target.
+    verify_on_reply: Literal["drop", "respond"] = "drop"
+    tokenizer: str | None = None  # policy tokenizer; default: models.generator.path
+    # --- inputs and outputs ---
+    on_bad_line: Literal["error", "skip"] = "error"  # corrupt JSONL input lines (always reported)
+    trajectories: str = "data/trajectories.jsonl"
+    goals: str = "data/goals.jsonl"
+    decisions: str = "data/decisions.jsonl"
+    dataset_dir: str = "data/dataset"
+
+    def model_post_init(self, context: Any, /) -> None:
+        if not self.trial_seeds:
+            raise ValueError("trial_seeds must list at least one seed")
+        if len(set(self.trial_seeds)) != len(self.trial_seeds):
+            raise ValueError(f"trial_seeds must be distinct, got {self.trial_seeds}")
+
+    def path(self, name: str, run_dir: str | Path) -> Path:
+        """The path field ``name`` resolved against ``run_dir`` (absolute paths stay as they are)."""
+        value = Path(getattr(self, name))
+        return value if value.is_absolute() else Path(run_dir) / value

@@ -1,0 +1,330 @@
+"""Step-level instance extraction (paper A.2.1): trajectories → routed state–mode instances.
+
+1. Split trajectories into train/validation *by trajectory* (or by task) before anything else.
+2. Keep each trajectory's first ``max_decisions`` agent decisions. The fixed greeting, the task's
+   prior history and the teacher's questions are not agent decisions. The state history x_t is
+   what the agent saw right before deciding: user turns, its own tool calls and results, earlier
+   teacher exchanges; never the instruction, G* or reference actions. The agent's system prompt
+   (the domain policy) is left out: the query-generator, decomposer and belief prompts never show
+   it, and the verifier reads the policy of the row's domain itself.
+3. Route every state with the decomposer (decisions cached in JSONL, resumable); drop act.
+4. Targets: G* for clarify; for verify, the canonical JSON ``{"tool","arguments"}`` of the
+   decision's first tool call. When the decision is a text reply to the user, ``verify_on_reply``
+   says whether the state is dropped (default: the target is defined as a *tool call*) or gets the
+   decomposer's ``respond`` action. Malformed tool calls give no target and are dropped.
+5. Left-truncate the history to the prompt budget measured with the policy tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prour.data.card import EXTRACT_SUMMARY, write_card
+from prour.data.collect import stable_seed, trajectory_id
+from prour.data.config import DataConfig
+from prour.data.dataset import SPLITS, Instance, split_path, write_rows
+from prour.data.decisions import DecisionCache, decision_key, decomposer_calls
+from prour.data.normalize import Goal
+from prour.data.truncate import PolicyTokens, truncate_history
+from prour.env.trajectory import Trajectory, agent_view
+from prour.llm.base import Message
+from prour.rollout.query import PROMPTS_VERSION, query_prompt
+from prour.router.candidates import RESPOND, canonical_json
+from prour.router.decomposer import Decomposer
+from prour.router.routing import route
+from prour.router.uncertainty import Uncertainty
+
+log = logging.getLogger(__name__)
+
+DECISION_KINDS = ("agent_message", "agent_tool_call")
+
+
+# ---------------------------------------------------------------- split
+
+
+def split_keys(keys: Iterable[str], val_ratio: float, seed: int) -> dict[str, str]:
+    """Assign each distinct key to train or validation: a seeded shuffle of the sorted keys, the
+    first round(n·ratio) go to validation (at least one of each when n >= 2 and 0 < ratio)."""
+    unique = sorted(set(keys))
+    random.Random(seed).shuffle(unique)
+    n_val = round(len(unique) * val_ratio)
+    if val_ratio > 0 and len(unique) >= 2:
+        n_val = min(max(n_val, 1), len(unique) - 1)
+    return {key: ("validation" if i < n_val else "train") for i, key in enumerate(unique)}
+
+
+def split_trajectories(trajectories: Sequence[Trajectory], cfg: DataConfig) -> dict[str, str]:
+    """trajectory id → split, grouping by trajectory or by task as ``cfg.split_by`` says."""
+    group = (lambda t: trajectory_id(t)) if cfg.split_by == "trajectory" else (
+        lambda t: f"{t.domain}/{t.task_id}")
+    assignment = split_keys((group(t) for t in trajectories), cfg.val_ratio, cfg.split_seed)
+    return {trajectory_id(t): assignment[group(t)] for t in trajectories}
+
+
+# ---------------------------------------------------------------- decision states
+
+
+@dataclass
+class DecisionState:
+    """One agent decision point: the history the agent saw and what it then did."""
+
+    trajectory_id: str
+    domain: str
+    task_id: str
+    step: int  # index of the decision among the agent's decisions, from 0
+    history: list[Message]
+    action: str | None  # canonical JSON of the first tool call; None for a reply or bad call
+    is_reply: bool
+    successful: bool
+    key: str = ""
+    seed: int = 0
+
+
+def is_agent_decision(step: Any) -> bool:
+    """An agent message or tool call that the task agent itself produced during the episode."""
+    return (step.kind in DECISION_KINDS and not step.initial and not step.meta.get("greeting")
+            and "teacher_query" not in step.meta)
+
+
+def call_action(message: Message) -> str | None:
+    """Canonical ``{"tool","arguments"}`` JSON of a message's first tool call (None if malformed)."""
+    fn = (message.get("tool_calls") or [{}])[0].get("function") or {}
+    try:
+        arguments = json.loads(fn.get("arguments") or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return None
+    if not fn.get("name") or not isinstance(arguments, dict):
+        return None
+    return canonical_json({"tool": fn["name"], "arguments": arguments})
+
+
+def decision_states(traj: Trajectory, cfg: DataConfig) -> list[DecisionState]:
+    """The first ``cfg.max_decisions`` decision states of a trajectory."""
+    tid = trajectory_id(traj)
+    ok = traj.reward is not None and traj.reward >= cfg.success_threshold
+    decisions = [s for s in traj.steps if is_agent_decision(s)][: cfg.max_decisions]
+    states = []
+    for t, step in enumerate(decisions):
+        before = [s for s in traj.steps if s.message_index < step.message_index]
+        seen = agent_view(traj.messages[: step.message_index], before)
+        history = [m for m in seen if m.get("role") != "system"]
+        message = traj.messages[step.message_index]
+        is_reply = step.kind == "agent_message"
+        action = None if is_reply else call_action(message)
+        states.append(DecisionState(tid, traj.domain, traj.task_id, t, history, action, is_reply,
+                                    ok, seed=stable_seed(tid, t)))
+    return states
+
+
+# ---------------------------------------------------------------- routing
+
+
+@dataclass
+class Routed:
+    """A state's route and uncertainty under the current thresholds, and its decomposer cost."""
+
+    route: str
+    au: float
+    eu: float
+    total: float
+    empty: bool
+    calls: int
+    requests: int
+
+
+def resolve(record: dict[str, Any], thresholds: tuple[float, float], empty_route: str) -> Routed:
+    """Route a cached decision with the current thresholds (empty decisions: ``empty_route``)."""
+    decision = record["decision"]
+    calls, requests = decomposer_calls(decision.get("model_calls") or {})
+    if decision.get("empty") or decision.get("au") is None:
+        return Routed(empty_route, 0.0, 0.0, 0.0, True, calls, requests)
+    unc = Uncertainty(float(decision["au"]), float(decision["eu"]), float(decision["total"]))
+    return Routed(route(unc, *thresholds), unc.au, unc.eu, unc.total, False, calls, requests)
+
+
+@dataclass
+class Router:
+    """The decomposer side of extraction: one decomposer per domain, its id and settings."""
+
+    decomposer_for: Callable[[str], Decomposer]
+    model_id: str
+    fingerprint: dict[str, Any]
+    thresholds: tuple[float, float]
+    empty_route: str = "act"
+
+    def decide(self, state: DecisionState) -> dict[str, Any]:
+        """Run the decomposer on one state (no caching here)."""
+        decision = self.decomposer_for(state.domain).decide(state.history, seed=state.seed)
+        return {"model": self.model_id, "trajectory_id": state.trajectory_id, "step": state.step,
+                "decision": decision.to_dict()}
+
+
+def route_states(states: Sequence[DecisionState], router: Router, cache: DecisionCache,
+                 concurrency: int = 1, progress: bool = True) -> list[Routed]:
+    """Route every state, computing (in parallel) and caching only the decisions not cached."""
+    for state in states:
+        state.key = decision_key(router.model_id, router.fingerprint, state.history, state.seed)
+    todo = list({s.key: s for s in states if cache.get(s.key) is None}.values())
+    log.info("routing %d state(s): %d cached, %d to decompose", len(states),
+             len(states) - len(todo), len(todo))
+    with ThreadPoolExecutor(max_workers=concurrency) as pool, _bar(len(todo), progress) as bar:
+        for state, record in zip(todo, pool.map(router.decide, todo)):
+            cache.put(state.key, record)
+            bar(1)
+    return [resolve(cache.records[s.key], router.thresholds, router.empty_route) for s in states]
+
+
+class _bar:
+    """A rich progress bar as a context manager yielding ``advance(n)``; silent when disabled."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.enabled = enabled and total > 0
+        self.total = total
+
+    def __enter__(self) -> Callable[[int], None]:
+        if not self.enabled:
+            return lambda n: None
+        from rich.progress import Progress
+
+        self.progress = Progress(transient=False)
+        self.progress.start()
+        task = self.progress.add_task("decomposer", total=self.total)
+        return lambda n: self.progress.update(task, advance=n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+
+# ---------------------------------------------------------------- targets and instances
+
+
+def target_of(state: DecisionState, mode: str, goals: dict[tuple[str, str], Goal],
+              cfg: DataConfig) -> tuple[str | None, str | None]:
+    """(target, None), or (None, why the state is dropped)."""
+    if mode == "clarify":
+        goal = goals.get((state.domain, state.task_id))
+        if goal is None:
+            raise KeyError(f"no normalized goal for {state.domain}/{state.task_id}; "
+                           "run `prour normalize` on these tasks first")
+        return (goal.goal, None) if goal.goal else (None, "clarify_empty_goal")
+    if cfg.only_successful and not state.successful:
+        return None, "verify_unsuccessful"
+    if state.is_reply:
+        if cfg.verify_on_reply == "drop":
+            return None, "verify_reply"
+        return canonical_json({"tool": RESPOND, "arguments": {}}), None
+    return (state.action, None) if state.action else (None, "verify_bad_call")
+
+
+def build_instance(state: DecisionState, routed: Routed, target: str, tokens: PolicyTokens,
+                   budget: int) -> Instance:
+    """Truncate the history to the budget and assemble the instance for the routed mode."""
+    mode = routed.route
+    cut = truncate_history(state.history, lambda h: tokens.chat(query_prompt(mode, h)), budget)
+    return Instance(
+        mode=mode, domain=state.domain, task_id=state.task_id, trajectory_id=state.trajectory_id,
+        step=state.step, history=cut.messages, prompt=query_prompt(mode, cut.messages),
+        target=target, au=routed.au, eu=routed.eu, total=routed.total, truncated=cut.truncated,
+        dropped_messages=cut.dropped, prompt_tokens=cut.tokens,
+        target_tokens=max(1, tokens.text(target)), decomposer_calls=routed.calls,
+        prompts_version=PROMPTS_VERSION,
+    )
+
+
+@dataclass
+class ExtractSummary:
+    """What extraction saw, kept and dropped; written next to the parquet files."""
+
+    trajectories: dict[str, int] = field(default_factory=dict)
+    states: int = 0
+    routes: Counter[str] = field(default_factory=Counter)
+    empty_decisions: int = 0
+    decomposer_calls: int = 0
+    decomposer_requests: int = 0
+    cache_hits: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self, extra: dict[str, Any]) -> dict[str, Any]:
+        per_state = lambda n: n / self.states if self.states else 0.0
+        return {
+            "trajectories": self.trajectories, "states": self.states, "routes": dict(self.routes),
+            "empty_decisions": self.empty_decisions, "decomposer_calls": self.decomposer_calls,
+            "decomposer_calls_per_state": per_state(self.decomposer_calls),
+            "decomposer_requests": self.decomposer_requests,
+            "decomposer_requests_per_state": per_state(self.decomposer_requests),
+            "cache_hits": self.cache_hits, "dropped": dict(self.dropped), "rows": self.rows,
+            **extra,
+        }
+
+
+def usable(trajectories: Sequence[Trajectory], summary: ExtractSummary) -> list[Trajectory]:
+    """Trajectories that ended without an error (errored episodes are counted and left out)."""
+    kept = [t for t in trajectories if t.termination != "error"]
+    summary.trajectories["errored"] = len(trajectories) - len(kept)
+    return kept
+
+
+def extract_instances(
+    trajectories: Sequence[Trajectory],
+    goals: dict[tuple[str, str], Goal],
+    router: Router,
+    cache: DecisionCache,
+    tokens: PolicyTokens,
+    cfg: DataConfig,
+    progress: bool = True,
+) -> tuple[dict[str, list[Instance]], ExtractSummary]:
+    """Split, build states, route, and assemble the instances of both splits."""
+    summary = ExtractSummary()
+    trajectories = usable(trajectories, summary)
+    splits = split_trajectories(trajectories, cfg)
+    states = [s for t in trajectories for s in decision_states(t, cfg)]
+    hits_before = cache.hits
+    routed = route_states(states, router, cache, cfg.concurrency, progress)
+    summary.cache_hits = cache.hits - hits_before
+    out: dict[str, list[Instance]] = {split: [] for split in SPLITS}
+    for state, r in zip(states, routed):
+        _count(summary, r)
+        if r.route == "act":
+            continue
+        target, why = target_of(state, r.route, goals, cfg)
+        if target is None:
+            summary.dropped[why or "unknown"] += 1
+            continue
+        instance = build_instance(state, r, target, tokens, cfg.max_prompt_tokens)
+        out[splits[state.trajectory_id]].append(instance)
+    for split in SPLITS:
+        summary.trajectories[split] = sum(1 for v in splits.values() if v == split)
+        out[split].sort(key=lambda i: (i.trajectory_id, i.step))
+    return out, summary
+
+
+def _count(summary: ExtractSummary, r: Routed) -> None:
+    summary.states += 1
+    summary.routes[r.route] += 1
+    summary.empty_decisions += r.empty
+    summary.decomposer_calls += r.calls
+    summary.decomposer_requests += r.requests
+
+
+def write_dataset(instances: dict[str, list[Instance]], summary: ExtractSummary,
+                  out_dir: str | Path, extra: dict[str, Any]) -> dict[str, Any]:
+    """Write both parquet splits, the extraction summary and the dataset card."""
+    out_dir = Path(out_dir)
+    for split in SPLITS:
+        rows = [inst.to_row(index) for index, inst in enumerate(instances[split])]
+        write_rows(rows, split_path(out_dir, split))
+        summary.rows[split] = len(rows)
+    (out_dir / EXTRACT_SUMMARY).write_text(
+        json.dumps(summary.to_dict(extra), indent=2, sort_keys=True) + "\n")
+    card, _, _ = write_card(out_dir)
+    return card

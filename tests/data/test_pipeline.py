@@ -1,0 +1,223 @@
+"""collect → normalize → extract on real tau2 retail train tasks with scripted models and the tiny
+policy tokenizer; the ground-truth firewall with canaries planted in a copied task."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import data_scripts as scripts
+import pytest
+
+from prour.data.collect import (
+    EpisodeFactories,
+    collect_trajectories,
+    load_trajectories,
+    teacher_exchanges,
+)
+from prour.data.config import DataConfig
+from prour.data.dataset import check_dataset, load_split, read_rows, split_path
+from prour.data.decisions import DecisionCache, decomposer_fingerprint
+from prour.data.extract import (
+    Router,
+    decision_states,
+    extract_instances,
+    target_of,
+    write_dataset,
+)
+from prour.data.normalize import load_goals, normalize_tasks
+from prour.data.truncate import PolicyTokens
+from prour.env.agents import LLMAgent
+from prour.env.domains import load_tasks
+from prour.env.environment import tool_schemas
+from prour.env.prompts import GREETING
+from prour.env.users import LLMUser
+from prour.llm.scripted import ScriptedLLM, render_prompt
+from prour.router.config import RouterConfig
+from prour.router.decomposer import Decomposer
+
+CANARY_INSTRUCTION = "CANARY-INSTR-7731"
+CANARY_GOAL = "CANARY-GOAL-5520"
+CANARY_ACTION = "CANARY-ACT-9040"
+BUDGET = 600  # tiny tokenizer: the clarify prompts (~616 tokens) need truncating, verify ones not
+
+
+def canary_task():
+    """A copy of retail train task 0 with canaries in its instruction and a reference action."""
+    from tau2.data_model.tasks import Action
+
+    task = load_tasks("retail", "train")[0]
+    task.user_scenario.instructions.reason_for_call += f" Your loyalty code is {CANARY_INSTRUCTION}."
+    task.evaluation_criteria.actions.append(
+        Action(action_id="canary", name="get_order_details",
+               arguments={"order_id": f"#{CANARY_ACTION}"}))
+    return task
+
+
+@dataclass
+class Run:
+    folder: Path
+    cfg: DataConfig
+    models: dict[str, ScriptedLLM]
+    router: Router
+    tokens: PolicyTokens
+    summary: dict
+
+
+def make_router(llm: ScriptedLLM, thresholds=scripts.THRESHOLDS) -> Router:
+    config = RouterConfig()
+    return Router(lambda d: Decomposer(llm, tool_schemas(d), config, thresholds=thresholds),
+                  "scripted:decomposer", decomposer_fingerprint(config), thresholds)
+
+
+def extract(run: Run, cfg: DataConfig, router: Router, out: str) -> dict:
+    trajectories = load_trajectories(run.folder / "traj.jsonl")
+    goals = load_goals(run.folder / "goals.jsonl")
+    cache = DecisionCache(run.folder / "decisions.jsonl")
+    instances, summary = extract_instances(trajectories, goals, router, cache, run.tokens, cfg,
+                                           progress=False)
+    write_dataset(instances, summary, run.folder / out, {})
+    return summary.to_dict({})
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model_dir) -> Run:
+    folder = tmp_path_factory.mktemp("pipeline")
+    cfg = DataConfig(num_trajectories=4, trial_seeds=[0, 1], concurrency=2, val_ratio=0.25,
+                     max_prompt_tokens=BUDGET)
+    tasks = [canary_task(), load_tasks("retail", "train")[1]]
+    models = {"agent": scripts.agent_llm(), "user": scripts.user_llm(),
+              "teacher": scripts.teacher_llm(), "decomposer": scripts.decomposer_llm()}
+    factories = EpisodeFactories(lambda: LLMAgent(models["agent"]),
+                                 lambda: LLMUser(models["user"]), models["teacher"], cfg)
+    collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
+
+    def goal_with_canary(messages):
+        text = scripts.normalizer_llm()._reply(messages, render_prompt(messages))
+        return text + (f" {CANARY_GOAL}" if CANARY_INSTRUCTION in text else "")
+
+    normalize_tasks(tasks, "retail", ScriptedLLM([(r"Rewritten:", goal_with_canary)]),
+                    folder / "goals.jsonl", model="scripted:normalizer")
+    run = Run(folder, cfg, models, make_router(models["decomposer"]),
+              PolicyTokens(tiny_model_dir), {})
+    run.summary = extract(run, cfg, run.router, "dataset")
+    return run
+
+
+def all_rows(folder: Path) -> list[dict]:
+    return [row for split in ("train", "validation") for row in read_rows(split_path(folder, split))]
+
+
+def test_splits_are_valid_non_empty_and_disjoint(run: Run) -> None:
+    data = run.folder / "dataset"
+    assert check_dataset(data) == []
+    train, val = (load_split(split_path(data, s)) for s in ("train", "validation"))
+    assert len(train) > 0 and len(val) > 0
+    ids = [{r["extra_info"]["trajectory_id"] for r in split} for split in (train, val)]
+    assert not ids[0] & ids[1]
+    assert (len(ids[0]), len(ids[1])) == (3, 1)  # round(4 · 0.25) trajectory held out
+    # each episode has 3 decisions: verify (before any tool result), clarify (after the teacher's
+    # question), act (after the order details) → one verify and one clarify row per trajectory
+    modes = sorted(r["extra_info"]["mode"] for r in all_rows(data))
+    assert modes == ["clarify"] * 4 + ["verify"] * 4
+
+
+def test_trajectories_record_the_teacher_exchange(run: Run) -> None:
+    for traj in load_trajectories(run.folder / "traj.jsonl"):
+        assert teacher_exchanges(traj) == [(scripts.QUESTION, scripts.ANSWER)]
+        texts = [m.get("content") for m in traj.messages]
+        assert texts.index(scripts.ANSWER) == texts.index(scripts.QUESTION) + 1
+        assert traj.meta["teacher"]["questions"] == 1 and traj.agent_model == "scripted"
+        assert traj.termination == "user_stop" and traj.seed in (0, 1)
+
+
+def test_decision_states_skip_greeting_and_teacher_questions(run: Run) -> None:
+    traj = load_trajectories(run.folder / "traj.jsonl")[0]
+    states = decision_states(traj, run.cfg)
+    assert [s.step for s in states] == [0, 1, 2]
+    assert [m["content"] for m in states[0].history] == [GREETING, scripts.OPENING]
+    assert [m.get("content") for m in states[1].history][-2:] == [scripts.QUESTION, scripts.ANSWER]
+    assert all(m["role"] != "system" for s in states for m in s.history)
+    assert states[0].action == scripts.CANONICAL[2] and states[1].action == scripts.CANONICAL[1]
+    assert states[2].is_reply and states[2].action is None
+    assert len(decision_states(traj, run.cfg.model_copy(update={"max_decisions": 2}))) == 2
+    respond = run.cfg.model_copy(update={"verify_on_reply": "respond"})
+    assert target_of(states[2], "verify", {}, respond) == (scripts.CANONICAL[0], None)
+    assert target_of(states[2], "verify", {}, run.cfg) == (None, "verify_reply")
+
+
+def test_rows_carry_the_designed_uncertainty_targets_and_truncation(run: Run) -> None:
+    rows = all_rows(run.folder / "dataset")
+    goals = load_goals(run.folder / "goals.jsonl")
+    for row in rows:
+        extra = row["extra_info"]
+        assert extra["prompt_tokens"] <= BUDGET
+        if extra["mode"] == "verify":
+            assert extra["step"] == 0 and extra["au"] == pytest.approx(0.0, abs=1e-9)
+            assert extra["eu"] == pytest.approx(1.0986123, abs=1e-6)  # ln 3
+            assert row["reward_model"]["ground_truth"] == scripts.CANONICAL[2]
+            assert not extra["truncated"]
+        else:
+            assert extra["step"] == 1 and extra["au"] == pytest.approx(0.6730, abs=2e-3)
+            assert row["reward_model"]["ground_truth"] == goals[("retail", extra["task_id"])].goal
+            assert extra["truncated"] and extra["dropped_messages"] >= 1
+            history = json.loads(extra["history"])
+            assert history[-1]["content"] == scripts.ANSWER  # the latest turn survives
+
+
+def test_card_reports_decomposer_cost(run: Run) -> None:
+    card = json.loads((run.folder / "dataset" / "card.json").read_text())
+    extraction = card["extraction"]
+    assert extraction["states"] == 12
+    assert extraction["routes"] == {"act": 4, "clarify": 4, "verify": 4}
+    assert extraction["decomposer_calls_per_state"] == 3.0  # goals, actions, scores
+    # K goals + K·L actions + (2 distinct goals × 3 candidates) scored = 5 + 20 + 6
+    assert extraction["decomposer_requests_per_state"] == 31.0
+    assert card["splits"]["train"]["by_mode"] == {"clarify": 3, "verify": 3}
+
+
+def test_canaries_reach_only_the_reward_side(run: Run) -> None:
+    canaries = (CANARY_INSTRUCTION, CANARY_GOAL, CANARY_ACTION)
+    user_prompts = [render_prompt(r.messages) for r in run.models["user"].chat_log]
+    assert any(CANARY_INSTRUCTION in p for p in user_prompts)  # the planted task was played
+    for role in ("agent", "teacher", "decomposer"):
+        llm = run.models[role]
+        seen = [render_prompt(r.messages) for r in llm.chat_log]
+        seen += [render_prompt(r.context) + r.target for r in llm.score_log]
+        assert seen
+        assert not [c for c in canaries for text in seen if c in text], role
+    rows = all_rows(run.folder / "dataset")
+    rewarded = [r for r in rows if CANARY_GOAL in r["reward_model"]["ground_truth"]]
+    assert rewarded and all(CANARY_INSTRUCTION in r["reward_model"]["ground_truth"]
+                            for r in rewarded)
+    for row in rows:
+        visible = json.dumps([row["prompt"], row["extra_info"], row["data_source"]])
+        assert not [c for c in canaries if c in visible]
+    assert not [r for r in rows if CANARY_ACTION in json.dumps(r)]
+
+
+def test_rerun_reuses_every_cached_decision(run: Run) -> None:
+    before = run.models["decomposer"].calls.copy()
+    summary = extract(run, run.cfg, run.router, "dataset_again")
+    assert run.models["decomposer"].calls == before
+    assert summary["cache_hits"] == 12
+    assert all_rows(run.folder / "dataset_again") == all_rows(run.folder / "dataset")
+
+
+def test_new_thresholds_reroute_from_the_cache(run: Run) -> None:
+    before = run.models["decomposer"].calls.copy()
+    strict = make_router(run.models["decomposer"], thresholds=(0.8, 0.2))
+    summary = extract(run, run.cfg, strict, "dataset_strict")
+    assert run.models["decomposer"].calls == before
+    assert summary["routes"] == {"act": 8, "verify": 4}  # AU 0.67 < 0.8 and EU ≈ 0: act
+
+
+def test_only_successful_drops_verify_of_failed_episodes(run: Run) -> None:
+    rewards = {t.reward for t in load_trajectories(run.folder / "traj.jsonl")}
+    assert rewards == {0.0}  # the scripted agent never finishes these tasks
+    cfg = run.cfg.model_copy(update={"only_successful": True})
+    summary = extract(run, cfg, run.router, "dataset_successful")
+    assert summary["dropped"] == {"verify_unsuccessful": 4}
+    modes = {r["extra_info"]["mode"] for r in all_rows(run.folder / "dataset_successful")}
+    assert modes == {"clarify"}
