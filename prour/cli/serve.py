@@ -1,0 +1,117 @@
+"""``prour serve`` (start the recipe's frozen-model servers) and ``prour endpoints`` (read them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.cluster.recipe import ClusterRecipe
+
+RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
+SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
+EndpointsOpt = typer.Option(
+    None,
+    "--endpoints",
+    help="Endpoints file to write/read (default: the recipe's endpoints_file, else "
+    "<run_dir>/endpoints.json). Train and eval read the recipe's one.",
+)
+
+
+def _load(recipe: str, overrides: list[str] | None) -> ClusterRecipe:
+    """Load the recipe with its serve/slurm sections; exit 2 naming the dotted key on an error."""
+    from prour.cluster.recipe import load_cluster_recipe
+    from prour.config import ConfigError
+
+    try:
+        return load_cluster_recipe(recipe, list(overrides or []))
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _print_servers(record: dict[str, Any]) -> None:
+    servers = record.get("servers") or {}
+    if not servers:
+        typer.echo("nothing to serve: no openai role of this recipe names a model in serve.models")
+    for model_id, server in servers.items():
+        roles = ", ".join(server.get("roles") or []) or "(no role)"
+        typer.echo(f"{model_id}: {server['base_url']}  pid {server.get('pid')}  roles: {roles}")
+
+
+def serve(
+    recipe: str = RecipeOpt,
+    overrides: list[str] | None = SetOpt,
+    roles: str | None = typer.Option(
+        None, "--roles", help="Comma-separated roles; start only the servers they use."
+    ),
+    endpoints: Path | None = EndpointsOpt,
+) -> None:
+    """Start a vLLM server per frozen model of the recipe, publish endpoints, hold until Ctrl-C."""
+    import logging
+    import signal
+    import threading
+
+    from prour.cluster.serve import ServeError
+    from prour.cluster.serve import serve as run_serve
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    loaded = _load(recipe, overrides)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    wanted = [r.strip() for r in roles.split(",") if r.strip()] if roles else None
+
+    def ready(record: dict[str, Any]) -> None:
+        _print_servers(record)
+        if record.get("servers"):
+            typer.echo("serving; stop with Ctrl-C or SIGTERM")
+
+    try:
+        path = run_serve(loaded, stop, roles=wanted, endpoints=endpoints, on_ready=ready)
+    except ServeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"endpoints: {path}")
+
+
+def endpoints(
+    recipe: str = RecipeOpt,
+    overrides: list[str] | None = SetOpt,
+    file: Path | None = EndpointsOpt,
+    wait: float = typer.Option(
+        0.0, "--wait", help="Seconds to wait for the servers to be ready (0: do not wait)."
+    ),
+) -> None:
+    """Print the endpoints `prour serve` published for this recipe; optionally wait for them."""
+    from prour.cluster.endpoints import (
+        EndpointsError,
+        endpoints_path,
+        read_endpoints,
+        wait_for_endpoints,
+    )
+
+    loaded = _load(recipe, overrides)
+    path = file or endpoints_path(loaded.recipe)
+    try:
+        record = wait_for_endpoints(path, wait) if wait > 0 else read_endpoints(path)
+    except EndpointsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if record is None:
+        typer.echo(f"error: {path} does not exist; start `prour serve --recipe {recipe}`", err=True)
+        raise typer.Exit(1)
+    typer.echo(json.dumps(record, indent=2))
+    if record["status"] != "ready":
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` and ``endpoints`` to the top-level app."""
+    app.command("serve")(serve)
+    app.command("endpoints")(endpoints)

@@ -1,0 +1,134 @@
+"""``prour slurm submit | status``: the pipeline as chained Slurm jobs, and where it stands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.cluster.jobs import RunStatus
+
+slurm_app = typer.Typer(help="Submit the pipeline to Slurm and follow it.", no_args_is_help=True)
+
+
+RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
+StagesOpt = typer.Option(
+    "serve,train,eval", "--stages", help="Comma-separated stages, run in pipeline order."
+)
+DryRunOpt = typer.Option(
+    False, "--dry-run", help="Print the sbatch commands and scripts; submit nothing."
+)
+RunDirOpt = typer.Option(
+    None, "--run-dir", help="Run folder for scripts, logs and outputs (default: the recipe's)."
+)
+CheckpointOpt = typer.Option(
+    None,
+    "--checkpoint",
+    help="Checkpoint the eval stage evaluates (default: train's output when train is submitted).",
+)
+SetOpt = typer.Option(
+    None,
+    "--set",
+    help="Override a recipe value: key.sub=value (repeatable); slurm.* keys shape the jobs, "
+    "the others reach every stage.",
+)
+RunArg = typer.Argument(..., help="Run folder holding slurm_jobs.json (or the file itself).")
+TailOpt = typer.Option(15, "--tail", help="Log lines shown for a failed stage.")
+
+
+@slurm_app.command("submit")
+def submit(
+    recipe: str = RecipeOpt,
+    stages: str = StagesOpt,
+    dry_run: bool = DryRunOpt,
+    run_dir: Path | None = RunDirOpt,
+    checkpoint: str | None = CheckpointOpt,
+    overrides: list[str] | None = SetOpt,
+) -> None:
+    """Render the sbatch scripts for a recipe and submit them chained with dependencies."""
+    from prour.cluster.jobs import SubmitError, dry_run_text
+    from prour.cluster.jobs import submit as submit_jobs
+    from prour.cluster.recipe import load_cluster_recipe
+    from prour.cluster.slurm import RenderError, SubmitRequest, plan_submission
+    from prour.config import ConfigError
+
+    items = list(overrides or [])
+    try:
+        loaded = load_cluster_recipe(recipe, items)
+        folder = (run_dir or loaded.run_dir).resolve()
+        request = SubmitRequest(
+            Path(recipe).resolve(),
+            [s.strip() for s in stages.split(",")],
+            folder,
+            items,
+            Path.cwd(),
+            checkpoint,
+        )
+        plans = plan_submission(loaded, request)
+    except (ConfigError, RenderError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if dry_run:
+        typer.echo(dry_run_text(plans, loaded), nl=False)
+        return
+    for plan in plans:
+        for note in plan.notes:
+            typer.echo(f"note: {plan.stage}: {note}", err=True)
+    try:
+        manifest = submit_jobs(loaded, request, plans)
+    except SubmitError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    for entry in manifest["stages"]:
+        after = f"  (after {entry['depends_on']})" if entry["depends_on"] else ""
+        typer.echo(f"{entry['stage']}: job {entry['job_id']}{after}  log {entry['log']}")
+    typer.echo(f"manifest: {folder / 'slurm_jobs.json'}")
+
+
+@slurm_app.command("status")
+def status(run_dir: Path = RunArg, tail: int = TailOpt) -> None:
+    """Say how each submitted stage stands, which one failed, and where its log is."""
+    from prour.cluster.jobs import load_manifest, summarize
+
+    try:
+        manifest = load_manifest(run_dir)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    report = summarize(manifest)
+    _print_report(report, tail)
+    if report.failed is not None:
+        raise typer.Exit(1)
+
+
+def _print_report(report: RunStatus, tail: int) -> None:
+    """A table of units, then the failed stage with its log and the stages it kept from running."""
+    from prour.llm.vllm_server import log_tail
+
+    manifest = report.manifest
+    typer.echo(
+        f"run {manifest['run_dir']} (recipe {manifest['name']}, submitted "
+        f"{manifest['submitted']}; states from {report.source})"
+    )
+    typer.echo(f"{'unit':<28} {'job':<10} {'state':<12} {'exit':<5} log")
+    for unit in report.units:
+        code = "-" if unit.exit_code is None else str(unit.exit_code)
+        why = f"  [{unit.reason}]" if unit.reason else ""
+        typer.echo(f"{unit.label:<28} {unit.job:<10} {unit.state:<12} {code:<5} {unit.log}{why}")
+    failed = report.failed
+    if failed is None:
+        typer.echo("all stages done" if report.finished else "no failure so far")
+        return
+    code = "-" if failed.exit_code is None else failed.exit_code
+    typer.echo(
+        f"failed stage: {failed.stage} ({failed.label}, job {failed.job}, state "
+        f"{failed.state}, exit code {code})"
+    )
+    typer.echo(f"log: {failed.log}")
+    if report.never_ran:
+        typer.echo(f"never ran: {', '.join(report.never_ran)}")
+    text = log_tail(Path(failed.log), tail)
+    if text:
+        typer.echo(f"--- last {tail} lines of {failed.log}\n{text}")

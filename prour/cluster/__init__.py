@@ -1,0 +1,9 @@
+"""Serving frozen models and running the pipeline on Slurm.
+
+- ``config``: the ``serve`` and ``slurm`` recipe sections;
+- ``recipe``: loading a recipe with those sections (:func:`load_cluster_recipe`);
+- ``endpoints``: the endpoints file ``prour serve`` writes and train/eval read;
+- ``serve``: starting, watching and stopping one vLLM server per frozen model;
+- ``slurm``: rendering the sbatch templates; ``jobs``: submitting them and reading their state;
+- ``local``: a single-node Slurm for tests and local trials.
+"""

@@ -1,0 +1,172 @@
+"""The ``serve`` and ``slurm`` recipe sections: frozen-model servers and cluster resources.
+
+``serve.models`` is keyed by model id: the name the server answers to, which is also the
+``model`` of every ``openai`` role it serves. Roles find their server by that name, so several
+roles that share one frozen model (the paper's Qwen3-8B decomposer, user and verifier) share
+one server. ``slurm`` holds only resources, site values and paths; hyperparameters stay in their
+own sections (the train job's GPUs come from ``train.verl`` when that backend runs).
+
+Only :mod:`prour.section` is imported here, so :mod:`prour.config` can collect these sections.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from pydantic import Field, field_validator, model_validator
+
+from prour.section import ConfigError, Section
+
+VLLM_DEFAULT_GPU_SHARE = 0.9  # vLLM's own default for --gpu-memory-utilization
+STAGES = ("serve", "train", "eval")
+SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^\d+-\d+$|^(UNLIMITED|INFINITE)$")
+
+
+class ServedModel(Section):
+    """One vLLM OpenAI-compatible server: what it loads, where it runs and how it is reached."""
+
+    path: str | None = None  # local HF folder or hub id; None: the model id itself
+    gpus: list[int] | None = None  # CUDA_VISIBLE_DEVICES of this server; None: inherit
+    tensor_parallel_size: int = Field(1, ge=1)
+    max_model_len: int = Field(8192, ge=16)
+    port: int | None = Field(None, ge=1, le=65535)  # None: a free port, chosen at start
+    host: str | None = None  # bind address; None: serve.host
+    dtype: str = "auto"  # vLLM --dtype (float32 for the CPU build)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # None: vLLM's 0.9
+    enforce_eager: bool = False  # no CUDA graphs (needed by the CPU build; slower on GPUs)
+    extra_args: list[str] = []  # appended to the vLLM command line as given
+    env: dict[str, str] = {}  # extra environment of this server
+
+    @model_validator(mode="after")
+    def _enough_gpus(self) -> ServedModel:
+        if self.gpus is not None:
+            if len(set(self.gpus)) != len(self.gpus):
+                raise ConfigError("gpus", f"lists a GPU twice: {self.gpus}")
+            if len(self.gpus) < self.tensor_parallel_size:
+                raise ConfigError(
+                    "gpus",
+                    f"{len(self.gpus)} GPU(s) {self.gpus} cannot hold tensor_parallel_size="
+                    f"{self.tensor_parallel_size}; list at least that many GPUs or lower it",
+                )
+        return self
+
+
+class ServeConfig(Section):
+    """Servers that ``prour serve`` starts, and how long it waits for them."""
+
+    host: str = "127.0.0.1"  # bind address of every server unless its own `host` says otherwise
+    python: str | None = None  # python of the vLLM venv; None: $PROUR_VLLM_PYTHON, else this one
+    startup_timeout_s: float = Field(900.0, gt=0)  # per server, from launch to a healthy /health
+    log_dir: str = "serve"  # server logs; relative to the run directory
+    models: dict[str, ServedModel] = {}
+
+    @model_validator(mode="after")
+    def _placement(self) -> ServeConfig:
+        check_ports(self.models)
+        check_gpu_shares(self.models)
+        return self
+
+
+def check_ports(models: dict[str, ServedModel]) -> None:
+    """Two servers on one host cannot share a fixed port."""
+    seen: dict[tuple[str | None, int], str] = {}
+    for model_id, spec in models.items():
+        if spec.port is None:
+            continue
+        key = (spec.host, spec.port)
+        if key in seen:
+            raise ConfigError(
+                f"models.{model_id}.port",
+                f"port {spec.port} is already used by models.{seen[key]}; give each server its own",
+            )
+        seen[key] = model_id
+
+
+def check_gpu_shares(models: dict[str, ServedModel]) -> None:
+    """Servers placed on the same GPU must split its memory (sum of shares at most 1.0)."""
+    shares: dict[int, list[tuple[str, float]]] = defaultdict(list)
+    for model_id, spec in models.items():
+        share = spec.gpu_memory_utilization or VLLM_DEFAULT_GPU_SHARE
+        for gpu in spec.gpus or []:
+            shares[gpu].append((model_id, share))
+    for gpu, users in sorted(shares.items()):
+        total = sum(share for _, share in users)
+        if len(users) > 1 and total > 1.0 + 1e-9:
+            listing = ", ".join(f"{name} ({share:g})" for name, share in users)
+            raise ConfigError(
+                f"models.{users[-1][0]}.gpu_memory_utilization",
+                f"GPU {gpu} is shared by {listing}: shares add up to {total:g} > 1.0; "
+                f"set gpu_memory_utilization on each so that they fit",
+            )
+
+
+class SlurmResources(Section):
+    """sbatch resources of one stage; ``None`` defers to ``slurm.defaults``, then the site."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None  # sbatch --time, e.g. "48:00:00" or "2-00:00:00"
+    nodes: int | None = Field(None, ge=1)  # train: None takes train.verl.nnodes (verl backend)
+    gpus_per_node: int | None = Field(None, ge=0)  # train/serve: None derives it from the recipe
+    cpus_per_task: int | None = Field(None, ge=1)
+    mem: str | None = None  # sbatch --mem, e.g. "200G"; "0" asks for all of a node's memory
+    constraint: str | None = None
+    extra: list[str] = []  # more sbatch options, e.g. ["--exclusive", "--reservation=r1"]
+
+    @field_validator("time")
+    @classmethod
+    def _slurm_time(cls, value: str | None) -> str | None:
+        if value is not None and not SLURM_TIME.match(value):
+            raise ValueError(f"not a Slurm time limit (use [D-]HH:MM:SS or minutes): {value!r}")
+        return value
+
+    @field_validator("extra")
+    @classmethod
+    def _options(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not item.startswith("-"):
+                raise ValueError(f"each extra sbatch option starts with '-', got {item!r}")
+        return value
+
+    def merged(self, base: SlurmResources) -> SlurmResources:
+        """These resources, unset fields taken from ``base`` (extra options concatenated)."""
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        for name, value in values.items():
+            if value is None:
+                values[name] = getattr(base, name)
+        values["extra"] = [*base.extra, *self.extra]
+        return SlurmResources(**values)
+
+
+class SlurmConfig(Section):
+    """What ``prour slurm submit`` renders into the sbatch templates besides the recipe itself."""
+
+    defaults: SlurmResources = SlurmResources()  # shared by all stages (partition, account, ...)
+    serve: SlurmResources = SlurmResources()
+    train: SlurmResources = SlurmResources()
+    eval: SlurmResources = SlurmResources()
+    # Shell lines run before any prour command (module load, venv activation). None: put the
+    # bin folder of the python running `prour slurm submit` first on PATH.
+    setup: list[str] | None = None
+    env: dict[str, str] = {}  # exported in every job (NCCL_SOCKET_IFNAME, HF_HOME, ...)
+    templates_dir: str | None = None  # None: the repository's slurm/ folder
+    eval_max_parallel: int | None = Field(None, ge=1)  # array throttle (sbatch --array=...%N)
+    endpoints_wait_s: float = Field(3600.0, gt=0)  # train/eval wait this long for the servers
+    ray_port: int = Field(6379, ge=1, le=65535)  # multi-node training: Ray head port
+    kill_on_invalid_dep: bool = True  # cancel dependants of a failed stage instead of leaving them
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"not an environment variable name: {name!r}")
+        return value
+
+    def resources(self, stage: str) -> SlurmResources:
+        """The stage's resources with ``defaults`` filled in."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
+        return getattr(self, stage).merged(self.defaults)

@@ -1,0 +1,118 @@
+"""The endpoints file that ``prour serve`` publishes and train/eval read (model id -> base URL).
+
+Its ``status`` moves through ``starting`` (servers launched, not yet healthy) -> ``ready`` ->
+``stopped``, or to ``failed`` with an ``error``. An ``openai`` role without a ``base_url`` takes it
+from the server whose model id equals the role's ``model`` once the file says ``ready``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = "prour.endpoints/1"
+STATUSES = ("starting", "ready", "failed", "stopped")
+DEFAULT_NAME = "endpoints.json"
+
+
+class EndpointsError(RuntimeError):
+    """The endpoints file is missing, unreadable, or says the servers are not usable."""
+
+
+def endpoints_path(recipe: Recipe) -> Path:
+    """The recipe's endpoints file: ``endpoints_file``, else ``<run_dir>/endpoints.json``."""
+    explicit = getattr(recipe, "endpoints_file", None)
+    return Path(explicit) if explicit else recipe.resolved_run_dir() / DEFAULT_NAME
+
+
+def write_endpoints(path: Path, record: dict[str, Any]) -> None:
+    """Write the record atomically (readers never see half a file)."""
+    if record.get("status") not in STATUSES:
+        raise ValueError(
+            f"endpoints status must be one of {STATUSES}, got {record.get('status')!r}"
+        )
+    body = {"schema": SCHEMA, **record, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(body, handle, indent=2)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_endpoints(path: Path) -> dict[str, Any] | None:
+    """The record in ``path``; ``None`` when the file does not exist yet."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EndpointsError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise EndpointsError(f"{path}: not a prour endpoints file (expected schema {SCHEMA!r})")
+    if record.get("status") not in STATUSES:
+        raise EndpointsError(f"{path}: unknown status {record.get('status')!r}")
+    return record
+
+
+def wait_for_endpoints(path: Path, timeout_s: float, poll_s: float = 1.0) -> dict[str, Any]:
+    """Block until the file says ``ready``; raise on ``failed``/``stopped`` or at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = read_endpoints(path)
+        status = record["status"] if record else "missing"
+        if status == "ready":
+            return record  # type: ignore[return-value]
+        if status in ("failed", "stopped"):
+            error = (record or {}).get("error") or "no error recorded"
+            raise EndpointsError(f"servers in {path} are {status}: {error}")
+        if time.monotonic() >= deadline:
+            raise EndpointsError(
+                f"servers in {path} not ready after {timeout_s:g} s (status: {status}); "
+                f"is `prour serve` running for this recipe?"
+            )
+        time.sleep(poll_s)
+
+
+def apply_endpoints(recipe: Recipe, record: dict[str, Any]) -> Recipe:
+    """A copy of ``recipe`` whose ``openai`` roles without ``base_url`` point at their servers."""
+    servers = record.get("servers") or {}
+    resolved = recipe.model_copy(deep=True)
+    for role, cfg in resolved.models.items():
+        if cfg.backend != "openai" or cfg.base_url:
+            continue
+        server = servers.get(cfg.model)
+        if server:
+            cfg.base_url = server["base_url"]
+            logger.info("models.%s: %s served at %s", role, cfg.model, cfg.base_url)
+    return resolved
+
+
+def resolve_endpoints(recipe: Recipe) -> Recipe:
+    """Fill missing ``openai`` base URLs from a ``ready`` endpoints file; unchanged otherwise."""
+    missing = [r for r, c in recipe.models.items() if c.backend == "openai" and not c.base_url]
+    if not missing:
+        return recipe
+    path = endpoints_path(recipe)
+    record = read_endpoints(path)
+    if record is None or record["status"] != "ready":
+        status = record["status"] if record else "missing"
+        logger.debug("endpoints file %s is %s; models.%s keep no base_url", path, status, missing)
+        return recipe
+    return apply_endpoints(recipe, record)

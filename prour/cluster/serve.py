@@ -1,0 +1,313 @@
+"""``prour serve``: one vLLM server per frozen model of a recipe, started and stopped together.
+
+Servers start in parallel and each waits for ``/health``. The first one that cannot start stops
+the others at once (their processes are signalled, so nobody waits for a slow start-up), and the
+endpoints file records the error. Once all are healthy the file says ``ready`` and the command
+holds the foreground until SIGINT/SIGTERM or until a server dies, then stops every server by PID.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prour.cluster.config import ServedModel
+from prour.cluster.endpoints import endpoints_path, read_endpoints, write_endpoints
+from prour.cluster.recipe import ClusterRecipe, served_roles
+from prour.config import MODEL_ROLES
+from prour.llm.vllm_server import VLLMServer, free_port, log_tail
+
+logger = logging.getLogger(__name__)
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+POLL_S = 0.2
+
+
+class ServeError(RuntimeError):
+    """A server could not start, died while serving, or the request makes no sense."""
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """One server to start: its model id (the served name), spec, roles, bind host and log file."""
+
+    model_id: str
+    spec: ServedModel
+    roles: tuple[str, ...]
+    host: str
+    log_path: Path
+
+    @property
+    def advertised_host(self) -> str:
+        """The host other machines use: this node's name when binding to every interface."""
+        return socket.gethostname() if self.host in WILDCARD_HOSTS else self.host
+
+
+def plan_servers(loaded: ClusterRecipe, roles: Sequence[str] | None = None) -> list[ServerPlan]:
+    """The servers the recipe asks for, restricted to those used by ``roles`` when given."""
+    users = served_roles(loaded.recipe, loaded.serve)
+    wanted = list(users)
+    if roles:
+        check_roles(loaded, roles, users)
+        wanted = [model_id for model_id, used in users.items() if set(used) & set(roles)]
+    log_dir = Path(loaded.serve.log_dir)
+    if not log_dir.is_absolute():
+        log_dir = loaded.run_dir / log_dir
+    return [
+        ServerPlan(
+            model_id=model_id,
+            spec=loaded.serve.models[model_id],
+            roles=tuple(users[model_id]),
+            host=loaded.serve.models[model_id].host or loaded.serve.host,
+            log_path=log_dir / f"{safe_name(model_id)}.log",
+        )
+        for model_id in wanted
+    ]
+
+
+def check_roles(loaded: ClusterRecipe, roles: Sequence[str], users: dict[str, list[str]]) -> None:
+    """Each requested role exists and is served by this recipe."""
+    served = {role for used in users.values() for role in used}
+    for role in roles:
+        if role not in MODEL_ROLES:
+            raise ServeError(f"--roles: unknown role {role!r}; valid: {', '.join(MODEL_ROLES)}")
+        if role not in served:
+            cfg = loaded.recipe.models.get(role)
+            why = (
+                "is not in the recipe's models"
+                if cfg is None
+                else (
+                    f"uses backend {cfg.backend!r}"
+                    if cfg.backend != "openai"
+                    else "has a fixed base_url"
+                )
+            )
+            raise ServeError(
+                f"--roles: role {role!r} {why}, so no server is started for it "
+                f"(served roles: {', '.join(sorted(served)) or 'none'})"
+            )
+
+
+def safe_name(model_id: str) -> str:
+    """A file name for a model id (``Qwen/Qwen3-8B`` -> ``Qwen_Qwen3-8B``)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model_id)
+
+
+def vllm_server(plan: ServerPlan, python: str | None) -> VLLMServer:
+    """The :class:`VLLMServer` for one plan (port fixed now so the URL is known before start)."""
+    spec = plan.spec
+    extra = ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.gpu_memory_utilization is not None:
+        extra += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+    env = dict(spec.env)
+    if spec.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in spec.gpus)
+    probe_host = "127.0.0.1" if plan.host in WILDCARD_HOSTS else plan.host
+    return VLLMServer(
+        spec.path or plan.model_id,
+        python=python,
+        port=spec.port or free_port(probe_host),
+        host=plan.host,
+        served_name=plan.model_id,
+        max_model_len=spec.max_model_len,
+        dtype=spec.dtype,
+        extra_args=[*extra, *spec.extra_args],
+        env=env,
+        log_path=plan.log_path,
+        enforce_eager=spec.enforce_eager,
+    )
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    if pid is None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:  # no /proc: fall back to signal 0
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class ServerGroup:
+    """The servers of one ``prour serve`` run; one failure stops them all."""
+
+    def __init__(self, plans: Sequence[ServerPlan], python: str | None, timeout_s: float):
+        self.plans = {plan.model_id: plan for plan in plans}
+        self.servers = {plan.model_id: vllm_server(plan, python) for plan in plans}
+        self.timeout_s = timeout_s
+        self.errors: list[tuple[str, str]] = []  # (model id, message) in the order they happened
+        self.pids: dict[str, int] = {}  # last known PID of each launched server (kept after stop)
+        self._lock = threading.Lock()
+
+    def record(self, status: str, error: str | None = None) -> dict[str, Any]:
+        """The endpoints record for the current state."""
+        servers = {}
+        for model_id, server in self.servers.items():
+            plan = self.plans[model_id]
+            servers[model_id] = {
+                "base_url": f"http://{plan.advertised_host}:{server.port}/v1",
+                "model": model_id,
+                "path": server.model_dir,
+                "roles": list(plan.roles),
+                "pid": self.pids.get(model_id),
+                "alive": process_alive(self.pids.get(model_id)),
+                "host": plan.host,
+                "port": server.port,
+                "gpus": plan.spec.gpus,
+                "log": str(plan.log_path),
+            }
+        return {
+            "status": status,
+            "error": error,
+            "pid": os.getpid(),
+            "node": socket.gethostname(),
+            "servers": servers,
+            "roles": {r: entry["base_url"] for entry in servers.values() for r in entry["roles"]},
+        }
+
+    def start(self, stop: threading.Event, on_change: Callable[[], None] = lambda: None) -> None:
+        """Start all servers in parallel; raise :class:`ServeError` as soon as one fails."""
+        threads = [
+            threading.Thread(
+                target=self._start_one, args=(model_id, stop), daemon=True, name=f"serve-{model_id}"
+            )
+            for model_id in self.servers
+        ]
+        for thread in threads:
+            thread.start()
+        signalled: set[int] = set()
+        while any(thread.is_alive() for thread in threads):
+            launched = {m: s.pid for m, s in self.servers.items() if s.pid is not None}
+            if launched.items() - self.pids.items():
+                self.pids.update(launched)
+                on_change()
+            if self.errors or stop.is_set():
+                self._signal_all(signalled)
+            for thread in threads:
+                thread.join(POLL_S / len(threads))
+        if self.errors:
+            self.stop()
+            raise ServeError(self.failure_message())
+        if stop.is_set():
+            self.stop()
+
+    def _start_one(self, model_id: str, stop: threading.Event) -> None:
+        """Thread body: start one server unless the group is already giving up."""
+        if stop.is_set() or self.errors:
+            return
+        try:
+            self.servers[model_id].start(timeout_s=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - every start failure is reported to the user
+            with self._lock:
+                self.errors.append((model_id, str(exc)))
+
+    def _signal_all(self, signalled: set[int]) -> None:
+        """TERM every launched server once, so threads still waiting for health return quickly."""
+        for server in self.servers.values():
+            pid = server.pid
+            if pid is None or pid in signalled:
+                continue
+            signalled.add(pid)
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def failure_message(self) -> str:
+        """The first failure in full; the servers stopped because of it by name only."""
+        first_id, first = self.errors[0]
+        others = [model_id for model_id, _ in self.errors[1:]]
+        tail = f"\n(also stopped: {', '.join(others)})" if others else ""
+        return f"server {first_id!r} could not start: {first}{tail}"
+
+    def first_dead(self) -> str | None:
+        """A message naming a server whose process has exited, or ``None`` if all run."""
+        for model_id, server in self.servers.items():
+            if not process_alive(server.pid):
+                plan = self.plans[model_id]
+                return (
+                    f"server {model_id!r} (pid {server.pid}) exited while serving; last log "
+                    f"lines of {plan.log_path}:\n{log_tail(plan.log_path)}"
+                )
+        return None
+
+    def watch(self, stop: threading.Event, poll_s: float = 1.0) -> str | None:
+        """Hold until ``stop`` is set (returns ``None``) or a server dies (returns why)."""
+        while not stop.wait(poll_s):
+            dead = self.first_dead()
+            if dead:
+                return dead
+        return None
+
+    def stop(self) -> None:
+        """Stop every server by PID (TERM, then KILL); safe to call more than once."""
+        for server in self.servers.values():
+            server.stop()
+
+
+def refuse_if_serving(path: Path) -> None:
+    """Refuse to start when a live ``prour serve`` on this node already owns the endpoints file."""
+    record = read_endpoints(path)
+    if not record or record["status"] not in ("starting", "ready"):
+        return
+    pid, node = record.get("pid"), record.get("node")
+    if node == socket.gethostname() and pid != os.getpid() and process_alive(pid):
+        raise ServeError(
+            f"{path} is owned by a running `prour serve` (pid {pid}); stop it first "
+            f"or pass another --endpoints file"
+        )
+
+
+def serve(
+    loaded: ClusterRecipe,
+    stop: threading.Event,
+    roles: Sequence[str] | None = None,
+    endpoints: Path | None = None,
+    on_ready: Callable[[dict[str, Any]], None] = lambda r: None,
+    poll_s: float = 1.0,
+) -> Path:
+    """Start the recipe's servers, publish the endpoints, hold until ``stop``; raise on failure."""
+    path = endpoints or endpoints_path(loaded.recipe)
+    refuse_if_serving(path)
+    plans = plan_servers(loaded, roles)
+    group = ServerGroup(plans, loaded.serve.python, loaded.serve.startup_timeout_s)
+    if not plans:
+        write_endpoints(path, group.record("ready"))
+        on_ready(group.record("ready"))
+        return path
+    started = time.monotonic()
+    try:
+        group.start(stop, on_change=lambda: write_endpoints(path, group.record("starting")))
+    except ServeError as exc:
+        write_endpoints(path, group.record("failed", str(exc)))
+        raise
+    if stop.is_set():
+        write_endpoints(path, group.record("stopped", "stopped before the servers were ready"))
+        return path
+    logger.info("%d server(s) ready after %.1f s", len(plans), time.monotonic() - started)
+    write_endpoints(path, group.record("ready"))
+    on_ready(group.record("ready"))
+    dead = None
+    try:
+        dead = group.watch(stop, poll_s)
+    finally:
+        group.stop()
+        write_endpoints(path, group.record("failed" if dead else "stopped", dead))
+    if dead:
+        raise ServeError(dead)
+    return path

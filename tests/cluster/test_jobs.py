@@ -1,0 +1,204 @@
+"""Submission and status logic against a recorded Slurm: sbatch chaining, manifest, state merging.
+
+The scontrol lines are copied from the local Slurm 22.05 cluster (trimmed to the fields read);
+the sacct lines follow `sacct -n -P -X --format=JobID,State,ExitCode`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cluster_helpers import write_recipe
+
+from prour.cluster.jobs import (
+    SubmitError,
+    expand_indices,
+    load_manifest,
+    parse_sacct,
+    parse_scontrol,
+    submit,
+    summarize,
+)
+from prour.cluster.recipe import load_cluster_recipe
+from prour.cluster.slurm import SubmitRequest, plan_submission
+
+SCONTROL = {
+    "1": "JobId=1 JobName=prour-unit-serve JobState=COMPLETED Reason=None Dependency=(null) "
+    "ExitCode=0:0",
+    "2": "JobId=2 JobName=prour-unit-train JobState=FAILED Reason=NonZeroExitCode "
+    "Dependency=(null) "
+    "ExitCode=1:0",
+    "3": "JobId=3 ArrayJobId=3 ArrayTaskId=0-1 JobName=prour-unit-eval JobState=CANCELLED "
+    "Reason=DependencyNeverSatisfied Dependency=afterok:2(failed) ExitCode=0:0",
+}
+
+
+class FakeSlurm:
+    """sbatch gives increasing ids, sacct acts as if accounting were off, scontrol reads a table."""
+
+    def __init__(self, scontrol: dict[str, str] | None = None, refuse: str | None = None):
+        self.calls: list[list[str]] = []
+        self.next_id = 1
+        self.scontrol = scontrol or {}
+        self.refuse = refuse
+
+    def __call__(self, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(cmd)
+        if cmd[0] == "sbatch":
+            if self.refuse and self.refuse in cmd[-1]:
+                return subprocess.CompletedProcess(
+                    cmd, 1, "", "sbatch: error: Invalid partition name"
+                )
+            job, self.next_id = self.next_id, self.next_id + 1
+            return subprocess.CompletedProcess(cmd, 0, f"{job};cluster\n", "")
+        if cmd[0] == "sacct":
+            return subprocess.CompletedProcess(cmd, 1, "", "Slurm accounting storage is disabled")
+        if cmd[0] == "scontrol":
+            line = self.scontrol.get(cmd[-1])
+            return subprocess.CompletedProcess(cmd, 0 if line else 1, line or "", "")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+def submitted(tmp_path: Path, runner: FakeSlurm, serve: dict | None = None) -> dict:
+    data = {
+        "name": "unit",
+        "run_dir": str(tmp_path / "run"),
+        "models": {"generator": {"backend": "hf", "path": "gen"}},
+        "eval": {"seeds": [0, 1], "domains": ["retail"]},
+    }
+    if serve:
+        data["serve"] = serve
+        data["models"]["user"] = {"backend": "openai", "model": next(iter(serve["models"]))}
+    path = write_recipe(tmp_path / "recipe.yaml", data)
+    loaded = load_cluster_recipe(path)
+    request = SubmitRequest(path, ["serve", "train", "eval"], tmp_path / "run", [], tmp_path)
+    return submit(loaded, request, plan_submission(loaded, request), runner=runner)
+
+
+def test_submit_chains_jobs_and_writes_the_manifest(tmp_path: Path) -> None:
+    runner = FakeSlurm()
+    manifest = submitted(tmp_path, runner)
+    sbatch = [c for c in runner.calls if c[0] == "sbatch"]
+    assert sbatch[0][-1].endswith("serve.sbatch") and not any(
+        a.startswith("--dependency") for a in sbatch[0]
+    )
+    assert "--dependency=afterok:1" in sbatch[1] and "--kill-on-invalid-dep=yes" in sbatch[1]
+    assert "--dependency=afterok:2" in sbatch[2]
+    assert load_manifest(tmp_path / "run") == manifest
+    stages = {e["stage"]: e for e in manifest["stages"]}
+    assert [e["stage"] for e in manifest["stages"]] == ["serve", "train", "eval"]
+    assert stages["train"]["log"] == str(tmp_path / "run/slurm/logs/train-2.out")
+    assert [(t["seed"], t["domain"], t["log"]) for t in stages["eval"]["tasks"]] == [
+        (0, "retail", str(tmp_path / "run/slurm/logs/eval-3_0.out")),
+        (1, "retail", str(tmp_path / "run/slurm/logs/eval-3_1.out")),
+    ]
+    assert Path(stages["eval"]["script"]).read_text().startswith("#!/bin/bash")
+
+
+def test_a_serving_recipe_gets_a_stop_job_after_the_others(tmp_path: Path) -> None:
+    runner = FakeSlurm()
+    manifest = submitted(tmp_path, runner, serve={"models": {"big": {}}})
+    stop = runner.calls[-1]
+    assert "--dependency=afterany:2:3" in stop
+    assert stop[-1] == "scancel --batch --signal=TERM 1"
+    assert "--dependency=after:1" in runner.calls[1]
+    assert manifest["stages"][-1]["stage"] == "serve_stop"
+
+
+def test_a_refused_stage_cancels_what_was_submitted(tmp_path: Path) -> None:
+    runner = FakeSlurm(refuse="eval.sbatch")
+    with pytest.raises(
+        SubmitError, match="sbatch refused stage 'eval'.*Invalid partition.*\\(1, 2\\)"
+    ):
+        submitted(tmp_path, runner)
+    assert runner.calls[-1] == ["scancel", "1", "2"]
+    assert not (tmp_path / "run" / "slurm_jobs.json").exists()
+
+
+def test_status_names_the_failed_stage_from_scontrol_and_status_files(tmp_path: Path) -> None:
+    manifest = submitted(tmp_path, FakeSlurm())
+    status_dir = tmp_path / "run" / "slurm" / "status"
+    (status_dir / "serve").write_text("job=1\nstart=100.0\nend=101.0\nrc=0\n")
+    (status_dir / "train").write_text("job=2\nstart=102.0\nend=110.5\nrc=1\n")
+    report = summarize(manifest, FakeSlurm(SCONTROL))
+    assert report.source == "scontrol"
+    states = [(u.label, u.state, u.exit_code) for u in report.units]
+    assert states == [
+        ("serve", "COMPLETED", 0),
+        ("train", "FAILED", 1),
+        ("eval[0] seed 0 retail", "CANCELLED", None),
+        ("eval[1] seed 1 retail", "CANCELLED", None),
+    ]
+    assert report.failed is not None and report.failed.stage == "train"
+    assert report.failed.log == str(tmp_path / "run/slurm/logs/train-2.out")
+    assert report.never_ran == ["eval"] and report.finished
+
+
+def test_status_without_any_slurm_record_uses_the_status_files(tmp_path: Path) -> None:
+    manifest = submitted(tmp_path, FakeSlurm())
+    status_dir = tmp_path / "run" / "slurm" / "status"
+    for name, rc in (("serve", 0), ("train", 0), ("eval.0", 0), ("eval.1", 2)):
+        (status_dir / name).write_text(f"start=1.0\nend=2.0\nrc={rc}\n")
+    report = summarize(manifest, FakeSlurm())  # Slurm purged the jobs: no scontrol record
+    assert [u.state for u in report.units] == ["COMPLETED", "COMPLETED", "COMPLETED", "FAILED"]
+    assert report.failed.label == "eval[1] seed 1 retail" and report.failed.exit_code == 2
+
+
+def test_sacct_records_win_when_accounting_is_on() -> None:
+    text = "5|COMPLETED|0:0\n6|FAILED|2:0\n7_0|TIMEOUT|0:15\n7_[1-2]|CANCELLED by 0|0:0\n"
+    records = parse_sacct(text)
+    assert {k: (r.state, r.exit_code) for k, r in records.items()} == {
+        "5": ("COMPLETED", 0),
+        "6": ("FAILED", 2),
+        "7_0": ("TIMEOUT", 143),
+        "7_1": ("CANCELLED", 0),
+        "7_2": ("CANCELLED", 0),
+    }
+
+
+def test_scontrol_array_lines_expand_to_tasks() -> None:
+    records = parse_scontrol(
+        SCONTROL["3"] + "\n" + "JobId=9 ArrayJobId=8 ArrayTaskId=4 JobState=RUNNING "
+        "Reason=None ExitCode=0:0"
+    )
+    assert sorted(records) == ["3_0", "3_1", "8_4"]
+    assert records["3_1"].reason == "DependencyNeverSatisfied" and records["8_4"].reason is None
+    assert expand_indices("[0-2,5,7-8%2]") == [0, 1, 2, 5, 7, 8]
+
+
+def test_cli_status_exit_code_and_message(tmp_path: Path) -> None:
+    """`prour slurm status` on a run whose jobs Slurm no longer knows (no slurm binaries needed)."""
+    manifest = submitted(tmp_path, FakeSlurm())
+    status_dir = tmp_path / "run" / "slurm" / "status"
+    (status_dir / "serve").write_text("start=1\nend=2\nrc=0\n")
+    (status_dir / "train").write_text("start=3\nend=4\nrc=1\n")
+    log = Path(manifest["stages"][1]["log"])
+    log.write_text("Traceback ...\nFileNotFoundError: data/dataset/train.parquet\n")
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no Slurm client at all
+    done = subprocess.run(
+        [sys.executable, "-m", "prour.cli.main", "slurm", "status", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "failed stage: train" in done.stdout and f"log: {log}" in done.stdout
+    assert "never ran: eval" in done.stdout and "FileNotFoundError" in done.stdout
+    assert json.loads((tmp_path / "run" / "slurm_jobs.json").read_text())["name"] == "unit"
+
+
+def test_submission_records_its_provenance(tmp_path: Path) -> None:
+    submitted(tmp_path, FakeSlurm())
+    folder = tmp_path / "run" / "slurm"
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert provenance["stages"] == ["serve", "train", "eval"] and provenance["seed"] == 0
+    resolved = yaml.safe_load((folder / "recipe.resolved.yaml").read_text())
+    assert resolved["eval"]["seeds"] == [0, 1] and resolved["name"] == "unit"
+    assert resolved["slurm"]["kill_on_invalid_dep"] is True

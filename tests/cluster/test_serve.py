@@ -1,0 +1,297 @@
+"""`prour serve` orchestration with a stand-in vLLM: planning, fail-fast start, endpoints, stop.
+
+The stand-in answers /health like vLLM, so these run in seconds; the real vLLM CPU server is
+exercised in test_serve_vllm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from cluster_helpers import alive, write_recipe
+
+from prour.cluster.endpoints import read_endpoints, write_endpoints
+from prour.cluster.recipe import load_cluster_recipe
+from prour.cluster.serve import ServeError, plan_servers, serve
+from prour.config import ConfigError, load_recipe
+
+
+def frozen_recipe(tmp_path: Path, python: Path, models: dict, roles: dict | None = None) -> Path:
+    """A recipe whose openai roles are served by ``models`` (model id -> serve spec)."""
+    roles = roles or {"decomposer": "big", "user": "big", "verifier": "big"}
+    data = {
+        "name": "frozen",
+        "run_dir": str(tmp_path / "run"),
+        "models": {role: {"backend": "openai", "model": mid} for role, mid in roles.items()},
+        "serve": {"python": str(python), "startup_timeout_s": 30, "models": models},
+    }
+    return write_recipe(tmp_path / "recipe.yaml", data)
+
+
+def model_dir(tmp_path: Path, name: str, broken: bool = False) -> str:
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    if broken:
+        (folder / "BROKEN").write_text("")
+    return str(folder)
+
+
+def run_in_thread(loaded, stop: threading.Event, **kwargs) -> tuple[threading.Thread, dict]:
+    """Run serve() in a thread; the outcome (path or error) lands in the returned dict."""
+    outcome: dict = {}
+
+    def body() -> None:
+        try:
+            outcome["path"] = serve(loaded, stop, poll_s=0.1, **kwargs)
+        except ServeError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def wait_status(path: Path, status: str, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = read_endpoints(path)
+        if record and record["status"] == status:
+            return record
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never reached status {status!r} (last: {read_endpoints(path)})")
+
+
+def test_roles_sharing_a_model_share_one_server(tmp_path: Path, fake_vllm_python: Path) -> None:
+    models = {
+        "big": {"path": model_dir(tmp_path, "big")},
+        "judge-m": {"path": model_dir(tmp_path, "j")},
+    }
+    roles = {"decomposer": "big", "user": "big", "judge": "judge-m"}
+    loaded = load_cluster_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles))
+    plans = plan_servers(loaded)
+    assert [(p.model_id, p.roles) for p in plans] == [
+        ("big", ("decomposer", "user")),
+        ("judge-m", ("judge",)),
+    ]
+    assert [p.model_id for p in plan_servers(loaded, ["judge"])] == ["judge-m"]
+    assert plans[0].host == "127.0.0.1"
+    assert plans[0].log_path == tmp_path / "run" / "serve" / "big.log"
+    with pytest.raises(ServeError, match="unknown role 'jugde'"):
+        plan_servers(loaded, ["jugde"])
+    with pytest.raises(ServeError, match="role 'agent' is not in the recipe"):
+        plan_servers(loaded, ["agent"])
+
+
+@pytest.mark.parametrize(
+    ("serve_models", "key", "fragment"),
+    [
+        (
+            {"big": {"port": 8000}, "small": {"port": 8000}},
+            "serve.models.small.port",
+            "already used",
+        ),
+        (
+            {"big": {"gpus": [0], "tensor_parallel_size": 2}},
+            "serve.models.big.gpus",
+            "tensor_parallel_size=2",
+        ),
+        (
+            {"big": {"gpus": [0, 1]}, "small": {"gpus": [1]}},
+            "serve.models.small.gpu_memory_utilization",
+            "add up to 1.8",
+        ),
+    ],
+)
+def test_placement_errors_name_the_key(
+    tmp_path: Path, serve_models: dict, key: str, fragment: str
+) -> None:
+    path = frozen_recipe(tmp_path, Path(sys.executable), serve_models)
+    with pytest.raises(ConfigError) as info:
+        load_cluster_recipe(path)
+    assert info.value.key == key
+    assert fragment in str(info.value)
+
+
+def test_shared_gpu_is_fine_when_shares_fit(tmp_path: Path) -> None:
+    serve_models = {
+        "big": {"gpus": [0], "gpu_memory_utilization": 0.5},
+        "small": {"gpus": [0], "gpu_memory_utilization": 0.4},
+    }
+    loaded = load_cluster_recipe(frozen_recipe(tmp_path, Path(sys.executable), serve_models))
+    assert set(loaded.serve.models) == {"big", "small"}
+
+
+def test_unserved_openai_role_is_refused(tmp_path: Path) -> None:
+    path = frozen_recipe(tmp_path, Path(sys.executable), {"bigg": {}})
+    with pytest.raises(ConfigError) as info:
+        load_cluster_recipe(path)
+    assert info.value.key == "models.decomposer.model"
+    assert "Did you mean 'bigg'" in str(info.value)
+
+
+def test_serve_publishes_endpoints_and_stops_by_pid(tmp_path: Path, fake_vllm_python: Path) -> None:
+    models = {
+        "big": {"path": model_dir(tmp_path, "big"), "gpus": [3, 1], "tensor_parallel_size": 2},
+        "judge-m": {"path": model_dir(tmp_path, "j")},
+    }
+    roles = {"decomposer": "big", "user": "big", "judge": "judge-m"}
+    loaded = load_cluster_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles))
+    stop = threading.Event()
+    thread, outcome = run_in_thread(loaded, stop)
+    endpoints = tmp_path / "run" / "endpoints.json"
+    record = wait_status(endpoints, "ready")
+    pids = [server["pid"] for server in record["servers"].values()]
+    for server in record["servers"].values():
+        url = server["base_url"].removesuffix("/v1") + "/health"
+        assert httpx.get(url, timeout=5).status_code == 200
+    assert record["servers"]["big"]["roles"] == ["decomposer", "user"]
+    assert record["roles"] == {
+        "decomposer": record["servers"]["big"]["base_url"],
+        "user": record["servers"]["big"]["base_url"],
+        "judge": record["servers"]["judge-m"]["base_url"],
+    }
+    log = Path(record["servers"]["big"]["log"]).read_text()
+    assert "CUDA_VISIBLE_DEVICES= 3,1" in log and "--tensor-parallel-size 2" in log
+    stop.set()
+    thread.join(30)
+    assert not thread.is_alive() and "error" not in outcome
+    assert not any(alive(pid) for pid in pids)
+    assert read_endpoints(endpoints)["status"] == "stopped"
+
+
+def test_failed_start_stops_the_others_quickly(
+    tmp_path: Path, fake_vllm_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_DELAY", "120")  # the healthy server would take two minutes
+    models = {
+        "big": {"path": model_dir(tmp_path, "big")},
+        "judge-m": {"path": model_dir(tmp_path, "j", broken=True)},
+    }
+    roles = {"user": "big", "judge": "judge-m"}
+    loaded = load_cluster_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles))
+    started = time.monotonic()
+    thread, outcome = run_in_thread(loaded, threading.Event())
+    thread.join(60)
+    elapsed = time.monotonic() - started
+    assert elapsed < 20, f"a failed start took {elapsed:.1f} s to report"
+    error = str(outcome["error"])
+    assert "server 'judge-m' could not start" in error and "no model weights" in error
+    record = read_endpoints(tmp_path / "run" / "endpoints.json")
+    assert record["status"] == "failed" and "judge-m" in record["error"]
+    big_pid = record["servers"]["big"]["pid"]
+    assert big_pid is not None and not alive(big_pid)
+
+
+def test_endpoints_fill_openai_base_urls(tmp_path: Path, fake_vllm_python: Path) -> None:
+    recipe_path = frozen_recipe(
+        tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big")}}
+    )
+    base = {
+        k: v
+        for k, v in __import__("yaml").safe_load(recipe_path.read_text()).items()
+        if k != "serve"
+    }
+    plain = write_recipe(tmp_path / "plain.yaml", base)
+    assert load_recipe(plain).models["user"].base_url is None  # nothing published yet
+    loaded = load_cluster_recipe(recipe_path)
+    stop = threading.Event()
+    thread, _ = run_in_thread(loaded, stop)
+    record = wait_status(tmp_path / "run" / "endpoints.json", "ready")
+    resolved = load_recipe(plain)
+    assert {r: m.base_url for r, m in resolved.models.items()} == {
+        r: record["servers"]["big"]["base_url"] for r in ("decomposer", "user", "verifier")
+    }
+    stop.set()
+    thread.join(30)
+    assert load_recipe(plain).models["user"].base_url is None  # stopped servers are not used
+    from prour.llm.registry import build_llm
+
+    with pytest.raises(ValueError, match="prour serve"):
+        build_llm(load_recipe(plain).models["user"])
+
+
+def test_cli_serve_holds_until_sigterm(tmp_path: Path, fake_vllm_python: Path) -> None:
+    recipe_path = frozen_recipe(
+        tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big")}}
+    )
+    endpoints = tmp_path / "eps.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prour.cli.main",
+            "serve",
+            "--recipe",
+            str(recipe_path),
+            "--endpoints",
+            str(endpoints),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        record = wait_status(endpoints, "ready", timeout_s=60)
+        time.sleep(0.5)
+        assert proc.poll() is None  # still in the foreground
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "big: http://127.0.0.1:" in out
+    assert not alive(record["servers"]["big"]["pid"])
+    assert json.loads(endpoints.read_text())["status"] == "stopped"
+
+
+def test_cli_reports_a_start_failure(tmp_path: Path, fake_vllm_python: Path) -> None:
+    recipe_path = frozen_recipe(
+        tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big", broken=True)}}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "prour.cli.main", "serve", "--recipe", str(recipe_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "server 'big' could not start" in done.stderr and "exited with code 3" in done.stderr
+
+
+def test_a_second_serve_on_the_same_endpoints_is_refused(
+    tmp_path: Path, fake_vllm_python: Path
+) -> None:
+    recipe_path = frozen_recipe(
+        tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big")}}
+    )
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        endpoints = tmp_path / "run" / "endpoints.json"
+        write_endpoints(
+            endpoints,
+            {"status": "ready", "pid": owner.pid, "node": socket.gethostname(), "servers": {}},
+        )
+        with pytest.raises(
+            ServeError, match=f"owned by a running `prour serve` \\(pid {owner.pid}\\)"
+        ):
+            serve(load_cluster_recipe(recipe_path), threading.Event())
+    finally:
+        owner.kill()
+        owner.wait()
+    stopped = threading.Event()
+    stopped.set()  # the owner is gone: a new serve may take the file over (and stops at once here)
+    path = serve(load_cluster_recipe(recipe_path), stopped)
+    assert read_endpoints(path)["status"] == "stopped"

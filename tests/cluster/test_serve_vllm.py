@@ -1,0 +1,149 @@
+"""`prour serve` against the real vLLM CPU server with the tiny model (needs .venv-vllm).
+
+One test serves the tiny model, reads the endpoints through the recipe as train/eval do, makes a
+chat call and stops with SIGINT. The other points vLLM at a folder that holds no model: the
+command must fail with vLLM's reason long before the time limit. (That a failure also stops the
+other servers is tested with a stand-in server in test_serve.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cluster_helpers import alive, write_recipe
+
+from prour.config import load_recipe
+from prour.llm.base import ChatRequest, SamplingParams
+from prour.llm.registry import build_llm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+START_TIMEOUT_S = float(os.environ.get("PROUR_VLLM_START_TIMEOUT", "300"))
+
+
+def served(model_dir: Path) -> dict:
+    return {
+        "path": str(model_dir),
+        "dtype": "float32",
+        "enforce_eager": True,
+        "max_model_len": 2048,
+    }
+
+
+def recipes(tmp_path: Path, python: Path, serve_models: dict, roles: dict) -> tuple[Path, Path]:
+    """The serving recipe, and the same recipe without its serve section (what a stage reads)."""
+    base = {
+        "name": "vllm-serve",
+        "run_dir": str(tmp_path / "run"),
+        "models": {
+            role: {"backend": "openai", "model": mid, "max_retries": 1, "timeout_s": 60}
+            for role, mid in roles.items()
+        },
+    }
+    serving = write_recipe(
+        tmp_path / "serving.yaml",
+        {
+            **base,
+            "serve": {
+                "python": str(python),
+                "startup_timeout_s": START_TIMEOUT_S,
+                "models": serve_models,
+            },
+        },
+    )
+    return serving, write_recipe(tmp_path / "stage.yaml", base)
+
+
+def start_serve(recipe: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "prour.cli.main", "serve", "--recipe", str(recipe)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_status(path: Path, proc: subprocess.Popen[str], wanted: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.is_file():
+            record = json.loads(path.read_text())
+            if record["status"] == wanted:
+                return record
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"prour serve exited early ({proc.returncode}): {proc.stderr.read()}"
+            )
+        time.sleep(0.5)
+    raise AssertionError(f"{path} never said {wanted!r}")
+
+
+def test_serve_tiny_model_endpoints_chat_and_clean_stop(
+    vllm_python: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    serving, stage = recipes(
+        tmp_path, vllm_python, {"tiny": served(tiny_model_dir)}, {"user": "tiny", "judge": "tiny"}
+    )
+    proc = start_serve(serving)
+    try:
+        record = read_status(
+            tmp_path / "run" / "endpoints.json", proc, "ready", START_TIMEOUT_S + 30
+        )
+        server = record["servers"]["tiny"]
+        assert server["roles"] == ["user", "judge"] and server["base_url"].startswith(
+            "http://127.0.0.1:"
+        )
+        resolved = load_recipe(stage)  # a train/eval stage loading its recipe
+        assert resolved.models["user"].base_url == server["base_url"]
+        llm = build_llm(resolved.models["user"])
+        try:
+            request = ChatRequest(
+                [{"role": "user", "content": "Where is my order?"}],
+                SamplingParams(temperature=0.0, max_tokens=6, seed=0),
+            )
+            (completions,) = llm.chat([request])
+        finally:
+            llm.close()
+        assert len(completions) == 1 and 1 <= completions[0].completion_tokens <= 6
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "tiny: http://127.0.0.1:" in out
+    assert not alive(server["pid"]), f"vLLM pid {server['pid']} survived prour serve"
+    assert json.loads((tmp_path / "run" / "endpoints.json").read_text())["status"] == "stopped"
+    assert load_recipe(stage).models["user"].base_url is None
+
+
+def test_a_model_folder_vllm_cannot_load_fails_fast(vllm_python: Path, tmp_path: Path) -> None:
+    """vLLM exits on a folder without a model: `prour serve` reports why, well before the limit."""
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    serving, _ = recipes(tmp_path, vllm_python, {"broken": served(empty)}, {"judge": "broken"})
+    started = time.monotonic()
+    proc = start_serve(serving)
+    try:
+        _, err = proc.communicate(timeout=START_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1
+    assert "server 'broken' could not start" in err and "exited with code" in err
+    assert str(empty) in err  # vLLM's own reason, from the log tail, names the folder
+    record = json.loads((tmp_path / "run" / "endpoints.json").read_text())
+    assert record["status"] == "failed" and "broken" in record["error"]
+    pid = record["servers"]["broken"]["pid"]
+    assert pid is not None and not alive(pid)
+    assert elapsed < START_TIMEOUT_S / 2, f"failure took {elapsed:.0f} s to report"

@@ -1,0 +1,250 @@
+"""The pipeline on a real single-node Slurm (Debian's slurmctld/slurmd, started for the session).
+
+Runs as root (CI); elsewhere the fixture skips unless PROUR_REQUIRE_SLURM=1. Jobs run the real
+`prour` commands from this checkout's environment, so these tests take minutes, not seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_helpers import FAKE_VLLM, alive, write_recipe
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "recipes" / "smoke.yaml"
+JOB_TIMEOUT_S = 900
+# Resources that fit a laptop-sized node: the templates ask for GPU-node sizes by default.
+SMALL = [
+    "slurm.defaults.cpus_per_task=1",
+    "slurm.defaults.mem=1G",
+    "slurm.defaults.gpus_per_node=0",
+    "slurm.defaults.time=00:20:00",
+]
+
+
+def prour(
+    cluster: Any, *args: str, cwd: Path = REPO, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the prour CLI against the local cluster."""
+    return subprocess.run(
+        [sys.executable, "-m", "prour.cli.main", *args],
+        cwd=cwd,
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def submit(cluster: Any, recipe: Path, run_dir: Path, stages: str, overrides: list[str]) -> dict:
+    sets = [part for item in [*SMALL, *overrides] for part in ("--set", item)]
+    done = prour(
+        cluster,
+        "slurm",
+        "submit",
+        "--recipe",
+        str(recipe),
+        "--stages",
+        stages,
+        "--run-dir",
+        str(run_dir),
+        *sets,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads((run_dir / "slurm_jobs.json").read_text())
+
+
+def wait_done(cluster: Any, manifest: dict, timeout_s: float = JOB_TIMEOUT_S) -> None:
+    """Wait until none of the manifest's jobs is queued or running."""
+    ids = {entry["job_id"] for entry in manifest["stages"]}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        queue = subprocess.run(
+            ["squeue", "-h", "-o", "%F"],
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout.split()
+        if not ids & set(queue):
+            return
+        time.sleep(2)
+    logs = "\n".join(
+        f"--- {p}\n{p.read_text()[-2000:]}"
+        for p in sorted(Path(manifest["run_dir"]).glob("slurm/logs/*.out"))
+    )
+    raise AssertionError(f"jobs {sorted(ids)} still queued after {timeout_s} s\n{logs}")
+
+
+def status_of(run_dir: Path, name: str) -> dict[str, str]:
+    text = (run_dir / "slurm" / "status" / name).read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def scontrol(cluster: Any, job: str) -> str:
+    return subprocess.run(
+        ["scontrol", "show", "job", "-o", job],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+
+
+def smoke_inputs(tmp_path: Path, model_dir: Path) -> list[str]:
+    """A two-state dataset and overrides pointing the smoke recipe at it and at the tiny model."""
+    from prour.data.dataset import Instance, write_rows
+
+    rows = []
+    for i, mode in enumerate(("clarify", "verify")):
+        target = (
+            "I want to exchange the blue shirt in order #W1001."
+            if mode == "clarify"
+            else ('{"arguments":{"order_id":"#W1001"},"tool":"get_order_details"}')
+        )
+        history = [{"role": "user", "content": "Hi, I need help with an order."}]
+        instance = Instance(
+            mode,
+            "retail",
+            str(i),
+            f"traj-{i}",
+            1,
+            history,
+            [{"role": "user", "content": "Ask one question."}],
+            target,
+            0.5,
+            0.2,
+            0.7,
+            False,
+            0,
+            8,
+            12,
+            0,
+            "v1",
+        )
+        rows.append(instance.to_row(i))
+    train_file = write_rows(rows, tmp_path / "data" / "train.parquet")
+    tiny = str(model_dir)
+    model = f"{{backend: hf, path: {tiny}, device: cpu, dtype: float32}}"
+    return [
+        f"models.generator={model}",
+        f"models.strict_user={model}",
+        f"models.verifier={model}",
+        f"models.agent={model}",
+        f"models.user={model}",
+        f"train.train_file={train_file}",
+        "train.val_file=null",
+        "train.total_steps=1",
+        "train.states_per_step=2",
+        "train.save_every=1",
+        "train.rollout.max_response_tokens=8",
+        f"train.output_dir={tmp_path / 'checkpoints'}",
+        "eval.methods=[base]",
+        "eval.seeds=[0,1]",
+        "eval.domains=[retail]",
+        "eval.max_tasks=1",
+        "eval.concurrency=1",
+        "eval.agent_max_tokens=8",
+        "eval.user_max_tokens=8",
+        "eval.judge=false",
+        "env.max_steps=2",
+    ]
+
+
+def test_smoke_pipeline_runs_in_order(
+    slurm_cluster: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """serve (nothing to serve) -> train -> eval array: each starts after the one before ends."""
+    run_dir = tmp_path / "run"
+    manifest = submit(
+        slurm_cluster, SMOKE, run_dir, "serve,train,eval", smoke_inputs(tmp_path, tiny_model_dir)
+    )
+    wait_done(slurm_cluster, manifest)
+    report = prour(slurm_cluster, "slurm", "status", str(run_dir))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "all stages done" in report.stdout
+    serve, train = status_of(run_dir, "serve"), status_of(run_dir, "train")
+    evals = [status_of(run_dir, f"eval.{i}") for i in range(2)]
+    assert [s["rc"] for s in (serve, train, *evals)] == ["0"] * 4
+    assert float(serve["end"]) <= float(train["start"])
+    assert all(float(train["end"]) <= float(e["start"]) for e in evals)
+    assert sorted((tmp_path / "checkpoints").glob("step_*")), "training wrote no checkpoint"
+    results = [
+        json.loads(line) for line in (run_dir / "eval" / "results.jsonl").read_text().splitlines()
+    ]
+    assert sorted({r["seed"] for r in results}) == [0, 1]
+    assert json.loads((run_dir / "endpoints.json").read_text())["servers"] == {}
+
+
+def test_failed_stage_stops_its_dependants(slurm_cluster: Any, tmp_path: Path) -> None:
+    """Train fails at run time; the eval array never starts and status names train and its log."""
+    run_dir = tmp_path / "run"
+    broken = [
+        "train.train_file=/nonexistent/train.parquet",
+        "models.generator.path=/nonexistent/model",
+        "eval.seeds=[0,1]",
+        "eval.domains=[retail]",
+    ]
+    manifest = submit(slurm_cluster, SMOKE, run_dir, "serve,train,eval", broken)
+    wait_done(slurm_cluster, manifest)
+    stages = {entry["stage"]: entry for entry in manifest["stages"]}
+    assert status_of(run_dir, "serve")["rc"] == "0"
+    assert status_of(run_dir, "train")["rc"] != "0"
+    assert not list((run_dir / "slurm" / "status").glob("eval*")), (
+        "an eval task ran after train failed"
+    )
+    shown = scontrol(slurm_cluster, stages["eval"]["job_id"])
+    assert "JobState=CANCELLED" in shown and "Reason=DependencyNeverSatisfied" in shown
+    report = prour(slurm_cluster, "slurm", "status", str(run_dir))
+    assert report.returncode == 1
+    train_log = stages["train"]["log"]
+    assert "failed stage: train" in report.stdout and f"log: {train_log}" in report.stdout
+    assert "never ran: eval" in report.stdout
+    assert "/nonexistent" in Path(train_log).read_text()
+
+
+def test_serve_stage_holds_until_the_others_end(slurm_cluster: Any, tmp_path: Path) -> None:
+    """A serving recipe: train starts once servers are up; the stop job ends serve cleanly."""
+    python = tmp_path / "fake-vllm-python"
+    python.write_text(FAKE_VLLM.format(python=sys.executable))
+    python.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    recipe = write_recipe(
+        tmp_path / "serving.yaml",
+        {
+            "name": "serving",
+            "run_dir": str(tmp_path / "run"),
+            "models": {"strict_user": {"backend": "openai", "model": "frozen"}},
+            "serve": {
+                "python": str(python),
+                "startup_timeout_s": 60,
+                "models": {"frozen": {"path": str(tmp_path / "model"), "env": {"FAKE_DELAY": "3"}}},
+            },
+            "train": {"train_file": "/nonexistent/train.parquet"},
+        },
+    )
+    run_dir = tmp_path / "run"
+    manifest = submit(slurm_cluster, recipe, run_dir, "serve,train", [])
+    wait_done(slurm_cluster, manifest)
+    serve, train = status_of(run_dir, "serve"), status_of(run_dir, "train")
+    assert serve["rc"] == "0", (run_dir / "slurm" / "logs").iterdir()
+    assert float(serve["start"]) <= float(train["start"]) <= float(serve["end"])
+    train_log = Path(
+        next(e["log"] for e in manifest["stages"] if e["stage"] == "train")
+    ).read_text()
+    assert '"status": "ready"' in train_log  # train waited for the published endpoints
+    endpoints = json.loads((run_dir / "endpoints.json").read_text())
+    assert endpoints["status"] == "stopped"
+    assert not alive(endpoints["servers"]["frozen"]["pid"])
+    assert [e["stage"] for e in manifest["stages"]] == ["serve", "train", "serve_stop"]
