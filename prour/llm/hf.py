@@ -1,26 +1,34 @@
 """The ``hf`` backend: a transformers causal LM in this process (CPU or one GPU).
 
-Generation runs our own batched decoding loop (left-padded prefill, KV cache, finished rows
-dropped from the batch) so that every sample draws from its own seeded random stream: a
-request's samples are the same whether it runs alone or in a batch. Scoring groups requests by
-context, encodes each shared context once and scores all of its targets as one right-padded
-batch continuing from the cached prefix. ``Completion.logprobs`` are the model's own log-probs of
-the chosen tokens (before temperature, top-k and top-p), as vLLM reports them by default.
+Generation runs our own batched decoding loop (KV cache, finished rows dropped from the batch)
+so that every sample draws from its own seeded random stream: a request's samples are the same
+whether it runs alone or in a batch. Equal prompts in one call are prefilled once. When the
+prompts of a batch are mostly one shared prefix (the decomposer's K·L action prompts, the n
+samples of one prompt), the batch is a token tree (:mod:`prour.llm.token_tree`): the prefix is
+encoded once, each prompt's rest once, and every sample decodes on its own branch without a copy
+of the prompt cache. Otherwise prompts are left-padded into one cache row per sample.
+
+Scoring reuses work on two levels: the token prefix common to all contexts of a call is encoded
+once, each distinct context's rest once on top of it, and every target is a branch on its
+context. ``Completion.logprobs`` are the model's own log-probs of the chosen tokens (before
+temperature, top-k and top-p), as vLLM reports them by default.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from prour.llm.base import ChatRequest, Completion, SamplingParams, ScoreRequest, ScoreResult
+from prour.llm.token_tree import MAX_TREE_QUERIES, TokenTree, runs_within, supports_token_tree
 from prour.llm.toolcalls import parse_tool_calls, split_thinking
 
 logger = logging.getLogger(__name__)
@@ -28,7 +36,8 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-# Contexts that share at least this many leading tokens are scored on one cached prefix.
+# Prompts (and scoring contexts) that share at least this many leading tokens are batched as
+# one token tree over that prefix, encoded once.
 MIN_SHARED_PREFIX = 16
 
 
@@ -219,12 +228,21 @@ class HFLLM:
         """Token ids of ``text`` without any added special tokens."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _context_ids(self, index: int, request: ScoreRequest) -> list[int]:
+    def _encode_once(self, text: str, memo: dict[str, list[int]]) -> list[int]:
+        """``encode`` through a per-call memo: equal texts of one call are tokenized once."""
+        if text not in memo:
+            memo[text] = self.encode(text)
+        return memo[text]
+
+    def _context_ids(
+        self, index: int, request: ScoreRequest, memo: dict[str, list[int]]
+    ) -> list[int]:
         """Token ids of a score request's context (chat contexts end with the generation prompt)."""
         if isinstance(request.context, str):
-            ids = self.encode(request.context)
+            ids = self._encode_once(request.context, memo)
         else:
-            ids = self.encode(self.render_chat(request.context, None, request.enable_thinking))
+            text = self.render_chat(request.context, None, request.enable_thinking)
+            ids = self._encode_once(text, memo)
         if not ids:
             raise ValueError(
                 f"score request {index}: the context is empty; the first target token "
@@ -246,20 +264,21 @@ class HFLLM:
     def chat(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
         """Generate ``n`` completions per request; batched, each sample on its own seeded stream."""
         with self._lock:
-            prompts = []
+            prompts, memo = [], {}
             for i, request in enumerate(requests):
-                ids = self.encode(
-                    self.render_chat(request.messages, request.tools, request.enable_thinking)
+                ids = self._encode_once(
+                    self.render_chat(request.messages, request.tools, request.enable_thinking), memo
                 )
                 self._check_length(f"chat request {i}: the prompt", len(ids), self.max_len - 1)
                 prompts.append(ids)
             rows = self._make_rows(requests, prompts)
             order = sorted(range(len(requests)), key=lambda i: len(prompts[i]))
             for chunk in self._request_chunks(order, requests):
+                distinct: dict[tuple[int, ...], int] = {}
                 chunk_rows = [row for i in chunk for row in rows[i]]
-                for row in chunk_rows:
-                    row.prompt = chunk.index(row.request)
-                self._generate([prompts[i] for i in chunk], chunk_rows)
+                for row in chunk_rows:  # equal prompts (n=1 requests with own seeds) share one
+                    row.prompt = distinct.setdefault(tuple(prompts[row.request]), len(distinct))
+                self._generate([list(p) for p in distinct], chunk_rows)
             return [
                 [self._completion(row, len(prompts[i])) for row in rows[i]]
                 for i in range(len(requests))
@@ -305,45 +324,30 @@ class HFLLM:
             mask[b, width - len(seq) :] = 1
         return ids.to(self.device), mask.to(self.device)
 
+    def _tree_enabled(self) -> bool:
+        """Whether shared prefixes are kept once in a token tree (reuse on, model supports it)."""
+        return self.prefix_reuse and supports_token_tree(self.model)
+
     @torch.inference_mode()
     def _generate(self, prompts: list[list[int]], rows: list[_Row]) -> None:
-        """Decode all ``rows`` to the end; each prompt is prefilled once and shared by its rows."""
-        from transformers import DynamicCache
-
-        ids, mask = self._left_pad(prompts)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        select = torch.tensor([row.prompt for row in rows], device=self.device)
-        cache.batch_select_indices(select)
-        mask, logits, next_pos = mask[select], out.logits[select, -1], positions[select, -1] + 1
-        active = list(range(len(rows)))
+        """Decode all ``rows`` to the end; each distinct prompt is prefilled once."""
+        state = self._decoding_state(prompts, rows)
+        logits, active = state.logits, list(range(len(rows)))
         while True:
             tokens = self._choose(logits, [rows[i] for i in active])
             keep = [k for k, i in enumerate(active) if rows[i].finish is None]
             if not keep:
                 return
-            if len(keep) < len(active):
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
-                active = [active[k] for k in keep]
-            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
-            out = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits, next_pos = out.logits[:, -1], next_pos + 1
+            active = [active[k] for k in keep]
+            logits = state.advance(tokens, keep)
+
+    def _decoding_state(self, prompts: list[list[int]], rows: list[_Row]) -> _Decoding:
+        """A token tree when the prompts are mostly one shared prefix, else padded cache rows."""
+        shared = self._common_prefix(prompts) if len(prompts) > 1 else len(prompts[0]) - 1
+        rests = sum(len(p) - shared for p in prompts)
+        if self._tree_enabled() and shared >= MIN_SHARED_PREFIX and rests <= shared:
+            return _TreeDecoding(self.model, prompts, rows, shared)
+        return _PaddedDecoding(self, prompts, rows)
 
     def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
         """Pick each row's next token (argmax or seeded sample), record it and check for the end."""
@@ -413,41 +417,30 @@ class HFLLM:
     # ---- scoring -------------------------------------------------------------------------
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
-        """Per-token log-probs of each target; a context shared by requests is encoded once."""
+        """Per-token log-probs of each target; shared prefixes and contexts are encoded once."""
         with self._lock:
-            pairs = []
+            pairs, memo = [], {}
             for i, request in enumerate(requests):
-                ctx, tgt = self._context_ids(i, request), self.encode(request.target)
+                ctx = self._context_ids(i, request, memo)
+                tgt = self._encode_once(request.target, memo)
                 self._check_length(
                     f"score request {i}: context + target", len(ctx) + len(tgt), self.max_len
                 )
                 pairs.append((ctx, tgt))
-            results: list[ScoreResult | None] = [None] * len(requests)
+            results = [ScoreResult([]) for _ in requests]
             groups: dict[tuple[int, ...], list[int]] = {}
             for i, (ctx, tgt) in enumerate(pairs):
-                if not tgt:
-                    results[i] = ScoreResult([])
-                elif self.prefix_reuse:
+                if tgt:
                     groups.setdefault(tuple(ctx), []).append(i)
-                else:
-                    groups[(i,) + tuple(ctx)] = [i]
-            singles = [members[0] for members in groups.values() if len(members) == 1]
-            shared = self._common_prefix([pairs[i][0] for i in singles]) if self.prefix_reuse else 0
-            if len(singles) > 1 and shared >= MIN_SHARED_PREFIX:
-                scored = self._score_common_prefix(shared, [pairs[i] for i in singles])
-                for i, lps in zip(singles, scored):
-                    results[i] = ScoreResult(lps)
-                singles = []
-            for chunk in self._token_chunks(
-                singles, [len(pairs[i][0]) + len(pairs[i][1]) for i in singles]
-            ):
-                for i, lps in zip(chunk, self._score_full([pairs[i] for i in chunk])):
-                    results[i] = ScoreResult(lps)
-            for members in (m for m in groups.values() if len(m) > 1):
-                targets = [pairs[i][1] for i in members]
-                for i, lps in zip(members, self._score_shared(pairs[members[0]][0], targets)):
-                    results[i] = ScoreResult(lps)
-            return [r for r in results if r is not None]
+            if not groups:
+                return results
+            if self._tree_enabled():
+                scored = self._score_grouped(pairs, list(groups.values()))
+            else:
+                scored = self._score_rows(pairs, [i for m in groups.values() for i in m])
+            for i, lps in scored.items():
+                results[i] = ScoreResult(lps)
+            return results
 
     @staticmethod
     def _common_prefix(contexts: list[list[int]]) -> int:
@@ -455,77 +448,114 @@ class HFLLM:
         if len(contexts) < 2:
             return 0
         limit = min(len(c) for c in contexts) - 1
-        first = contexts[0]
-        n = 0
-        while n < limit and all(c[n] == first[n] for c in contexts[1:]):
-            n += 1
-        return n
+        return min(len(os.path.commonprefix(contexts)), limit)  # works on any sequences
+
+    def _score_grouped(
+        self, pairs: list[tuple[list[int], list[int]]], groups: list[list[int]]
+    ) -> dict[int, list[float]]:
+        """One token tree when all distinct contexts share a long prefix; otherwise a tree per
+        context with several targets and padded rows for the contexts with one."""
+        contexts = [pairs[members[0]][0] for members in groups]
+        shared = self._common_prefix(contexts) if len(contexts) > 1 else len(contexts[0]) - 1
+        if len(contexts) == 1 or shared >= MIN_SHARED_PREFIX:
+            return self._score_tree(pairs, groups, shared)
+        scored: dict[int, list[float]] = {}
+        for members in groups:
+            if len(members) > 1:
+                own = len(pairs[members[0]][0]) - 1
+                scored.update(self._score_tree(pairs, [members], own))
+        singles = [members[0] for members in groups if len(members) == 1]
+        scored.update(self._score_rows(pairs, singles))
+        return scored
 
     @torch.inference_mode()
-    def _score_common_prefix(
-        self, shared: int, pairs: list[tuple[list[int], list[int]]]
-    ) -> list[list[float]]:
-        """Encode the contexts' shared prefix once; score each (rest of context + target) on it.
+    def _score_tree(
+        self, pairs: list[tuple[list[int], list[int]]], groups: list[list[int]], shared: int
+    ) -> dict[int, list[float]]:
+        """Two-level reuse: the prefix common to all contexts once, each context's rest once,
+        then the targets of each context as branches on it.
 
-        This is the group case of the reward (one history, different question/answer turns).
+        ``groups`` lists request indices by distinct context. A context with a single target
+        carries it in its own segment (one forward, as in a reward group's posteriors). Contexts
+        are taken in runs of at most ``MAX_TREE_QUERIES`` tokens and branches likewise; the tree
+        is cut back between runs, so no run attends to the slots of another.
         """
-        from transformers import DynamicCache
-
-        decoder = self.model.get_decoder()
-        cache = DynamicCache()
-        decoder(
-            input_ids=torch.tensor([pairs[0][0][:shared]], device=self.device),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        prefix = [(layer.keys, layer.values) for layer in cache.layers]
-        rests = [(ctx[shared:], tgt) for ctx, tgt in pairs]
-        out: dict[int, list[float]] = {}
-        lengths = [shared + len(r) + len(t) for r, t in rests]
-        for chunk in self._token_chunks(list(range(len(rests))), lengths):
-            scored = self._score_suffixes(decoder, prefix, shared, [rests[j] for j in chunk])
-            out.update(zip(chunk, scored))
-        return [out[j] for j in range(len(rests))]
-
-    def _score_suffixes(
-        self,
-        decoder: Any,
-        prefix: list[tuple[torch.Tensor, torch.Tensor]],
-        offset: int,
-        items: list[tuple[list[int], list[int]]],
-    ) -> list[list[float]]:
-        """(rest, target) rows right-padded on a copy of the cached prefix; rest is non-empty."""
-        from transformers import DynamicCache
-
-        size = len(items)
-        seqs = [rest + tgt for rest, tgt in items]
-        width = max(len(s) for s in seqs)
-        cache = DynamicCache(
-            [(k.expand(size, -1, -1, -1), v.expand(size, -1, -1, -1)) for k, v in prefix]
-        )
-        ids = torch.full((size, width), self.pad_id, dtype=torch.long)
-        for b, seq in enumerate(seqs):
-            ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        positions = torch.arange(offset, offset + width, device=self.device)[None, :].expand(
-            size, -1
-        )
-        hidden = decoder(
-            input_ids=ids.to(self.device),
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state
-        span = max(len(tgt) for _, tgt in items)
-        predicting = torch.stack(
-            [
-                torch.nn.functional.pad(
-                    hidden[b, len(rest) - 1 : len(rest) - 1 + len(tgt)],
-                    (0, 0, 0, span - len(tgt)),
+        contexts = [pairs[members[0]][0] for members in groups]
+        inline = [len(members) == 1 for members in groups]
+        segments = [
+            ctx[shared:] + (pairs[members[0]][1] if one else [])
+            for ctx, members, one in zip(contexts, groups, inline)
+        ]
+        tree = TokenTree(self.model, contexts[0][:shared])
+        scored: dict[int, list[float]] = {}
+        for start, end in runs_within([len(s) for s in segments], MAX_TREE_QUERIES):
+            tree.crop(shared)
+            hidden, visible = tree.extend(
+                tree.prefix_rows(end - start), segments[start:end], [shared] * (end - start)
+            )
+            begin = 0
+            last, rows, targets, owners = [], [], [], []
+            for g in range(start, end):
+                rest_end = begin + len(contexts[g]) - shared  # slot after the context's last token
+                last.append(hidden[rest_end - 1])
+                if inline[g]:
+                    target = pairs[groups[g][0]][1]
+                    rows.append(hidden[rest_end - 1 : rest_end - 1 + len(target)])
+                    targets.append(target)
+                    owners.append(groups[g][0])
+                begin += len(segments[g])
+            if targets:
+                scored.update(zip(owners, self._token_logprobs(torch.cat(rows), targets)))
+            items = [(g, i) for g in range(start, end) if not inline[g] for i in groups[g]]
+            if items:
+                scored.update(
+                    self._score_branches(tree, pairs, items, torch.stack(last), visible, start)
                 )
-                for b, (rest, tgt) in enumerate(items)
-            ]
-        )
-        return self._target_logprobs(predicting, [tgt for _, tgt in items])
+        return scored
+
+    def _score_branches(
+        self,
+        tree: TokenTree,
+        pairs: list[tuple[list[int], list[int]]],
+        items: list[tuple[int, int]],
+        last: torch.Tensor,
+        visible: torch.Tensor,
+        first: int,
+    ) -> dict[int, list[float]]:
+        """Score (context g, request i) targets as branches on contexts already in the tree.
+
+        last [G, H]: hidden state of each context's last token; visible [G, T]: its branch row;
+        row g - ``first`` belongs to context g.
+        """
+        base, scored = tree.length, {}
+        targets = [pairs[i][1] for _, i in items]
+        for start, end in runs_within([len(t) for t in targets], MAX_TREE_QUERIES):
+            tree.crop(base)
+            run = items[start:end]
+            rows = torch.tensor([g - first for g, _ in run], device=visible.device)
+            hidden, _ = tree.extend(
+                visible[rows], targets[start:end], [len(pairs[i][0]) for _, i in run]
+            )
+            predicting, offset = [], 0
+            for (g, _), target in zip(run, targets[start:end]):
+                predicting += [
+                    last[g - first : g - first + 1],
+                    hidden[offset : offset + len(target) - 1],
+                ]
+                offset += len(target)
+            lps = self._token_logprobs(torch.cat(predicting), targets[start:end])
+            scored.update(zip([i for _, i in run], lps))
+        return scored
+
+    def _score_rows(
+        self, pairs: list[tuple[list[int], list[int]]], indices: list[int]
+    ) -> dict[int, list[float]]:
+        """Score requests as right-padded full sequences, batched by length (no reuse)."""
+        scored: dict[int, list[float]] = {}
+        lengths = [len(pairs[i][0]) + len(pairs[i][1]) for i in indices]
+        for chunk in self._token_chunks(indices, lengths):
+            scored.update(zip(chunk, self._score_full([pairs[i] for i in chunk])))
+        return scored
 
     def _token_chunks(self, items: list[int], lengths: list[int]) -> Iterator[list[int]]:
         """Items sorted by length, batched within ``max_batch_size`` and ``max_batch_tokens``."""
@@ -545,12 +575,11 @@ class HFLLM:
         if chunk:
             yield chunk
 
-    def _target_logprobs(self, hidden: torch.Tensor, targets: list[list[int]]) -> list[list[float]]:
-        """Log-probs of each target from the hidden states predicting its tokens (one lm_head call).
+    def _token_logprobs(self, rows: torch.Tensor, targets: list[list[int]]) -> list[list[float]]:
+        """Log-probs of the targets' tokens from the hidden states predicting them, in order.
 
-        hidden [B, T, H] where hidden[b, j] predicts targets[b][j].
+        rows [sum of target lengths, H]: row j predicts the j-th token of the concatenated targets.
         """
-        rows = torch.cat([hidden[b, : len(t)] for b, t in enumerate(targets)])
         logp = torch.log_softmax(self.model.get_output_embeddings()(rows).float(), dim=-1)
         ids = torch.tensor([tok for t in targets for tok in t], device=logp.device)
         flat = logp.gather(1, ids[:, None]).squeeze(1).tolist()
@@ -571,67 +600,13 @@ class HFLLM:
         hidden = self.model.get_decoder()(
             input_ids=ids.to(self.device), use_cache=False
         ).last_hidden_state
-        span = max(len(tgt) for _, tgt in pairs)
-        predicting = torch.stack(
+        rows = torch.cat(
             [
-                torch.nn.functional.pad(
-                    hidden[b, len(ctx) - 1 : len(ctx) - 1 + len(tgt)], (0, 0, 0, span - len(tgt))
-                )
+                hidden[b, len(ctx) - 1 : len(ctx) - 1 + len(tgt)]
                 for b, (ctx, tgt) in enumerate(pairs)
             ]
         )
-        return self._target_logprobs(predicting, [tgt for _, tgt in pairs])
-
-    @torch.inference_mode()
-    def _score_shared(self, context: list[int], targets: list[list[int]]) -> list[list[float]]:
-        """Encode ``context`` once, then score its targets in batches continuing its KV cache."""
-        from transformers import DynamicCache
-
-        decoder = self.model.get_decoder()
-        cache = DynamicCache()
-        ctx = torch.tensor([context], device=self.device)
-        last = decoder(input_ids=ctx, past_key_values=cache, use_cache=True).last_hidden_state[
-            :, -1
-        ]
-        prefix = [(layer.keys, layer.values) for layer in cache.layers]
-        out: list[list[float]] = []
-        lengths = [len(context) + len(t) for t in targets]
-        for chunk in self._token_chunks(list(range(len(targets))), lengths):
-            out_chunk = self._score_continuations(
-                decoder, prefix, last, len(context), [targets[j] for j in chunk]
-            )
-            out.extend(zip(chunk, out_chunk))
-        return [lps for _, lps in sorted(out, key=lambda pair: pair[0])]
-
-    def _score_continuations(
-        self,
-        decoder: Any,
-        prefix: list[tuple[torch.Tensor, torch.Tensor]],
-        last: torch.Tensor,
-        offset: int,
-        targets: list[list[int]],
-    ) -> list[list[float]]:
-        """Targets as a right-padded batch on a copy of the cached prefix, expanded per row."""
-        from transformers import DynamicCache
-
-        size, width = len(targets), max(len(t) for t in targets)
-        cache = DynamicCache(
-            [(k.expand(size, -1, -1, -1), v.expand(size, -1, -1, -1)) for k, v in prefix]
-        )
-        ids = torch.full((size, width), self.pad_id, dtype=torch.long)
-        for b, tgt in enumerate(targets):
-            ids[b, : len(tgt)] = torch.tensor(tgt, dtype=torch.long)
-        positions = torch.arange(offset, offset + width, device=self.device)[None, :].expand(
-            size, -1
-        )
-        hidden = decoder(
-            input_ids=ids.to(self.device),
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state
-        predicting = torch.cat([last.expand(size, -1)[:, None, :], hidden[:, :-1]], dim=1)
-        return self._target_logprobs(predicting, targets)
+        return self._token_logprobs(rows, [tgt for _, tgt in pairs])
 
     def close(self) -> None:
         """Drop the model and free GPU memory; safe to call twice."""
@@ -640,3 +615,85 @@ class HFLLM:
                 self.model = None
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
+
+
+class _Decoding(Protocol):
+    """Cache state of a batch being decoded: next-token logits of the active rows."""
+
+    logits: torch.Tensor  # [A, V] for the active rows, in row order
+
+    def advance(self, tokens: torch.Tensor, keep: list[int]) -> torch.Tensor:
+        """Drop the rows not in ``keep``, feed the kept rows' ``tokens``; their next logits."""
+        ...
+
+
+class _PaddedDecoding:
+    """One cache row per sample: prompts left-padded and prefilled once, copied to their rows."""
+
+    def __init__(self, llm: HFLLM, prompts: list[list[int]], rows: list[_Row]):
+        from transformers import DynamicCache
+
+        self.model, self.device = llm.model, llm.device
+        ids, mask = llm._left_pad(prompts)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.cache = DynamicCache()
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        select = torch.tensor([row.prompt for row in rows], device=self.device)
+        self.cache.batch_select_indices(select)
+        self.mask, self.next_pos = mask[select], positions[select, -1] + 1
+        self.logits = out.logits[select, -1]
+
+    def advance(self, tokens: torch.Tensor, keep: list[int]) -> torch.Tensor:
+        if len(keep) < len(tokens):
+            index = torch.tensor(keep, device=self.device)
+            self.cache.batch_select_indices(index)
+            self.mask, self.next_pos, tokens = self.mask[index], self.next_pos[index], tokens[index]
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(keep), 1))], dim=1)
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=self.next_pos[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.next_pos = self.next_pos + 1
+        return out.logits[:, -1]
+
+
+class _TreeDecoding:
+    """All samples in one token tree: the shared prefix once, each prompt's rest once, then each
+    sample's tokens on its own branch (no per-row copies of the prompt cache)."""
+
+    def __init__(self, model: Any, prompts: list[list[int]], rows: list[_Row], shared: int):
+        self.tree = TokenTree(model, prompts[0][:shared])
+        self.head = model.get_output_embeddings()
+        rests = [p[shared:] for p in prompts]
+        hidden, visible = self.tree.extend(
+            self.tree.prefix_rows(len(prompts)), rests, [shared] * len(prompts)
+        )
+        ends = torch.tensor([len(r) for r in rests], device=hidden.device).cumsum(0) - 1
+        select = torch.tensor([row.prompt for row in rows], device=hidden.device)
+        self.logits = self.head(hidden[ends])[select]
+        self.visible = visible[select]
+        self.next_pos = torch.tensor(
+            [len(prompts[row.prompt]) for row in rows], device=select.device
+        )
+
+    def advance(self, tokens: torch.Tensor, keep: list[int]) -> torch.Tensor:
+        if len(keep) < len(tokens):
+            index = torch.tensor(keep, device=tokens.device)
+            self.visible, self.next_pos, tokens = (
+                self.visible[index],
+                self.next_pos[index],
+                tokens[index],
+            )
+        hidden, self.visible = self.tree.step(self.visible, tokens, self.next_pos)
+        self.next_pos = self.next_pos + 1
+        return self.head(hidden)

@@ -1,15 +1,22 @@
 """The uncertainty decomposer (paper 3.2, A.2.2): goal readings -> candidates -> scores -> AU/EU.
 
-One decision costs three backend calls, however large K and L are:
-1. one chat request with n=K for the goal interpretations;
-2. one batched chat call with K requests (n=L each) for the candidate actions;
-3. one batched score call for every (interpretation, candidate) pair; requests of the same
-   interpretation share one context, which backends compute once (KV / prefix reuse).
+Every sample is its own request with n=1 and its own seed (paper A.4.1: each call samples one
+reading or one action): sample j of the decision seeded s uses seed s + j, goal readings first
+(j < K), then reading k's actions (j = K + k·L + l). Explicit per-sample seeds make a sample the
+same whether it is sent alone or in a batch, on every backend that honours request seeds (hf,
+vLLM); an n=L request would leave the split of one seed over its samples to the backend.
+
+Batched (the default), one decision costs three backend calls, however large K and L are:
+1. one chat call with the K goal requests (equal prompts: the backend prefills once);
+2. one chat call with the K·L action requests (the prompts differ only in their last line, the
+   goal reading, so the backend encodes their shared prefix once);
+3. one score call for every (distinct reading, candidate) pair: one shared prefix, one context
+   per reading, one target per candidate.
 Each candidate is scored as its canonical JSON followed by ``config.end_marker`` (Qwen3's
 ``<|im_end|>`` by default), so the completion token counts in the summed log-likelihood.
-With ``batched=False`` every request goes to the backend in a call of its own (1 + K chat calls,
-K·|C| score calls): the same outputs when the backend seeds each sample from (request seed,
-sample index), as ``hf`` does, but no batching and no shared scoring context; for benchmarks.
+With ``batched=False`` every request goes to the backend in a call of its own (K + K·L chat
+calls, K·|C| score calls): the same outputs, no batching and no reuse across requests; it is the
+naive baseline of ``benchmarks/decomposer_latency.py``.
 """
 
 from __future__ import annotations
@@ -127,50 +134,59 @@ class Decomposer:
             n=n, temperature=temperature, top_p=self.config.top_p, max_tokens=max_tokens, seed=seed
         )
 
+    def _requests(
+        self, prompt: str, n: int, temperature: float, max_tokens: int, seed: int | None
+    ) -> list[ChatRequest]:
+        """``n`` one-sample requests for ``prompt``, sample j seeded ``seed + j``."""
+        return [
+            ChatRequest(
+                messages=[{"role": "user", "content": prompt}],
+                sampling=self._sampling(1, temperature, max_tokens, _seed(seed, j)),
+                enable_thinking=self.config.enable_thinking,
+            )
+            for j in range(n)
+        ]
+
     def propose_goals(
         self, history: str, seed: int | None = None, calls: _Calls | None = None
     ) -> list[str]:
-        """K first-person goal readings (empty ones dropped) from one request with n=K."""
+        """K first-person goal readings (empty ones dropped), one seeded request each."""
         cfg = self.config
-        request = ChatRequest(
-            messages=[{"role": "user", "content": goal_prompt(history)}],
-            sampling=self._sampling(
-                cfg.n_interpretations, cfg.goal_temperature, cfg.goal_max_tokens, seed
-            ),
-            enable_thinking=cfg.enable_thinking,
+        requests = self._requests(
+            goal_prompt(history),
+            cfg.n_interpretations,
+            cfg.goal_temperature,
+            cfg.goal_max_tokens,
+            seed,
         )
-        texts = [" ".join(answer_text(c.text).split()) for c in self._chat([request], calls)[0]]
+        texts = [" ".join(answer_text(g[0].text).split()) for g in self._chat(requests, calls)]
         return [text for text in texts if text]
 
     def sample_actions(
         self, history: str, goals: list[str], seed: int | None = None, calls: _Calls | None = None
     ) -> list[str]:
-        """L raw action samples per goal reading (one request per reading, n=L each), flattened."""
+        """L raw action samples per goal reading (one seeded request each), flattened."""
         cfg = self.config
         requests = [
-            ChatRequest(
-                messages=[
-                    {"role": "user", "content": action_prompt(history, self.tools_text, goal)}
-                ],
-                sampling=self._sampling(
-                    cfg.n_actions,
-                    cfg.action_temperature,
-                    cfg.action_max_tokens,
-                    _seed(seed, cfg.n_interpretations + k * cfg.n_actions),
-                ),
-                enable_thinking=cfg.enable_thinking,
-            )
+            request
             for k, goal in enumerate(goals)
+            for request in self._requests(
+                action_prompt(history, self.tools_text, goal),
+                cfg.n_actions,
+                cfg.action_temperature,
+                cfg.action_max_tokens,
+                _seed(seed, cfg.n_interpretations + k * cfg.n_actions),
+            )
         ]
-        return [c.text for group in self._chat(requests, calls) for c in group]
+        return [group[0].text for group in self._chat(requests, calls)]
 
     def score_candidates(
         self, history: str, goals: list[str], candidates: list[str], calls: _Calls | None = None
     ) -> np.ndarray:
         """Summed log-likelihood [K, C] of each candidate (plus end marker) under each goal.
 
-        Identical goal readings are scored once; requests are grouped by goal so that each
-        goal's context is one shared prefix for the backend.
+        Identical goal readings are scored once. The contexts differ only in their last line (the
+        reading), so a backend encodes their common prefix once and each context once.
         """
         unique = list(dict.fromkeys(goals))
         requests = [

@@ -2,8 +2,9 @@
 in our own words.
 
 Only the dialogue so far and the tool list go in: never the task instructions, the normalized
-goal or reference actions. The dialogue and tools come before the goal interpretation so that the
-K prompts of one decision share their longest prefix (servers with prefix caching reuse it).
+goal or reference actions. In the action and scoring prompts the instructions, tools and dialogue
+come first and the goal interpretation last, so that the K prompts of one decision share all but
+their last line: backends encode that prefix once (hf token trees, vLLM prefix caching).
 """
 
 from __future__ import annotations
@@ -24,22 +25,25 @@ Conversation so far:
 
 The customer's goal, in one sentence:"""
 
-_ACTION_CONTEXT = """\
-You are a customer-service agent choosing your next move.
+_ROLE = (
+    "You are a customer-service agent choosing your next move. Below you find the tools you can "
+    "call, the conversation so far and, last, one reading of what the customer wants."
+)
 
+# Everything before the goal reading is the same for the K readings of one decision, so the K
+# action prompts (and the K scoring contexts) share one long prefix; only the last line differs.
+_TOOLS_AND_HISTORY = """
 Tools you can call:
 {tools}
 
 Conversation so far:
 {history}
 
-Assume the customer's goal is: {goal}
-"""
+Assume the customer's goal is: {goal}"""
 
 ACTION_PROMPT = (
-    _ACTION_CONTEXT
-    + """
-Propose one plausible next action for this goal.
+    _ROLE
+    + """ Propose one plausible next action for that reading.
 - One action only, never a list of options.
 - For a tool call, use one tool name from the list and a complete arguments object that fits \
 that tool's arguments.
@@ -48,14 +52,17 @@ never make up a value that neither of them contains.
 - If the right move is to answer the customer without a tool, use the tool "respond" with an \
 empty arguments object.
 - Reply with a single JSON object and nothing else (no Markdown, no explanation), shaped like \
-{{"tool": "<tool name>", "arguments": {{...}}}}."""
+{{"tool": "<tool name>", "arguments": {{...}}}}.
+"""
+    + _TOOLS_AND_HISTORY
 )
 
 SCORE_PROMPT = (
-    _ACTION_CONTEXT
-    + """
-Write the most plausible next action for this goal as one JSON object whose only fields are \
-"tool" and "arguments"."""
+    _ROLE
+    + """ Write the most plausible next action for that reading as one JSON object whose only \
+fields are "tool" and "arguments".
+"""
+    + _TOOLS_AND_HISTORY
 )
 
 

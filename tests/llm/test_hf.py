@@ -92,7 +92,7 @@ def test_batched_equals_single_and_reuse_equals_recompute(llm: HFLLM):
         llm.prefix_reuse, llm.max_batch_size = False, 2
         recomputed = llm.score(requests)
         llm.prefix_reuse = True
-        chunked = llm.score(requests)  # shared contexts scored in chunks of two targets
+        chunked = llm.score(requests)  # padded rows (the lone context) in chunks of two
     finally:
         llm.prefix_reuse, llm.max_batch_size = True, 32
     assert batched[-1].token_logprobs == []
@@ -282,3 +282,104 @@ def test_contexts_sharing_a_prefix_score_like_a_plain_forward(llm: HFLLM):
     assert llm._common_prefix(ids) >= 16  # the shared-prefix path is the one exercised here
     for context_ids, result in zip(ids, results):
         assert _close(result.token_logprobs, _by_hand(llm, context_ids, target))
+
+
+def _tree_states(llm: HFLLM, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record which decoding state (token tree or padded rows) each generated chunk used."""
+    used: list[str] = []
+    original = llm._decoding_state
+
+    def spy(prompts, rows):
+        state = original(prompts, rows)
+        used.append(type(state).__name__)
+        return state
+
+    monkeypatch.setattr(llm, "_decoding_state", spy)
+    return used
+
+
+SHARED_HISTORY = (
+    "user: I want to exchange the water bottle and the desk lamp from order #W1234567. "
+    "agent: Sure, the order was delivered last week, so both items can be exchanged. " * 3
+)
+READINGS = ["I want a bigger bottle.", "I want a dimmer lamp.", "I want my money back instead."]
+
+
+def test_scoring_reuses_one_prefix_and_each_context_for_its_targets(
+    llm: HFLLM, monkeypatch: pytest.MonkeyPatch
+):
+    """Two-level reuse: the decomposer's case (one long prefix, K contexts, C targets each)."""
+    contexts = [[{"role": "user", "content": SHARED_HISTORY + "Goal: " + g}] for g in READINGS]
+    requests = [ScoreRequest(c, t) for c in contexts for t in TARGETS]
+    requests.insert(2, ScoreRequest(contexts[1], ""))  # an empty target, between the others
+    lone = [{"role": "user", "content": SHARED_HISTORY + "Goal: I want to stop the order."}]
+    requests.append(ScoreRequest(lone, TARGETS[3]))  # one target: scored inline with its context
+    ids = [
+        llm.tokenizer(llm.render_chat(c, None, False), add_special_tokens=False)["input_ids"]
+        for c in contexts
+    ]
+    assert llm._common_prefix(ids) >= 16
+    full_rows = []
+    monkeypatch.setattr(llm, "_score_full", lambda pairs: full_rows.append(pairs) or [])
+    results = llm.score(requests)
+    assert full_rows == []  # everything went through the token tree
+    assert results[2].token_logprobs == []
+    scored = results[:2] + results[3:-1]
+    lone_ids = llm.tokenizer(llm.render_chat(lone, None, False), add_special_tokens=False)
+    assert _close(results[-1].token_logprobs, _by_hand(llm, lone_ids["input_ids"], TARGETS[3]))
+    for k, context_ids in enumerate(ids):
+        for j, target in enumerate(TARGETS):
+            expected = _by_hand(llm, context_ids, target)
+            assert _close(scored[k * len(TARGETS) + j].token_logprobs, expected)
+    # runs of a few tokens: contexts and targets in several forwards, the tree cut back between
+    monkeypatch.setattr("prour.llm.hf.MAX_TREE_QUERIES", 12)
+    for a, b in zip(llm.score(requests), results):
+        assert _close(a.token_logprobs, b.token_logprobs)
+
+
+def test_one_token_context_and_unrelated_contexts_score_like_a_plain_forward(llm: HFLLM):
+    one = llm.tokenizer("Order", add_special_tokens=False)["input_ids"]
+    assert len(one) == 1
+    requests = [ScoreRequest("Order", " pending"), ScoreRequest("Order", " shipped")]
+    requests += [ScoreRequest(OTHER, "NO"), ScoreRequest("a lone text context", " and more")]
+    results = llm.score(requests)
+    assert _close(results[0].token_logprobs, _by_hand(llm, one, " pending"))
+    assert _close(results[1].token_logprobs, _by_hand(llm, one, " shipped"))
+    lone = llm.tokenizer("a lone text context", add_special_tokens=False)["input_ids"]
+    assert _close(results[3].token_logprobs, _by_hand(llm, lone, " and more"))
+
+
+def test_prompts_sharing_a_long_prefix_generate_what_each_generates_alone(
+    llm: HFLLM, monkeypatch: pytest.MonkeyPatch
+):
+    chats = [[{"role": "user", "content": SHARED_HISTORY + "Goal: " + g}] for g in READINGS]
+    sampled = SamplingParams(n=3, temperature=1.0, top_p=0.9, max_tokens=12, seed=11)
+    requests = [ChatRequest(c, sampled) for c in chats] + [_greedy(llm, chats[0], 12)]
+    requests.append(ChatRequest(chats[2], SamplingParams(temperature=0.7, max_tokens=6, seed=5)))
+    used = _tree_states(llm, monkeypatch)
+    together = llm.chat(requests)
+    assert used == ["_TreeDecoding"]
+    alone = [llm.chat([r])[0] for r in requests]
+    try:
+        llm.prefix_reuse = False  # the padded layout: one cache row per sample
+        padded = llm.chat(requests)
+    finally:
+        llm.prefix_reuse = True
+    assert used[-1] == "_PaddedDecoding"
+    for group, single, plain in zip(together, alone, padded):
+        assert [c.token_ids for c in group] == [c.token_ids for c in single]
+        assert [c.token_ids for c in group] == [c.token_ids for c in plain]
+        for a, b in zip(group, plain):
+            assert _close(a.logprobs, b.logprobs, tol=1e-4)
+            assert a.finish_reason == b.finish_reason and a.text == b.text
+    assert len({tuple(c.token_ids) for c in together[0]}) > 1
+
+
+def test_equal_prompts_with_own_seeds_sample_like_rows_of_one_request(llm: HFLLM):
+    """n=1 requests with seeds s, s+1, ... are prefilled once and each keeps its own stream."""
+    params = [SamplingParams(temperature=1.0, max_tokens=8, seed=40 + j) for j in range(4)]
+    batch = llm.chat([ChatRequest(CHAT, p) for p in params])
+    for p, [completion] in zip(params, batch):
+        [[alone]] = llm.chat([ChatRequest(CHAT, p)])
+        assert completion.token_ids == alone.token_ids
+    assert len({tuple(c.token_ids) for [c] in batch}) > 1

@@ -137,8 +137,15 @@ def test_three_backend_calls_and_shared_contexts() -> None:
     config = RouterConfig(n_interpretations=3, n_actions=4)
     decision = Decomposer(llm, TOOLS, config).decide(MESSAGES, seed=0)
     assert llm.calls["chat"] == 2 and llm.calls["score"] == 1
-    assert llm.calls["chat_requests"] == 1 + 3
-    assert [r.sampling.n for r in llm.chat_log] == [3, 4, 4, 4]
+    assert llm.calls["chat_requests"] == 3 + 3 * 4  # one request per sample
+    assert all(r.sampling.n == 1 for r in llm.chat_log)
+    assert [r.sampling.seed for r in llm.chat_log] == list(range(15))  # sample j: seed + j
+    # the action prompts of different readings share everything but the reading, which is last
+    action_texts = [r.messages[-1]["content"] for r in llm.chat_log[3:]]
+    for text, goal in zip(action_texts[::4], (GOAL_A, GOAL_B, GOAL_A)):
+        assert text.endswith(goal) and text.removesuffix(goal) == action_texts[4].removesuffix(
+            GOAL_B
+        )
     # a repeated reading is scored once: 2 distinct goals x 3 candidates
     assert llm.calls["score_requests"] == 6
     contexts = [json.dumps(r.context) for r in llm.score_log]
@@ -148,7 +155,7 @@ def test_three_backend_calls_and_shared_contexts() -> None:
     assert decision.model_calls == {
         "chat_calls": 2,
         "score_calls": 1,
-        "chat_requests": 4,
+        "chat_requests": 15,
         "generated": 15,
         "score_requests": 6,
     }
@@ -159,7 +166,7 @@ def test_unbatched_mode_issues_one_request_per_call_with_same_result() -> None:
     batched = Decomposer(_llm([GOAL_A, GOAL_B]), TOOLS, config).decide(MESSAGES, seed=1)
     llm = _llm([GOAL_A, GOAL_B])
     single = Decomposer(llm, TOOLS, config, batched=False).decide(MESSAGES, seed=1)
-    assert llm.calls["chat"] == 3 and llm.calls["score"] == 6
+    assert llm.calls["chat"] == 2 + 2 * 4 and llm.calls["score"] == 6  # K + K·L, K·|C|
     assert (single.candidates, single.probs, single.au) == (
         batched.candidates,
         batched.probs,
@@ -197,7 +204,7 @@ def test_prompts_carry_dialogue_and_tools_but_no_system_policy_or_task_secret() 
     ]
     assert all("order #W1" in t for t in texts)
     assert all("policy text" not in t and SECRET not in t for t in texts)
-    assert all("cancel_pending_order" in t for t in texts[1:])  # tools in action and score prompts
+    assert all("cancel_pending_order" in t for t in texts[2:])  # tools in action and score prompts
     assert (
         json.loads(Decomposer(llm, TOOLS).decide(MESSAGES).to_dict()["candidates"][0]) is not None
     )

@@ -173,3 +173,26 @@ def test_tiny_model_noise_is_counted_invalid_not_fatal(retail_state, tiny_hf) ->
     assert sum(decision.invalid.values()) == 4 and decision.candidates == []
     assert decision.empty and decision.route == config.empty_route and decision.au is None
     assert decision.model_calls["score_calls"] == 0
+
+
+def test_batched_and_one_call_per_sample_decisions_are_identical(retail_state, tiny_hf) -> None:
+    """Per-sample seeds: the tiny model's own samples and scores do not depend on batching."""
+    _, messages, _ = retail_state
+    config = RouterConfig(
+        n_interpretations=2,
+        n_actions=2,
+        goal_max_tokens=6,
+        action_max_tokens=6,
+        tool_detail="brief",
+        tau_au=0.25,
+        tau_eu=0.2,
+    )
+    raw: dict[bool, list[str]] = {}
+    for batched in (True, False):
+        decomposer = Decomposer(tiny_hf, tool_schemas("retail"), config, batched=batched)
+        goals = decomposer.propose_goals("history of the retail state", seed=9)
+        raw[batched] = goals + decomposer.sample_actions("history", goals, seed=9)
+        decision = decomposer.decide(messages, seed=9)
+        raw[batched] += decision.interpretations + [json.dumps(decision.invalid)]
+    assert raw[True] == raw[False]
+    assert len(set(raw[True][:2])) == 2  # two different goal samples, not one copied
