@@ -105,6 +105,9 @@ def main() -> None:
         "--model", type=Path, default=None, help="tiny model folder (default: the cached one)"
     )
     args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # the tiny model's matmuls are slower with two threads on two cores
     folder = args.model or default_tiny_dir(seed=0)
     hf = HFLLM(str(folder), device="cpu", dtype="float32")
     answers = {
