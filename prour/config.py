@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator
 # Stage sections live next to the code that uses them; they import their base from prour.section.
 from prour.cluster.config import ServeConfig, SlurmConfig
 from prour.data.config import DataConfig
+from prour.eval.config import EvalConfig
 from prour.rewards.config import RewardConfig
 from prour.router.config import RouterConfig
 from prour.section import ConfigError, Section
@@ -110,6 +111,7 @@ class Recipe(Section):
     reward: RewardConfig = Field(default_factory=RewardConfig)  # information-gain reward
     data: DataConfig = Field(default_factory=DataConfig)  # collect, normalize, extract
     train: TrainConfig | None = None  # DAPO (local or verl); required by `prour train`
+    eval: EvalConfig = Field(default_factory=EvalConfig)  # methods, seeds, attention protocol
     serve: ServeConfig = Field(default_factory=ServeConfig)  # vLLM servers for frozen models
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)  # sbatch resources per stage
 

@@ -1,0 +1,151 @@
+"""``prour eval`` (methods on tau2 test splits, resumable) and ``prour report`` (tables, plots)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+    from prour.eval.config import EvalConfig
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Repeated options and comma-separated lists both work: ``--seeds 0,1 --seeds 2``."""
+    if not values:
+        return None
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def _eval_config(recipe: Recipe, updates: dict[str, Any]) -> tuple[EvalConfig, Any]:
+    """The recipe's eval section with command-line values applied (errors name ``eval.<key>``)."""
+    from pydantic import ValidationError
+
+    from prour.config import first_error
+    from prour.eval.config import EvalConfig, recipe_sections
+
+    eval_cfg, router_cfg = recipe_sections(recipe)
+    data = {**eval_cfg.model_dump(exclude_unset=True), **updates}
+    try:
+        return EvalConfig.model_validate(data), router_cfg
+    except ValidationError as exc:
+        error = first_error(exc)
+        _fail(f"eval.{error}")
+        raise AssertionError from None  # unreachable: _fail exits
+
+
+RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
+CheckpointOpt = typer.Option(
+    None, "--checkpoint", help="Query generator checkpoint: an HF folder, a trainer output folder "
+    "(newest step_N) or a merged verl checkpoint.")
+MethodOpt = typer.Option(None, "--method", "-m", help="Method(s) to run (default: eval.methods).")
+DomainsOpt = typer.Option(None, "--domains", help="Domains (repeat or comma list).")
+MaxTasksOpt = typer.Option(None, "--max-tasks", help="First N tasks of each domain.")
+SeedsOpt = typer.Option(None, "--seeds", help="Seeds (repeat or comma list).")
+PolicyOpt = typer.Option(None, "--attention-policy",
+                         help="Attention variants, e.g. no-ask, budgeted@2 (repeat or comma list).")
+ConcurrencyOpt = typer.Option(None, "--concurrency", help="Episodes run at the same time.")
+OutOpt = typer.Option(None, "--out", help="Run folder (default <run_dir>/eval).")
+SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
+ProgressOpt = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+RunsArg = typer.Argument(..., help="Run folder(s) written by `prour eval`.")
+ReportOutOpt = typer.Option(None, "--out", help="Report folder (default RUN/report).")
+AttentionOpt = typer.Option(False, "--attention", help="Add the attention-protocol tables.")
+BaselineOpt = typer.Option(None, "--baseline", help="System the others are compared with.")
+AccountingOpt = typer.Option(None, "--accounting", help="Attention cost accounting.")
+LamOpt = typer.Option(None, "--lam", help="λ of U = R − λ·A.")
+BootOpt = typer.Option(10_000, "--n-boot", help="Bootstrap draws of the intervals.")
+
+
+def eval_command(
+    recipe: str = RecipeOpt,
+    checkpoint: str | None = CheckpointOpt,
+    method: list[str] | None = MethodOpt,
+    domains: list[str] | None = DomainsOpt,
+    max_tasks: int | None = MaxTasksOpt,
+    seeds: list[str] | None = SeedsOpt,
+    attention_policy: list[str] | None = PolicyOpt,
+    concurrency: int | None = ConcurrencyOpt,
+    out: str | None = OutOpt,
+    overrides: list[str] | None = SetOpt,
+    progress: bool = ProgressOpt,
+) -> None:
+    """Evaluate methods on tau2; reruns finish only the missing episodes."""
+    from prour.cluster.endpoints import resolve_endpoints
+    from prour.config import ConfigError, load_recipe
+    from prour.eval.harness import Evaluation, with_checkpoint
+
+    try:
+        loaded = load_recipe(recipe, list(overrides or []))
+    except ConfigError as exc:
+        _fail(str(exc))
+    updates: dict[str, Any] = {}
+    for key, value in (("methods", _split(method)), ("domains", _split(domains)),
+                       ("seeds", _split(seeds)), ("attention_policies", _split(attention_policy)),
+                       ("max_tasks", max_tasks), ("concurrency", concurrency)):
+        if value is not None:
+            updates[key] = value
+    eval_cfg, router_cfg = _eval_config(loaded, updates)
+    try:
+        loaded = resolve_endpoints(loaded)
+    except RuntimeError as exc:
+        _fail(str(exc))
+    try:
+        loaded = with_checkpoint(loaded, checkpoint)
+    except (OSError, ValueError) as exc:
+        _fail(f"--checkpoint {checkpoint}: {exc}")
+    run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
+    evaluation = Evaluation(loaded, eval_cfg, router_cfg, run_dir, progress=progress)
+    try:
+        results = evaluation.run()
+    except (ValueError, LookupError) as exc:
+        _fail(str(exc))
+    finally:
+        evaluation.close()
+    _print_summary(results, run_dir)
+
+
+def _print_summary(results: list[dict[str, Any]], run_dir: Path) -> None:
+    """Episodes and success rate per method/variant (the report has the real statistics)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for line in results:
+        groups.setdefault(line["key"][3], []).append(line)
+    for name, lines in groups.items():
+        solved = sum(line["success"] for line in lines)
+        errors = sum(line["error"] for line in lines)
+        typer.echo(f"{name}: {len(lines)} episodes, {solved} solved, {errors} errors")
+    typer.echo(f"results: {run_dir}")
+
+
+def report_command(
+    runs: list[str] = RunsArg,
+    out: str | None = ReportOutOpt,
+    attention: bool = AttentionOpt,
+    baseline: str | None = BaselineOpt,
+    accounting: str | None = AccountingOpt,
+    lam: float | None = LamOpt,
+    n_boot: int = BootOpt,
+) -> None:
+    """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots."""
+    from prour.eval.report import write_report
+
+    try:
+        written = write_report(runs, out, attention=attention, baseline=baseline,
+                               n_boot=n_boot, accounting=accounting, lam=lam)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    for name, path in written.items():
+        typer.echo(f"{name}: {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``eval`` and ``report`` to the ``prour`` app."""
+    app.command("eval")(eval_command)
+    app.command("report")(report_command)

@@ -1,0 +1,135 @@
+"""The ``eval`` recipe section: which methods run where, decoding, and the attention protocol.
+
+Decomposer budget and invocation frequency are the router's (``router.budget``,
+``router.every_n``): one place for each hyperparameter. Episode limits are ``env.max_steps`` and
+``env.max_errors``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from prour.eval.attention.config import AttentionConfig
+from prour.eval.attention.policies import check_policy_options
+from prour.section import Section
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+    from prour.router.config import RouterConfig
+
+DomainName = Literal["retail", "airline", "telecom"]
+
+
+def parse_variant(text: str) -> tuple[str, int | None]:
+    """``"budgeted@2"`` → ``("budgeted", 2)``; ``"no-ask"`` → ``("no-ask", None)``."""
+    name, sep, number = text.partition("@")
+    if not sep:
+        return name, None
+    try:
+        budget = int(number)
+    except ValueError:
+        raise ValueError(f"attention variant {text!r}: the budget after '@' must be an integer") from None
+    if budget < 0:
+        raise ValueError(f"attention variant {text!r}: the budget must be >= 0")
+    return name, budget
+
+
+class EvalConfig(Section):
+    """Settings of ``prour eval`` (prour paper section 4 and A.2.1; ask-less paper protocol)."""
+
+    methods: list[str] = Field(default_factory=lambda: ["base", "prour"])  # eval.methods.METHODS
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])  # one trial per seed and task
+    domains: list[DomainName] = Field(default_factory=lambda: ["retail", "airline"])
+    split: Literal["train", "test", "base"] = "test"
+    tasks: list[str] | None = None  # only these ids: "retail:5" or a bare id (every domain)
+    max_tasks: int | None = Field(None, ge=1)  # first N tasks of each domain's split
+    concurrency: int = Field(4, ge=1)  # episodes run at the same time
+    agent_temperature: float = Field(0.01, ge=0)
+    user_temperature: float = Field(1.0, ge=0)
+    generator_temperature: float = Field(0.0, ge=0)
+    verifier_temperature: float = Field(0.0, ge=0)
+    agent_max_tokens: int = Field(1024, ge=1)
+    user_max_tokens: int = Field(512, ge=1)
+    generator_max_tokens: int = Field(1760, ge=1)  # the trained policy's response length
+    generator_thinking: bool = True  # Qwen3 <think> for the query generator
+    verifier_max_steps: int = Field(4, ge=0)  # tool rounds of the verifier's ReAct loop
+    verifier_max_tokens: int = Field(512, ge=1)
+    retry_errors: bool = False  # a rerun also repeats episodes that ended in an error
+    # Attention protocol: None runs without a gate. ``attention_policies`` lists variants
+    # ("no-ask", "budgeted@2", ...) run in turn, each under attention's other settings.
+    attention: AttentionConfig | None = None
+    attention_policies: list[str] = Field(default_factory=list)
+    judge: bool = True  # score delivered requests with models.judge after each episode
+    classifier: Literal["judge", "heuristic"] = "judge"  # request labels: models.judge or rules
+    n_boot: int = Field(10_000, ge=100)  # bootstrap draws of report intervals
+    ci: float = Field(0.95, gt=0, lt=1)
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, value: list[str]) -> list[str]:
+        from prour.eval.methods import check_method
+
+        if not value:
+            raise ValueError("list at least one method")
+        for name in value:
+            check_method(name)
+        return list(dict.fromkeys(value))
+
+    @field_validator("seeds")
+    @classmethod
+    def _some_seeds(cls, value: list[int]) -> list[int]:
+        if not value:
+            raise ValueError("list at least one seed")
+        if len(set(value)) != len(value):
+            raise ValueError(f"seeds repeat: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _variants_fit(self) -> EvalConfig:
+        if self.attention_policies and self.attention is None:
+            raise ValueError("attention_policies needs an `attention` section (its other settings)")
+        threshold = self.attention.voi_threshold if self.attention else None
+        for text in self.attention_policies:
+            name, budget = parse_variant(text)
+            check_policy_options(name, budget, threshold)
+        return self
+
+    def variants(self) -> list[AttentionConfig | None]:
+        """One attention setting per variant to run (``[None]`` without the protocol)."""
+        if self.attention is None:
+            return [None]
+        if not self.attention_policies:
+            return [self.attention]
+        out = []
+        for text in self.attention_policies:
+            name, budget = parse_variant(text)
+            out.append(self.attention.model_copy(update={"policy": name, "budget": budget}))
+        return out
+
+
+def variant_name(attention: AttentionConfig | None) -> str | None:
+    """``policy@N`` (or the bare policy) of an attention setting; None without one."""
+    if attention is None:
+        return None
+    from prour.eval.attention.analysis import method_name
+
+    return method_name(attention.policy, attention.budget)
+
+
+def suggest(value: str, valid: list[str]) -> str:
+    """A " Did you mean ...?" hint, or nothing."""
+    close = difflib.get_close_matches(value, valid, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def recipe_sections(recipe: Recipe) -> tuple[EvalConfig, RouterConfig]:
+    """The recipe's ``eval`` and ``router`` sections (defaults where the recipe has none)."""
+    from prour.router.config import RouterConfig
+
+    eval_cfg: Any = getattr(recipe, "eval", None)
+    router_cfg: Any = getattr(recipe, "router", None)
+    return (eval_cfg if isinstance(eval_cfg, EvalConfig) else EvalConfig(),
+            router_cfg if isinstance(router_cfg, RouterConfig) else RouterConfig())

@@ -1,0 +1,299 @@
+"""The evaluation harness: methods × attention variants × domains × tasks × seeds on tau2.
+
+A run folder holds:
+
+- ``episodes.jsonl``: one trajectory per episode, appended as it finishes (the resume log);
+- ``results.jsonl``: one result line per episode (reward, turn split, model calls, seconds,
+  decisions, attention costs), derived from the trajectory and the judge;
+- ``provenance.json`` and ``recipe.resolved.yaml``: recipe, commit, versions, endpoints, seeds;
+- ``run.json``: the settings that make results comparable; a rerun with other settings is refused.
+
+A rerun after a crash or a kill runs only the episodes missing from ``episodes.jsonl`` (their
+key is (domain, task, seed, method[/variant])) and writes result lines for episodes that have
+none, so the finished folder equals that of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prour.config import Recipe
+from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl
+from prour.eval.config import EvalConfig, variant_name
+from prour.eval.methods import MethodKit, checkpoint_model
+
+logger = logging.getLogger(__name__)
+
+EPISODES_FILE = "episodes.jsonl"
+RESULTS_FILE = "results.jsonl"
+RUN_FILE = "run.json"
+RESULT_SCHEMA = 1
+_MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len", "temperature")
+"""Model-config fields that change outputs (a server's URL or timeouts do not)."""
+_NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
+                 "retry_errors", "attention_policies", "n_boot", "ci")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One evaluated configuration: a method, optionally under an attention variant."""
+
+    method: str
+    attention: Any = None  # AttentionConfig | None
+
+    @property
+    def variant(self) -> str | None:
+        return variant_name(self.attention)
+
+    @property
+    def key(self) -> str:
+        """Stored as the trajectory's agent name (part of the resume key)."""
+        return self.method if self.variant is None else f"{self.method}/{self.variant}"
+
+
+def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:
+    """The recipe with ``models.generator`` pointing at a checkpoint's HF folder."""
+    if checkpoint is None:
+        return recipe
+    models = dict(recipe.models)
+    models["generator"] = checkpoint_model(checkpoint, models.get("generator"))
+    return recipe.model_copy(update={"models": models})
+
+
+class Evaluation:
+    """Runs and resumes one evaluation; :meth:`run` returns the result lines in job order."""
+
+    def __init__(self, recipe: Recipe, eval_cfg: EvalConfig, router_cfg: Any, run_dir: str | Path,
+                 progress: bool = True, llms: dict[str, Any] | None = None):
+        from prour.eval.attention.strict_json import JsonCache
+
+        self.recipe, self.cfg, self.router_cfg = recipe, eval_cfg, router_cfg
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        attention = eval_cfg.attention
+        cache_root = Path(attention.cache_dir) if attention is not None and attention.cache_dir \
+            else self.run_dir / "attention"
+        caches = {"classifier": JsonCache(cache_root / "classifier_cache.jsonl"),
+                  "judge": JsonCache(cache_root / "judge_cache.jsonl")}
+        self.kit = MethodKit(dict(recipe.models), eval_cfg, router_cfg, caches, llms)
+        self.arms = [Arm(m, a) for m in eval_cfg.methods for a in eval_cfg.variants()]
+
+    # -- setup --
+
+    def settings(self) -> dict[str, Any]:
+        """What must match for two runs' results to sit in one folder."""
+        models = {role: cfg.model_dump(mode="json", include=set(_MODEL_IDENTITY))
+                  for role, cfg in sorted(self.recipe.models.items())}
+        eval_part = {k: v for k, v in self.cfg.model_dump(mode="json").items()
+                     if k not in _NOT_SETTINGS}
+        env = {"max_steps": self.recipe.env.max_steps, "max_errors": self.recipe.env.max_errors}
+        return {"models": models, "eval": eval_part, "env": env,
+                "router": self.router_cfg.model_dump(mode="json")}
+
+    def check_run_dir(self) -> None:
+        """Refuse to mix results of different settings in one folder (names the keys)."""
+        path = self.run_dir / RUN_FILE
+        mine = self.settings()
+        if path.is_file():
+            stored = json.loads(path.read_text()).get("settings", {})
+            differ = sorted(_diff_keys(stored, mine))
+            if differ:
+                raise ValueError(
+                    f"{self.run_dir} holds results made with other settings (differing: "
+                    f"{', '.join(differ[:8])}); use another --out folder")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"settings": mine}, indent=2, sort_keys=True) + "\n")
+
+    def write_provenance(self) -> None:
+        from prour.provenance import write_provenance
+
+        endpoints = {role: cfg.base_url or cfg.path or cfg.script
+                     for role, cfg in self.recipe.models.items()}
+        recipe = self.recipe.model_dump(mode="json")
+        recipe["eval"] = self.cfg.model_dump(mode="json")
+        recipe["router"] = self.router_cfg.model_dump(mode="json")
+        write_provenance(self.run_dir, recipe, self.recipe.seed, extra={
+            "seeds": self.cfg.seeds, "endpoints": endpoints,
+            "arms": [arm.key for arm in self.arms], "domains": self.cfg.domains,
+            "split": self.cfg.split})
+
+    def tasks(self, domain: str) -> list[Any]:
+        from prour.env.domains import load_tasks
+
+        tasks = load_tasks(domain, self.cfg.split)
+        if self.cfg.tasks is not None:
+            wanted = wanted_tasks(self.cfg.tasks, domain)
+            tasks = [t for t in tasks if t.id in wanted]
+            if not tasks:
+                raise ValueError(f"eval.tasks: none of {sorted(wanted)} is in the {domain} "
+                                 f"{self.cfg.split} split")
+        return tasks[: self.cfg.max_tasks] if self.cfg.max_tasks else tasks
+
+    def jobs(self) -> list[tuple[Arm, Any]]:
+        """(arm, EpisodeJob) pairs, arm-major then domain, task and seed."""
+        from prour.env.runner import EpisodeJob
+
+        out = []
+        for arm in self.arms:
+            for domain in self.cfg.domains:
+                make_agent = self.kit.agent_factory(arm.method, domain, arm.attention)
+                make_user = self.kit.user_factory(arm.method)
+                for task in self.tasks(domain):
+                    for seed in self.cfg.seeds:
+                        out.append((arm, EpisodeJob(domain, task, arm.key, make_agent, make_user,
+                                                    seed, self.cfg.split)))
+        return out
+
+    # -- running --
+
+    def run(self) -> list[dict[str, Any]]:
+        """Run what is missing, write result lines for new episodes, return all results."""
+        from prour.env.runner import run_episodes
+
+        for arm in self.arms:
+            self.kit.check(arm.method, arm.attention)
+        self.check_run_dir()
+        self.write_provenance()
+        jobs = self.jobs()
+        logger.info("evaluation: %d episode(s) in %s", len(jobs), self.run_dir)
+        trajectories = run_episodes(
+            [job for _, job in jobs], self.cfg.concurrency, self.run_dir / EPISODES_FILE,
+            self.progress, max_steps=self.recipe.env.max_steps,
+            max_errors=self.recipe.env.max_errors, retry_errors=self.cfg.retry_errors)
+        return self.record_results([arm for arm, _ in jobs], trajectories)
+
+    def record_results(self, arms: list[Arm], trajectories: list[Trajectory]) -> list[dict[str, Any]]:
+        """Result lines for episodes without one (or whose episode was rerun); all in order."""
+        path = self.run_dir / RESULTS_FILE
+        stored = load_result_lines(path) if path.exists() else {}
+        judge = self._judge()
+        out = []
+        for arm, traj in zip(arms, trajectories):
+            line = stored.get(result_key(traj.key))
+            if line is None or not _same_episode(line, traj):
+                line = result_line(traj, arm, judge)
+                append_jsonl(path, line)
+            out.append(line)
+        return out
+
+    def _judge(self) -> Any:
+        if not self.cfg.judge or self.cfg.attention is None:
+            return None
+        from prour.eval.attention.judge import RequestJudge
+
+        return RequestJudge(self.kit.llm("judge"), self.cfg.attention.judge_attempts,
+                            cache=self.kit.caches["judge"])
+
+    def close(self) -> None:
+        self.kit.close()
+
+
+def wanted_tasks(entries: list[str], domain: str) -> set[str]:
+    """Task ids of ``domain`` named by ``eval.tasks``: ``"domain:id"`` or a bare id (any domain)."""
+    out = set()
+    for entry in entries:
+        scope, sep, task_id = entry.rpartition(":")
+        if not sep or scope == domain:
+            out.add(task_id)
+    return out
+
+
+def _same_episode(line: dict[str, Any], trajectory: Trajectory) -> bool:
+    """Whether a stored result line was made from this very episode (not an earlier attempt)."""
+    return (line.get("episode_started_at") == trajectory.started_at
+            and line.get("seconds") == trajectory.seconds)
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys where two nested mappings differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = set(a) | set(b)
+        return [k for key in keys for k in _diff_keys(a.get(key), b.get(key),
+                                                       f"{prefix}{key}.")]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+# ---- result lines -------------------------------------------------------------------------
+
+
+def result_key(key: tuple[str, str, int, str] | list[Any]) -> str:
+    domain, task_id, seed, agent = key
+    return f"{domain}|{task_id}|{seed}|{agent}"
+
+
+def load_result_lines(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Result lines by key (a later line replaces an earlier one); corrupt lines are skipped
+    with a warning naming file and line."""
+    rows = read_jsonl(path, on_error="skip")
+    return {result_key(row["key"]): row for row in rows if "key" in row}
+
+
+def model_calls(trajectory: Trajectory) -> dict[str, int]:
+    """Backend calls of the episode by ``role.kind`` (summed over the steps' meta)."""
+    total: dict[str, int] = {}
+    for step in trajectory.steps:
+        for key, n in (step.meta.get("model_calls") or {}).items():
+            total[key] = total.get(key, 0) + int(n)
+    return dict(sorted(total.items()))
+
+
+def decisions(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """Router decisions in agent-step order: step index, route, AU, EU, total (None if absent)."""
+    from prour.eval.agent import is_agent_turn
+
+    out = []
+    for index, step in enumerate(s for s in trajectory.steps if is_agent_turn(s)):
+        record = step.meta.get("decision")
+        if isinstance(record, dict) and not record.get("skipped"):
+            out.append({"step": index, "route": record.get("route"), "au": record.get("au"),
+                        "eu": record.get("eu"), "total": record.get("total")})
+    return out
+
+
+def is_timeout(trajectory: Trajectory) -> bool:
+    """The episode failed because a backend call timed out."""
+    text = " ".join(trajectory.errors).lower()
+    return trajectory.termination == "error" and ("timeout" in text or "timed out" in text)
+
+
+def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None) -> dict[str, Any]:
+    """The compact, report-ready record of one episode."""
+    from prour.eval.agent import turn_labels
+    from prour.eval.metrics import is_success
+
+    labels = turn_labels(trajectory)
+    score = trajectory.reward if trajectory.reward is not None else 0.0
+    line: dict[str, Any] = {
+        "schema": RESULT_SCHEMA,
+        "key": list(trajectory.key),
+        "method": arm.method,
+        "variant": arm.variant,
+        "domain": trajectory.domain,
+        "task_id": trajectory.task_id,
+        "seed": trajectory.seed,
+        "reward": trajectory.reward,
+        "score": score,
+        "success": is_success(score),
+        "termination": trajectory.termination,
+        "error": trajectory.termination == "error",
+        "timeout": is_timeout(trajectory),
+        "unscored": trajectory.reward is None,
+        "errors": trajectory.errors[:3],
+        "steps": {kind: labels.count(kind) for kind in ("act", "clarify", "verify")},
+        "records": len(trajectory.steps),
+        "model_calls": model_calls(trajectory),
+        "seconds": trajectory.seconds,
+        "decisions": decisions(trajectory),
+        "episode_started_at": trajectory.started_at,
+        "attention": None,
+    }
+    line["model_calls_total"] = sum(line["model_calls"].values())
+    if arm.attention is not None:
+        from prour.eval.attention_run import attention_summary
+
+        line["attention"] = attention_summary(trajectory, arm.attention, score, judge)
+    return line

@@ -1,0 +1,318 @@
+"""Evaluation methods by name (a flat registry) and the per-episode agents and users they build.
+
+======================  ===========================================================================
+``base``                the task agent alone (no proactive module)
+``prour``               AU/EU decomposer routes act / clarify / verify; generator; verifier
+``clarify-only``        as ``prour`` with the verify branch disabled (verify routes act)
+``verify-only``         as ``prour`` with the clarify branch disabled (clarify routes act)
+``llm-router``          a prompted router picks the mode instead of the decomposer
+``oracle``              replays the reference actions with the oracle user (a harness check)
+======================  ===========================================================================
+
+The query generator is whatever ``models.generator`` names (any backend: a prompted model, a
+served checkpoint) or, with ``--checkpoint DIR``, an HF folder written by the local trainer or a
+merged verl checkpoint, found by :func:`resolve_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prour.config import ModelConfig
+from prour.eval.config import EvalConfig, suggest
+from prour.router.routing import ROUTES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.env.agents import Agent
+    from prour.env.users import UserSimulator
+    from prour.eval.agent import CallCounts, Router
+    from prour.eval.attention.config import AttentionConfig
+    from prour.eval.attention.strict_json import JsonCache
+    from prour.llm.base import LLM
+    from prour.router.config import RouterConfig
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method: the model roles it needs, its routes and router (none: no proactive module)."""
+
+    name: str
+    summary: str
+    roles: tuple[str, ...]
+    routes: tuple[str, ...] = ()
+    router: str | None = None  # "decomposer" or "llm"
+    oracle: bool = False
+
+    @property
+    def proactive(self) -> bool:
+        return bool(self.routes)
+
+
+_PROACTIVE = ("agent", "user", "generator")
+METHODS: dict[str, MethodSpec] = {
+    "base": MethodSpec("base", "task agent alone", ("agent", "user")),
+    "prour": MethodSpec("prour", "decomposer routing, generator, verifier",
+                        (*_PROACTIVE, "decomposer", "verifier"), ROUTES, "decomposer"),
+    "clarify-only": MethodSpec("clarify-only", "prour without the verify branch",
+                               (*_PROACTIVE, "decomposer"), ("act", "clarify"), "decomposer"),
+    "verify-only": MethodSpec("verify-only", "prour without the clarify branch",
+                              (*_PROACTIVE, "decomposer", "verifier"), ("act", "verify"),
+                              "decomposer"),
+    "llm-router": MethodSpec("llm-router", "prompted router instead of the decomposer",
+                             (*_PROACTIVE, "router", "verifier"), ROUTES, "llm"),
+    "oracle": MethodSpec("oracle", "reference-action replay (harness check)", (), oracle=True),
+}
+
+
+def check_method(name: str) -> MethodSpec:
+    """The registry entry of ``name``; unknown names list the valid ones."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}."
+                         f"{suggest(name, list(METHODS))}")
+    return METHODS[name]
+
+
+# ---- checkpoints ---------------------------------------------------------------------------
+
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+              "pytorch_model.bin.index.json")
+_VERL_STEP = re.compile(r"^global_step_(\d+)$")
+_VERL_SHARD = "model_world_size_*_rank_*.pt"
+
+
+def is_hf_folder(path: Path) -> bool:
+    """A folder transformers can load: a config and weights."""
+    return (path / "config.json").is_file() and any((path / w).is_file() for w in HF_WEIGHTS)
+
+
+def _newest(children: list[tuple[int, Path]]) -> Path | None:
+    return max(children)[1] if children else None
+
+
+def _verl_steps(root: Path) -> list[tuple[int, Path]]:
+    return [(int(m.group(1)), p) for p in root.iterdir()
+            if p.is_dir() and (m := _VERL_STEP.match(p.name))]
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The HF folder inside a checkpoint path: the folder itself, a verl ``huggingface`` folder,
+    or the newest step of a trainer output folder (local ``step_N`` or verl ``global_step_N``)."""
+    from prour.train.checkpoint import latest_checkpoint
+
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint {root} does not exist or is not a folder")
+    for candidate in (root, root / "huggingface", root / "actor" / "huggingface"):
+        if is_hf_folder(candidate):
+            return _with_tokenizer(candidate)
+    newest = latest_checkpoint(root) or _newest(_verl_steps(root))
+    if newest is not None:
+        return resolve_checkpoint(newest)
+    shards = list(root.glob(_VERL_SHARD)) + list(root.glob(f"actor/{_VERL_SHARD}"))
+    if shards:
+        actor = shards[0].parent
+        raise ValueError(
+            f"{actor} holds verl FSDP shards, not a merged model; merge them once with "
+            f"`python -m verl.model_merger merge --backend fsdp --local_dir {actor} "
+            f"--target_dir {actor / 'huggingface'}` and pass that checkpoint again")
+    raise ValueError(f"{root} is not a checkpoint: no config.json with weights in it, in "
+                     "huggingface/ or actor/huggingface/, and no step_N or global_step_N folder")
+
+
+def _with_tokenizer(folder: Path) -> Path:
+    if not (folder / "tokenizer_config.json").is_file():
+        raise ValueError(f"checkpoint {folder} has weights but no tokenizer "
+                         "(tokenizer_config.json); save the tokenizer next to the model")
+    return folder
+
+
+def checkpoint_model(path: str | Path, base: ModelConfig | None = None) -> ModelConfig:
+    """An ``hf`` model config for a checkpoint, keeping dtype/device of an ``hf`` base config."""
+    folder = resolve_checkpoint(path)
+    keep = base if base is not None and base.backend == "hf" else None
+    return ModelConfig(backend="hf", path=str(folder.resolve()),
+                       dtype=keep.dtype if keep else "auto", device=keep.device if keep else "auto",
+                       max_model_len=keep.max_model_len if keep else None)
+
+
+# ---- per-episode builders ------------------------------------------------------------------
+
+
+class MethodKit:
+    """Shared backends (one per distinct model config, built on first use) and the factories
+    that build a fresh agent and user for every episode of a method."""
+
+    def __init__(self, models: dict[str, ModelConfig], eval_cfg: EvalConfig,
+                 router_cfg: RouterConfig, caches: dict[str, JsonCache] | None = None,
+                 llms: dict[str, LLM] | None = None):
+        self.models, self.cfg, self.router_cfg = models, eval_cfg, router_cfg
+        self.caches = caches or {}
+        self._given = dict(llms or {})
+        self._built: dict[str, LLM] = {}
+        self._thresholds: tuple[float, float] | None = None
+        self._lock = threading.Lock()
+
+    # -- models --
+
+    def llm(self, role: str) -> LLM:
+        """The shared backend of a role (roles with equal configs share one backend)."""
+        if role in self._given:
+            return self._given[role]
+        if role not in self.models:
+            raise ValueError(f"models.{role} is needed but the recipe does not define it")
+        key = self.models[role].model_dump_json()
+        with self._lock:
+            if key not in self._built:
+                from prour.llm.registry import build_llm
+
+                self._built[key] = build_llm(self.models[role])
+            return self._built[key]
+
+    def close(self) -> None:
+        for llm in self._built.values():
+            llm.close()
+        self._built.clear()
+
+    def thresholds(self) -> tuple[float, float]:
+        """(τ_AU, τ_EU) for the decomposer model (explicit in the recipe, or calibrated)."""
+        if self._thresholds is None:
+            from prour.router.thresholds import decomposer_model_id
+
+            model_id = decomposer_model_id(self.models["decomposer"]) \
+                if "decomposer" in self.models else "decomposer"
+            self._thresholds = self.router_cfg.thresholds(model_id)
+        return self._thresholds
+
+    def check(self, method: str, attention: AttentionConfig | None) -> None:
+        """Raise before any episode when a method lacks a model role or thresholds."""
+        spec = check_method(method)
+        needed = list(spec.roles)
+        if attention is not None and self.cfg.classifier == "judge":
+            needed.append("judge")
+        if attention is not None and self.cfg.judge:
+            needed.append("judge")
+        missing = sorted({r for r in needed if r not in self.models and r not in self._given})
+        if missing:
+            raise ValueError(f"method {method!r} needs models.{', models.'.join(missing)} in the "
+                             "recipe" + (" (or --checkpoint for the generator)"
+                                         if "generator" in missing else ""))
+        if attention is not None and self._spec_needs_review(attention) and spec.oracle:
+            raise ValueError(f"attention policy {attention.policy!r} reviews drafts with the "
+                             "agent's model; the oracle has none")
+        if spec.router == "decomposer":
+            self.thresholds()
+
+    @staticmethod
+    def _spec_needs_review(attention: AttentionConfig) -> bool:
+        from prour.eval.attention.policies import policy_spec
+
+        return policy_spec(attention.policy).needs_llm
+
+    # -- agents and users --
+
+    def agent_factory(self, method: str, domain: str,
+                      attention: AttentionConfig | None) -> Callable[[], Agent]:
+        """A zero-argument builder of a fresh, metered agent for one episode."""
+        spec = check_method(method)
+
+        def build() -> Agent:
+            from prour.eval.agent import CallCounts, MeteredAgent
+
+            counts = CallCounts()
+            agent = self._core_agent(spec, domain, counts)
+            if attention is not None:
+                agent = self._attentive(agent, domain, attention, counts)
+            return MeteredAgent(agent, counts, name=method)
+
+        return build
+
+    def user_factory(self, method: str) -> Callable[[], UserSimulator]:
+        spec = check_method(method)
+
+        def build() -> UserSimulator:
+            from prour.env.users import LLMUser, OracleUser
+            from prour.eval.agent import CallCounts, MeteredUser
+
+            if spec.oracle:
+                return OracleUser()
+            counts = CallCounts()
+            user = LLMUser(self._counted("user", counts), temperature=self.cfg.user_temperature,
+                           max_tokens=self.cfg.user_max_tokens)
+            return MeteredUser(user, counts)
+
+        return build
+
+    def _counted(self, role: str, counts: CallCounts) -> LLM:
+        from prour.eval.agent import CountingLLM
+
+        return CountingLLM(self.llm(role), counts, role)
+
+    def _core_agent(self, spec: MethodSpec, domain: str, counts: CallCounts) -> Agent:
+        from prour.env.agents import LLMAgent, OracleAgent
+
+        if spec.oracle:
+            return OracleAgent()
+        task_agent = LLMAgent(self._counted("agent", counts),
+                              temperature=self.cfg.agent_temperature,
+                              max_tokens=self.cfg.agent_max_tokens)
+        if not spec.proactive:
+            return task_agent
+        return self._proactive(spec, domain, task_agent, counts)
+
+    def _proactive(self, spec: MethodSpec, domain: str, task_agent: Agent,
+                   counts: CallCounts) -> Agent:
+        from prour.eval.agent import ProactiveAgent, QueryGenerator
+
+        generator = QueryGenerator(self._counted("generator", counts),
+                                   temperature=self.cfg.generator_temperature,
+                                   max_tokens=self.cfg.generator_max_tokens,
+                                   enable_thinking=self.cfg.generator_thinking)
+        verifier = self._verifier(domain, counts) if "verify" in spec.routes else None
+        return ProactiveAgent(task_agent, self._router(spec, domain, counts), generator, verifier,
+                              spec.routes, self.router_cfg.new_budget)
+
+    def _router(self, spec: MethodSpec, domain: str, counts: CallCounts) -> Router:
+        from prour.env.environment import tool_schemas
+        from prour.eval.agent import DecomposerRouter, PromptedRouter
+
+        if spec.router == "llm":
+            from prour.router.llm_router import LLMRouter
+
+            cfg = self.router_cfg
+            names = [s["function"]["name"] for s in tool_schemas(domain)]
+            return PromptedRouter(LLMRouter(self._counted("router", counts), names,
+                                            cfg.llm_router_fallback, cfg.llm_router_temperature,
+                                            cfg.llm_router_max_tokens))
+        from prour.router.decomposer import Decomposer
+
+        return DecomposerRouter(Decomposer(self._counted("decomposer", counts),
+                                           tool_schemas(domain), self.router_cfg,
+                                           self.thresholds()))
+
+    def _verifier(self, domain: str, counts: CallCounts) -> Any:
+        from prour.llm.base import SamplingParams
+        from prour.rollout.verifier import Verifier
+
+        sampling = SamplingParams(temperature=self.cfg.verifier_temperature,
+                                  max_tokens=self.cfg.verifier_max_tokens)
+        return Verifier(self._counted("verifier", counts), domain,
+                        max_steps=self.cfg.verifier_max_steps, sampling=sampling)
+
+    def _attentive(self, agent: Agent, domain: str, attention: AttentionConfig,
+                   counts: CallCounts) -> Agent:
+        from prour.env.domains import domain_policy
+        from prour.eval.attention.classifier import RequestClassifier
+        from prour.eval.attention_run import AttentiveAgent
+
+        labeller = self._counted("judge", counts) if self.cfg.classifier == "judge" else None
+        classifier = RequestClassifier(labeller, domain_policy(domain),
+                                       attention.classifier_attempts,
+                                       cache=self.caches.get("classifier"))
+        reviewer = self._counted("agent", counts) if self._spec_needs_review(attention) else None
+        policy = attention.build(classifier, reviewer)
+        return AttentiveAgent(agent, policy, attention.max_redrafts)

@@ -1,0 +1,528 @@
+"""Reports of evaluation runs: markdown tables, ``report.json`` and PNG plots.
+
+A *system* is one (run folder, method, attention variant). For each system the report gives
+Pass@1 per domain and the unweighted average over domains, each with a paired task-bootstrap
+interval (seeds are averaged within a task first), pass^k, the act / clarify / verify turn split,
+wall-clock seconds, model calls, error and timeout counts; paired differences against a baseline
+system on the same tasks and seeds, with Holm-adjusted p-values. Steps, seconds and calls are
+means over a domain's episodes, then averaged over domains (like Pass@1).
+
+With ``attention=True`` the ask-less tables follow: R, A, V, U and request statistics per
+(system, domain, policy), equal-cost comparisons against Budgeted mixtures, and the
+reward-versus-attention plot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prour.env.domains import DOMAINS
+from prour.eval.harness import RESULTS_FILE, load_result_lines
+from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
+from prour.eval.stats import BootstrapResult, holm_adjust
+
+logger = logging.getLogger(__name__)
+
+REPORT_FILE = "report.md"
+REPORT_JSON = "report.json"
+SUCCESS_PLOT = "success_vs_steps.png"
+UNCERTAINTY_PLOT = "uncertainty_over_steps.png"
+ATTENTION_PLOT = "reward_vs_attention.png"
+
+
+@dataclass
+class System:
+    """The result lines of one method (and attention variant) in one run folder."""
+
+    run: str
+    method: str
+    variant: str | None
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    label: str = ""
+
+    @property
+    def base_label(self) -> str:
+        return self.method if self.variant is None else f"{self.method} [{self.variant}]"
+
+    @property
+    def domains(self) -> list[str]:
+        present = {line["domain"] for line in self.lines}
+        return [d for d in DOMAINS if d in present] + sorted(present - set(DOMAINS))
+
+    def rewards(self, domain: str) -> dict[str, dict[int, float]]:
+        """task → seed → score (a reward of None counts 0: the episode failed or went unscored)."""
+        table: dict[str, dict[int, float]] = {}
+        for line in self.lines:
+            if line["domain"] == domain:
+                table.setdefault(line["task_id"], {})[int(line["seed"])] = float(line["score"])
+        return table
+
+    def by_domain(self) -> dict[str, dict[str, dict[int, float]]]:
+        return {d: self.rewards(d) for d in self.domains}
+
+
+def load_systems(run_dirs: Sequence[str | Path]) -> list[System]:
+    """Systems of every run folder, in run order then first appearance; labels are made unique
+    by prefixing the run folder's name where two runs share a method."""
+    systems: list[System] = []
+    for run_dir in run_dirs:
+        path = Path(run_dir) / RESULTS_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{run_dir} holds no {RESULTS_FILE}; run `prour eval` first")
+        groups: dict[tuple[str, str | None], System] = {}
+        for line in load_result_lines(path).values():
+            key = (line["method"], line.get("variant"))
+            if key not in groups:
+                groups[key] = System(Path(run_dir).name, *key)
+            groups[key].lines.append(line)
+        systems.extend(groups.values())
+    counts: dict[str, int] = {}
+    for system in systems:
+        counts[system.base_label] = counts.get(system.base_label, 0) + 1
+    for system in systems:
+        repeated = counts[system.base_label] > 1
+        system.label = f"{system.run}:{system.base_label}" if repeated else system.base_label
+    return systems
+
+
+# ---- metrics ------------------------------------------------------------------------------
+
+
+def _domain_mean(system: System, value: Any) -> float:
+    """Mean of ``value(line)`` over each domain's episodes, then over domains."""
+    means = []
+    for domain in system.domains:
+        values = [float(value(line)) for line in system.lines if line["domain"] == domain]
+        means.append(sum(values) / len(values))
+    return sum(means) / len(means)
+
+
+@dataclass
+class SystemSummary:
+    """Every number the tables show for one system."""
+
+    label: str
+    episodes: int
+    pass_at_1: dict[str, BootstrapResult] | None
+    pass_hat: dict[str, dict[int, float]]
+    steps: dict[str, float]
+    seconds: float
+    model_calls: float
+    errors: int
+    timeouts: int
+    unscored: int
+    problem: str | None = None
+
+
+def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemSummary:
+    """Pass@1 with intervals, pass^k, turn split, seconds, calls and failure counts."""
+    steps = {kind: _domain_mean(system, lambda line, k=kind: line["steps"][k]) for kind in STEP_KINDS}
+    steps["total"] = sum(steps[k] for k in STEP_KINDS)
+    summary = SystemSummary(
+        label=system.label, episodes=len(system.lines), pass_at_1=None, pass_hat={},
+        steps=steps, seconds=_domain_mean(system, lambda line: line["seconds"]),
+        model_calls=_domain_mean(system, lambda line: line["model_calls_total"]),
+        errors=sum(bool(line["error"]) for line in system.lines),
+        timeouts=sum(bool(line["timeout"]) for line in system.lines),
+        unscored=sum(bool(line["unscored"]) for line in system.lines))
+    try:
+        tables = system.by_domain()
+        summary.pass_at_1 = domain_pass_at_1(tables, n_boot=n_boot, ci=ci)
+        summary.pass_hat = _pass_hat(tables)
+    except ValueError as exc:
+        summary.problem = str(exc)
+        logger.warning("%s: %s", system.label, exc)
+    return summary
+
+
+def _pass_hat(tables: dict[str, dict[str, dict[int, float]]]) -> dict[str, dict[int, float]]:
+    """pass^k for k = 1..n_seeds per domain, and the mean over domains."""
+    n = min(len({s for row in t.values() for s in row}) for t in tables.values())
+    out = {d: {k: pass_hat_k(t, k) for k in range(1, n + 1)} for d, t in tables.items()}
+    out[AVERAGE] = {k: sum(out[d][k] for d in tables) / len(tables) for k in range(1, n + 1)}
+    return out
+
+
+@dataclass
+class Comparison:
+    """Paired Pass@1 difference (system − baseline) per domain and averaged."""
+
+    label: str
+    baseline: str
+    deltas: dict[str, BootstrapResult] | None
+    holm: dict[str, float] = field(default_factory=dict)
+    problem: str | None = None
+
+
+def compare(systems: Sequence[System], baseline: str | None, n_boot: int = 10_000,
+            ci: float = 0.95) -> list[Comparison]:
+    """Every system against the baseline (default: the first), on identical tasks and seeds."""
+    if len(systems) < 2:
+        return []
+    base = _find(systems, baseline) if baseline else systems[0]
+    out = []
+    for system in systems:
+        if system is base:
+            continue
+        try:
+            deltas = compare_runs(system.by_domain(), base.by_domain(), n_boot=n_boot, ci=ci)
+            out.append(Comparison(system.label, base.label, deltas))
+        except ValueError as exc:
+            out.append(Comparison(system.label, base.label, None, problem=str(exc)))
+    family = [(c, d) for c in out if c.deltas for d in c.deltas]
+    adjusted = holm_adjust([c.deltas[d].p_value for c, d in family]) if family else []
+    for (comparison, domain), p in zip(family, adjusted):
+        comparison.holm[domain] = float(p)
+    return out
+
+
+def _find(systems: Sequence[System], label: str) -> System:
+    for system in systems:
+        if label in (system.label, system.base_label):
+            return system
+    raise ValueError(f"baseline {label!r} is not among the systems: "
+                     f"{', '.join(s.label for s in systems)}")
+
+
+# ---- markdown ----------------------------------------------------------------------------
+
+
+def pct(result: BootstrapResult) -> str:
+    """``estimate [low, high]`` in percent, two decimals."""
+    return f"{100 * result.estimate:.2f} [{100 * result.low:.2f}, {100 * result.high:.2f}]"
+
+
+def _row(cells: Sequence[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
+
+
+def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> list[str]:
+    """Pass@1 (%) per domain and average with intervals, then turns, seconds, calls, failures."""
+    header = ["System", *domains, "Average", "Act", "Clarify", "Verify", "Total", "Seconds",
+              "Calls", "Errors", "Timeouts", "Episodes"]
+    rows = []
+    for s in summaries:
+        if s.pass_at_1 is None:
+            passes = ["–"] * (len(domains) + 1)
+        else:
+            passes = [pct(s.pass_at_1[d]) if d in s.pass_at_1 else "–"
+                      for d in [*domains, AVERAGE]]
+        rows.append([s.label, *passes, *(f"{s.steps[k]:.2f}" for k in (*STEP_KINDS, "total")),
+                     f"{s.seconds:.2f}", f"{s.model_calls:.1f}", s.errors, s.timeouts, s.episodes])
+    return _table(header, rows)
+
+
+def pass_hat_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> list[str]:
+    """pass^k (%) per domain and average for k = 1..n_seeds."""
+    ks = sorted({k for s in summaries for by_k in s.pass_hat.values() for k in by_k})
+    header = ["System", "Domain", *(f"pass^{k}" for k in ks)]
+    rows = []
+    for s in summaries:
+        for domain in [*domains, AVERAGE]:
+            if domain in s.pass_hat:
+                values = s.pass_hat[domain]
+                rows.append([s.label, domain,
+                             *(f"{100 * values[k]:.2f}" if k in values else "–" for k in ks)])
+    return _table(header, rows)
+
+
+def comparison_table(comparisons: Sequence[Comparison], domains: Sequence[str]) -> list[str]:
+    header = ["System", "Baseline", *(f"Δ {d}" for d in domains), "Δ Average", "p (Holm, avg)"]
+    rows = []
+    for c in comparisons:
+        if c.deltas is None:
+            rows.append([c.label, c.baseline, *(["–"] * (len(domains) + 1)),
+                         f"not comparable: {c.problem}"])
+            continue
+        cells = [pct(c.deltas[d]) if d in c.deltas else "–" for d in [*domains, AVERAGE]]
+        rows.append([c.label, c.baseline, *cells, f"{c.holm.get(AVERAGE, math.nan):.4f}"])
+    return _table(header, rows)
+
+
+# ---- the report ---------------------------------------------------------------------------
+
+
+def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
+                 attention: bool = False, baseline: str | None = None, n_boot: int = 10_000,
+                 ci: float = 0.95, accounting: str | None = None,
+                 lam: float | None = None) -> dict[str, Path]:
+    """Write ``report.md``, ``report.json`` and the plots; returns the written paths by name."""
+    systems = load_systems(run_dirs)
+    if not systems:
+        raise ValueError(f"no result lines in {', '.join(map(str, run_dirs))}")
+    out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    domains = [d for d in DOMAINS if any(d in s.domains for s in systems)]
+    summaries = [summarize(s, n_boot, ci) for s in systems]
+    comparisons = compare(systems, baseline, n_boot, ci)
+    written = _plots(systems, summaries, out)
+    lines = _header(run_dirs, ci, n_boot) + ["## Pass@1 (%) and interaction cost", ""]
+    lines += main_table(summaries, domains) + [""]
+    lines += [f"- {s.label}: {s.problem}" for s in summaries if s.problem]
+    lines += ["", "## pass^k (%)", "", *pass_hat_table(summaries, domains), ""]
+    if comparisons:
+        lines += ["## Paired differences in Pass@1 (percentage points)", "",
+                  *comparison_table(comparisons, domains), ""]
+    payload: dict[str, Any] = {"systems": [_jsonable(asdict(s)) for s in summaries],
+                               "comparisons": [_jsonable(asdict(c)) for c in comparisons]}
+    if attention:
+        section, data, plot = attention_section(systems, out, n_boot, ci, accounting, lam)
+        lines += section
+        payload["attention"] = data
+        if plot is not None:
+            written["attention_plot"] = plot
+    for name, path in written.items():
+        lines.append(f"![{name}]({path.name})")
+    written["markdown"] = out / REPORT_FILE
+    written["markdown"].write_text("\n".join(lines) + "\n")
+    written["json"] = out / REPORT_JSON
+    written["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    return written
+
+
+def _header(run_dirs: Sequence[str | Path], ci: float, n_boot: int) -> list[str]:
+    lines = ["# Evaluation report", ""]
+    for run_dir in run_dirs:
+        commit = _commit(Path(run_dir))
+        lines.append(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else ""))
+    note = (f"Intervals: {100 * ci:.0f}% paired task bootstrap ({n_boot} draws); seeds are "
+            "averaged within each task. Average: unweighted mean over domains.")
+    lines += ["", note, ""]
+    return lines
+
+
+def _commit(run_dir: Path) -> str | None:
+    try:
+        record = json.loads((run_dir / "provenance.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    commit = (record.get("git") or {}).get("commit")
+    return commit[:12] if commit else None
+
+
+def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],
+           out: Path) -> dict[str, Path]:
+    from prour.eval.plots import SystemPoint, mean_curves, plot_success_vs_steps, plot_uncertainty
+
+    points = [SystemPoint(s.label, s.steps["total"], 100 * s.pass_at_1[AVERAGE].estimate)
+              for s in summaries if s.pass_at_1 is not None]
+    written = {}
+    if points:
+        written["success_vs_steps"] = plot_success_vs_steps(points, out / SUCCESS_PLOT)
+    curves = {s.label: mean_curves([line["decisions"] for line in s.lines]) for s in systems}
+    curves = {k: v for k, v in curves.items() if any(x is not None for x in v["total"])}
+    if curves:
+        written["uncertainty_over_steps"] = plot_uncertainty(curves, out / UNCERTAINTY_PLOT)
+    return written
+
+
+def _jsonable(value: Any) -> Any:
+    """Dataclass dumps with NaN as None and int keys as strings (valid JSON)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ---- attention protocol -------------------------------------------------------------------
+
+
+def _model_label(system: System, several_runs: bool) -> str:
+    return f"{system.run}:{system.method}" if several_runs else system.method
+
+
+def conversation_records(systems: Sequence[System]) -> list[Any]:
+    """One :class:`ConversationRecord` per gated episode: model = method, method = policy."""
+    from prour.eval.attention.analysis import ConversationRecord
+
+    several = len({s.run for s in systems}) > 1
+    records = []
+    for system in systems:
+        for line in system.lines:
+            block = line.get("attention")
+            if not block:
+                continue
+            records.append(ConversationRecord(
+                method=line["variant"], model=_model_label(system, several),
+                domain=line["domain"], task_id=line["task_id"], seed=int(line["seed"]),
+                reward=float(line["score"]), requests=block["requests"],
+                fallback=block["fallbacks"] > 0))
+    return records
+
+
+def _cost_settings(systems: Sequence[System], accounting: str | None,
+                   lam: float | None) -> tuple[str, float, Any]:
+    """Accounting, λ and weights: the arguments, else those the runs were made with."""
+    from prour.eval.attention.cost import DEFAULT_LAMBDA, CostWeights
+
+    block = next((line["attention"] for s in systems for line in s.lines
+                  if line.get("attention")), {})
+    weights = CostWeights(**block["weights"]) if block.get("weights") else CostWeights()
+    return (accounting or block.get("accounting", "full"),
+            lam if lam is not None else block.get("lam", DEFAULT_LAMBDA), weights)
+
+
+def _num(value: float, digits: int = 3) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def attention_table(rows: Sequence[Any]) -> list[str]:
+    header = ["Model", "Domain", "Policy", "Conversations", "R", "A", "V", "U", "Requests",
+              "Atomic", "Bundled (%)", "Fallback (%)", "Unscored", "Efficiency"]
+    body = [[r.model, r.domain, r.method, r.conversations, _num(r.reward), _num(r.cost),
+             _num(r.value, 2), _num(r.utility), _num(r.requests, 2), _num(r.atomic_questions, 2),
+             _num(100 * r.bundled_share, 1), _num(100 * r.fallback_rate, 1), r.unscored,
+             _num(r.efficiency)] for r in rows]
+    return _table(header, body)
+
+
+def _cells(records: Sequence[Any], accounting: str, weights: Any) -> dict[tuple, tuple]:
+    """(domain, task, seed) → (cost or NaN when unjudged, reward) of one model and policy."""
+    from prour.eval.attention.analysis import scorable
+    from prour.eval.attention.cost import conversation_cost
+
+    out = {}
+    for r in records:
+        cost = conversation_cost(r.requests, accounting, weights) \
+            if scorable(r, accounting) else math.nan
+        out[(r.domain, r.task_id, r.seed)] = (cost, r.reward)
+    return out
+
+
+def _aligned(cells: Sequence[dict[tuple, tuple]]) -> tuple[list[Any], list[str]] | str:
+    """(cost, reward) arrays (n_tasks, n_seeds) per cell set on shared complete tasks."""
+    import numpy as np
+
+    keys = set.intersection(*(set(c) for c in cells))
+    seeds = sorted({k[2] for k in keys})
+    tasks = sorted({k[:2] for k in keys if all((*k[:2], s) in keys for s in seeds)})
+    if not tasks:
+        return "no task was run with every seed under all three policies"
+    arrays = [(np.array([[c[(*t, s)][0] for s in seeds] for t in tasks]),
+               np.array([[c[(*t, s)][1] for s in seeds] for t in tasks])) for c in cells]
+    if any(np.isnan(cost).any() for cost, _ in arrays):
+        return "some conversations lack judge scores for this accounting"
+    return arrays, [t[0] for t in tasks]
+
+
+def equal_cost_rows(records: Sequence[Any], accounting: str, weights: Any, n_boot: int,
+                    ci: float) -> list[dict[str, Any]]:
+    """Each policy other than No-ask / Budgeted / Unrestricted against the Budgeted N, N+1
+    mixture of equal expected cost (domains as strata), per model."""
+    from prour.eval.attention.analysis import NO_ASK, UNRESTRICTED, equal_cost_comparison
+    from prour.eval.config import parse_variant
+
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in records:
+        groups.setdefault((r.model, r.method), []).append(r)
+    out = []
+    for model in sorted({m for m, _ in groups}):
+        budgets = {0: groups[(model, NO_ASK)]} if (model, NO_ASK) in groups else {}
+        for (m, method), members in groups.items():
+            name, n = parse_variant(method)
+            if m == model and name == "budgeted" and n is not None:
+                budgets[n] = members
+        for (m, method), members in sorted(groups.items()):
+            if m != model or method in (NO_ASK, UNRESTRICTED) or method.startswith("budgeted@"):
+                continue
+            out.append(_one_equal_cost(model, method, members, budgets, accounting, weights,
+                                       n_boot, ci, equal_cost_comparison))
+    pvalues = [row["delta"].p_value for row in out if row.get("delta") is not None]
+    adjusted = iter(holm_adjust(pvalues)) if pvalues else iter(())
+    for row in out:
+        if row.get("delta") is not None:
+            row["holm"] = float(next(adjusted))
+    return out
+
+
+def _one_equal_cost(model: str, method: str, members: list[Any], budgets: dict[int, list[Any]],
+                    accounting: str, weights: Any, n_boot: int, ci: float,
+                    compare_fn: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": model, "policy": method, "delta": None}
+    notes = []
+    for n in sorted(budgets):
+        if n + 1 not in budgets:
+            continue
+        aligned = _aligned([_cells(x, accounting, weights) for x in
+                            (members, budgets[n], budgets[n + 1])])
+        if isinstance(aligned, str):
+            notes.append(f"N={n}: {aligned}")
+            continue
+        arrays, strata = aligned
+        result = compare_fn(tuple(a[0] for a in arrays), tuple(a[1] for a in arrays),
+                            n_boot=n_boot, ci=ci, strata=strata)
+        if result.mixture.inside:
+            row.update(n=n, weight=result.mixture.weight, mixture_reward=result.mixture.reward,
+                       delta=result.delta)
+            return row
+        notes.append(f"N={n}: {result.mixture.note}")
+    row["note"] = "; ".join(notes) or "fewer than two adjacent Budgeted runs"
+    return row
+
+
+def equal_cost_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    header = ["Model", "Policy", "Mixture", "w", "ΔR at equal cost", "p (Holm)", "Note"]
+    body = []
+    for r in rows:
+        if r.get("delta") is None:
+            body.append([r["model"], r["policy"], "–", "–", "–", "–", r.get("note", "")])
+            continue
+        d = r["delta"]
+        body.append([r["model"], r["policy"], f"budgeted@{r['n']}/{r['n'] + 1}",
+                     f"{r['weight']:.3f}", f"{d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]",
+                     f"{r['holm']:.4f}", ""])
+    return _table(header, body)
+
+
+def attention_section(systems: Sequence[System], out: Path, n_boot: int, ci: float,
+                      accounting: str | None, lam: float | None,
+                      ) -> tuple[list[str], dict[str, Any], Path | None]:
+    """Markdown lines, JSON data and the reward-versus-attention plot of the gated runs."""
+    from prour.eval.attention.analysis import (
+        PlotPoint,
+        attention_paths,
+        average_over_domains,
+        method_rows,
+        plot_reward_attention,
+    )
+    from prour.eval.config import parse_variant
+
+    records = conversation_records(systems)
+    if not records:
+        return ["## Attention", "", "No run used an attention policy.", ""], {}, None
+    accounting, lam, weights = _cost_settings(systems, accounting, lam)
+    rows = method_rows(records, accounting, lam, weights)
+    average = average_over_domains(rows)
+    comparisons = equal_cost_rows(records, accounting, weights, n_boot, ci)
+    lines = ["## Attention: reward, cost, value and utility", "",
+             f"Accounting `{accounting}`, λ = {lam}; U = R − λ·A.", "",
+             *attention_table([*rows, *average]), "",
+             "## Equal-cost comparisons (policy − Budgeted mixture)", "",
+             *equal_cost_table(comparisons), ""]
+    budgets = sorted({n for r in average if (n := parse_variant(r.method)[1]) is not None
+                      and r.method.startswith("budgeted@")})
+    paths = attention_paths(average, budgets)
+    on_path = {p.label for pts in paths.values() for p in pts}
+    extras: dict[str, list[Any]] = {}
+    for r in average:
+        if r.method not in on_path and not math.isnan(r.cost):
+            extras.setdefault(r.model, []).append(PlotPoint(r.method, r.cost, r.reward))
+    plot = plot_reward_attention(paths, out / ATTENTION_PLOT, extras)
+    data = {"accounting": accounting, "lam": lam,
+            "rows": [_jsonable(asdict(r)) for r in [*rows, *average]],
+            "equal_cost": [_jsonable({**r, "delta": asdict(r["delta"]) if r.get("delta")
+                                      else None}) for r in comparisons]}
+    return lines, data, plot

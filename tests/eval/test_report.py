@@ -1,0 +1,182 @@
+"""``prour report`` on hand-written result lines: every number against a hand computation."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prour.cli.main import app
+from prour.eval.harness import RESULTS_FILE
+from prour.eval.plots import mean_curves
+from prour.eval.report import load_systems, summarize, write_report
+from prour.eval.stats import bootstrap_mean_ci
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+# success of (task, seed) per domain: system "prour" and "base" on the same tasks and seeds
+PROUR = {"retail": {"t1": [1, 0], "t2": [1, 1]}, "airline": {"a1": [0, 0], "a2": [1, 0]}}
+BASE = {"retail": {"t1": [0, 0], "t2": [1, 0]}, "airline": {"a1": [0, 0], "a2": [0, 0]}}
+
+
+def _line(method: str, domain: str, task: str, seed: int, score: float, *,
+          steps: tuple[int, int, int] = (3, 1, 1), seconds: float = 10.0, calls: int = 5,
+          error: bool = False, variant: str | None = None, attention: dict | None = None,
+          decisions: list | None = None) -> dict:
+    agent = method if variant is None else f"{method}/{variant}"
+    return {"schema": 1, "key": [domain, task, seed, agent], "method": method, "variant": variant,
+            "domain": domain, "task_id": task, "seed": seed, "reward": score, "score": score,
+            "success": score == 1.0, "termination": "error" if error else "user_stop",
+            "error": error, "timeout": False, "unscored": False, "errors": [],
+            "steps": dict(zip(("act", "clarify", "verify"), steps)), "records": 9,
+            "model_calls": {"agent.chat": calls}, "model_calls_total": calls,
+            "seconds": seconds, "decisions": decisions or [], "episode_started_at": "t",
+            "attention": attention}
+
+
+def _write(run: Path, lines: list[dict]) -> Path:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / RESULTS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return run
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    lines = []
+    for method, table, steps, seconds in (("prour", PROUR, (3, 1, 1), 10.0),
+                                          ("base", BASE, (6, 0, 0), 4.0)):
+        for domain, tasks in table.items():
+            for task, successes in tasks.items():
+                for seed, ok in enumerate(successes):
+                    decisions = [{"step": 0, "route": "clarify", "au": 0.5, "eu": 0.25,
+                                  "total": 0.75}] if method == "prour" else []
+                    lines.append(_line(method, domain, task, seed, float(ok), steps=steps,
+                                       seconds=seconds + seed, decisions=decisions,
+                                       error=method == "base" and task == "a1" and seed == 1))
+    return _write(tmp_path / "run", lines)
+
+
+def _rows(markdown: str, title: str) -> list[list[str]]:
+    section = markdown.split(f"## {title}")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in table[2:]]
+
+
+def test_pass_at_1_pass_hat_k_and_costs_by_hand(run: Path, tmp_path: Path) -> None:
+    written = write_report([run], tmp_path / "rep", n_boot=500)
+    markdown = written["markdown"].read_text()
+    rows = {r[0]: r for r in _rows(markdown, "Pass@1 (%) and interaction cost")}
+    # prour retail: seed 0 solves 2/2, seed 1 solves 1/2 -> 75; airline: 1/2 and 0/2 -> 25
+    assert rows["prour"][1].startswith("75.00 [") and rows["prour"][2].startswith("25.00 [")
+    assert rows["prour"][3].startswith("50.00 [")
+    assert rows["base"][1].startswith("25.00 [") and rows["base"][2].startswith("0.00 [")
+    assert rows["base"][3].startswith("12.50 [")
+    assert rows["prour"][4:8] == ["3.00", "1.00", "1.00", "5.00"]
+    assert rows["base"][4:8] == ["6.00", "0.00", "0.00", "6.00"]
+    assert rows["prour"][8] == "10.50"  # seconds 10 and 11 in every domain
+    assert rows["base"][10:] == ["1", "0", "8"]  # errors, timeouts, episodes
+    interval = bootstrap_mean_ci([[1, 0], [1, 1]], n_boot=500, seed=0)
+    assert rows["prour"][1] == (f"{100 * interval.estimate:.2f} [{100 * interval.low:.2f}, "
+                                f"{100 * interval.high:.2f}]")
+    hat = {(r[0], r[1]): r[2:] for r in _rows(markdown, "pass^k (%)")}
+    # prour retail: t1 solved 1 of 2 trials, t2 2 of 2 -> pass^1 = 75, pass^2 = (0 + 1)/2 = 50
+    assert hat[("prour", "retail")] == ["75.00", "50.00"]
+    assert hat[("prour", "airline")] == ["25.00", "0.00"]
+    assert hat[("prour", "average")] == ["50.00", "25.00"]
+
+
+def test_paired_difference_by_hand(run: Path, tmp_path: Path) -> None:
+    written = write_report([run], tmp_path / "rep", baseline="base", n_boot=500)
+    [row] = _rows(written["markdown"].read_text(), "Paired differences")
+    # per task means, prour − base: retail t1 .5−0, t2 1−.5 -> .5; airline a1 0, a2 .5 -> .25
+    assert row[:2] == ["prour", "base"]
+    assert row[2].startswith("50.00 [") and row[3].startswith("25.00 [")
+    assert row[4].startswith("37.50 [")
+    data = json.loads(written["json"].read_text())
+    delta = data["comparisons"][0]["deltas"]["average"]
+    assert delta["estimate"] == pytest.approx(0.375)
+    assert delta["low"] <= 0.375 <= delta["high"]
+
+
+def test_plots_are_written(run: Path, tmp_path: Path) -> None:
+    written = write_report([run], tmp_path / "rep", n_boot=200)
+    for name in ("success_vs_steps", "uncertainty_over_steps"):
+        assert written[name].read_bytes()[:8] == PNG
+    curves = mean_curves([[{"step": 0, "au": 0.5, "eu": 0.1, "total": 0.6},
+                           {"step": 1, "au": 0.2, "eu": None, "total": 0.3}],
+                          [{"step": 0, "au": 0.3, "eu": 0.3, "total": 0.6}]], max_steps=3)
+    assert curves["au"][:2] == pytest.approx([0.4, 0.2])
+    assert curves["eu"][:2] == [pytest.approx(0.2), None] and curves["total"][2] is None
+
+
+def test_incomplete_system_is_reported_not_zeroed(run: Path, tmp_path: Path) -> None:
+    lines = [json.loads(x) for x in (run / RESULTS_FILE).read_text().splitlines()]
+    lines = [x for x in lines if not (x["method"] == "base" and x["task_id"] == "t2"
+                                      and x["seed"] == 1)]
+    _write(run, lines)
+    [_, base] = load_systems([run])
+    summary = summarize(base, n_boot=100)
+    assert summary.pass_at_1 is None and "task 't2' seed 1" in summary.problem
+    markdown = write_report([run], tmp_path / "rep", n_boot=100)["markdown"].read_text()
+    assert "- base: retail: missing episodes: task 't2' seed 1" in markdown
+
+
+def test_two_runs_get_prefixed_labels(run: Path, tmp_path: Path) -> None:
+    other = _write(tmp_path / "other", [json.loads(x) for x in
+                                        (run / RESULTS_FILE).read_text().splitlines()])
+    labels = [s.label for s in load_systems([run, other])]
+    assert labels == ["run:prour", "run:base", "other:prour", "other:base"]
+
+
+# ---- attention ----------------------------------------------------------------------------
+
+R_EFFORT, VALUE = 8.0, 5.0
+PER_REQUEST = 1 + R_EFFORT / 20 + (1 - VALUE / 10)  # `full` accounting: 1.9
+
+
+def _attention(n_requests: int) -> dict:
+    requests = [{"discretionary": True, "atomic_questions": 1, "reading_effort": R_EFFORT,
+                 "value": VALUE, "fallback": False, "judge_error": None}] * n_requests
+    return {"policy": "x", "budget": None, "accounting": "full", "lam": 0.5,
+            "weights": {"message": 1.0, "atomic": 1.0, "effort": 1.0, "avoidability": 1.0},
+            "requests": requests, "fallbacks": 0}
+
+
+@pytest.fixture
+def attention_run(tmp_path: Path) -> Path:
+    """Per policy and task t1..t4 (one seed): (requests in the conversation, success)."""
+    plan = {"no-ask": [(0, 1), (0, 0), (0, 0), (0, 0)],
+            "budgeted@1": [(1, 1), (1, 1), (1, 0), (1, 0)],
+            "budgeted@2": [(2, 1), (2, 1), (2, 1), (2, 0)],
+            "unrestricted": [(3, 1), (3, 1), (3, 1), (3, 1)],
+            "budgeted+mgr@2": [(1, 1), (1, 1), (2, 1), (2, 0)]}
+    lines = [_line("base", "retail", f"t{i + 1}", 0, float(ok), variant=variant,
+                   attention=_attention(n))
+             for variant, cells in plan.items() for i, (n, ok) in enumerate(cells)]
+    return _write(tmp_path / "att", lines)
+
+
+def test_attention_tables_by_hand(attention_run: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["report", str(attention_run), "--out", str(tmp_path / "r"),
+                                      "--attention", "--n-boot", "300"])
+    assert result.exit_code == 0, result.output
+    markdown = (tmp_path / "r" / "report.md").read_text()
+    rows = {(r[1], r[2]): r for r in _rows(markdown, "Attention: reward")}
+    row = rows[("retail", "budgeted@2")]
+    # R = 3/4; A = 2 requests × 1.9; U = R − 0.5·A; V = 5; efficiency (R − R_no-ask)/A
+    assert float(row[4]) == pytest.approx(0.75, abs=5e-4)
+    assert float(row[5]) == pytest.approx(2 * PER_REQUEST, abs=5e-4)
+    assert float(row[6]) == pytest.approx(VALUE, abs=5e-3)
+    assert float(row[7]) == pytest.approx(0.75 - 0.5 * 2 * PER_REQUEST, abs=5e-4)
+    assert float(row[13]) == pytest.approx((0.75 - 0.25) / (2 * PER_REQUEST), abs=5e-4)
+    [comparison] = _rows(markdown, "Equal-cost comparisons")
+    # A_mgr = 1.5 × 1.9 lies between A_1 = 1.9 and A_2 = 3.8: w = (3.8 − 2.85)/(3.8 − 1.9) = 0.5,
+    # R_mix = 0.5·0.5 + 0.5·0.75 = 0.625 and R_mgr − R_mix = 0.75 − 0.625
+    assert comparison[:4] == ["base", "budgeted+mgr@2", "budgeted@1/2", "0.500"]
+    assert comparison[4].startswith("+0.125 [")
+    assert (tmp_path / "r" / "reward_vs_attention.png").read_bytes()[:8] == PNG
+    assert not math.isnan(json.loads((tmp_path / "r" / "report.json").read_text())
+                          ["attention"]["equal_cost"][0]["weight"])
