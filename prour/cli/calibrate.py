@@ -3,7 +3,6 @@ recipe's decomposer model and report routing F1 on a held-out set (paper A.2.2).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -22,26 +21,11 @@ def _fail(message: str) -> None:
 
 
 def load_router_recipe(path: str) -> tuple[Recipe, RouterConfig]:
-    """The recipe and its ``router`` section (read beside the recipe until Recipe carries it)."""
-    import yaml
-    from pydantic import ValidationError
+    """The recipe and its ``router`` section."""
+    from prour.config import load_recipe
 
-    from prour.config import ConfigError, Recipe, first_error, load_recipe, parse_recipe
-    from prour.router.config import RouterConfig
-
-    if "router" in Recipe.model_fields:
-        recipe = load_recipe(path)
-        return recipe, recipe.router  # type: ignore[attr-defined]
-    if not Path(path).is_file():
-        raise ConfigError("<file>", f"recipe file not found: {path}")
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    section = (data.pop("router", None) if isinstance(data, dict) else None) or {}
-    recipe = parse_recipe(data, path)
-    try:
-        return recipe, RouterConfig.model_validate(section)
-    except ValidationError as exc:
-        err = first_error(exc)
-        raise ConfigError(f"router.{err.key}", str(err).split(": ", 1)[-1], path) from None
+    recipe = load_recipe(path)
+    return recipe, recipe.router
 
 
 def scores_table(title: str, scores: RoutingScores):

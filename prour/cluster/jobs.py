@@ -176,7 +176,7 @@ def record_provenance(loaded: ClusterRecipe, request: SubmitRequest) -> None:
     """Resolved recipe, commit and versions of the submission, in ``<run_dir>/slurm``."""
     from prour.provenance import write_provenance
 
-    resolved = {**loaded.recipe.model_dump(mode="json"), **loaded.raw}
+    resolved = loaded.recipe.model_dump(mode="json")
     resolved.update(
         serve=loaded.serve.model_dump(mode="json"), slurm=loaded.slurm.model_dump(mode="json")
     )

@@ -1,30 +1,23 @@
-"""A recipe with the sections the cluster commands read (``serve``, ``slurm``) beside its others.
-
-Sections that :class:`~prour.config.Recipe` does not carry yet are validated here and the rest
-are kept as plain mappings, so ``prour serve`` and ``prour slurm`` work on any recipe file.
-"""
+"""A recipe as the cluster commands read it: its ``serve`` and ``slurm`` sections at hand."""
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from prour.cluster.config import ServeConfig, SlurmConfig
-from prour.config import ConfigError, Recipe, Section, apply_override, first_error, parse_recipe
+from prour.config import ConfigError, Recipe, apply_override, parse_recipe
 
 
 @dataclass
 class ClusterRecipe:
-    """A recipe with the sections the cluster commands read; other sections stay raw mappings."""
+    """A recipe with the sections the cluster commands read."""
 
     recipe: Recipe
     serve: ServeConfig
     slurm: SlurmConfig
-    raw: dict[str, Any] = field(default_factory=dict)  # sections Recipe does not carry (yet)
     source: str | None = None
 
     @property
@@ -32,26 +25,13 @@ class ClusterRecipe:
         return self.recipe.resolved_run_dir()
 
     def section(self, name: str) -> dict[str, Any]:
-        """A stage section as a plain mapping, whether Recipe carries it or not."""
+        """A stage section as a plain mapping (empty when the recipe leaves it unset)."""
         value = getattr(self.recipe, name, None)
-        if value is not None and hasattr(value, "model_dump"):
-            return value.model_dump()
-        raw = self.raw.get(name)
-        return dict(raw) if isinstance(raw, dict) else {}
-
-
-def _section(model: type[Section], raw: Any, name: str, source: str | None) -> Any:
-    """Validate one section mapping, naming the dotted key on error."""
-    try:
-        return model.model_validate(raw or {})
-    except ValidationError as exc:
-        err = first_error(exc)
-        text = str(err).split(": ", 1)[-1]
-        raise ConfigError(f"{name}.{err.key}", text, source) from None
+        return value.model_dump() if value is not None else {}
 
 
 def load_cluster_recipe(path: str | Path, overrides: list[str] | None = None) -> ClusterRecipe:
-    """Load a recipe with its ``serve`` and ``slurm`` sections (read beside Recipe if need be)."""
+    """Load a recipe for ``prour serve`` / ``prour slurm`` (endpoints are not resolved here)."""
     import yaml
 
     path = Path(path)
@@ -65,15 +45,8 @@ def load_cluster_recipe(path: str | Path, overrides: list[str] | None = None) ->
         raise ConfigError("<root>", "a recipe must be a mapping", str(path))
     for item in overrides or []:
         apply_override(raw, item)
-    extra = {key: raw.pop(key) for key in list(raw) if key not in Recipe.model_fields}
     recipe = parse_recipe(raw, str(path), endpoints=False)  # serve decides roles itself
-    serve = getattr(recipe, "serve", None) or _section(
-        ServeConfig, extra.get("serve"), "serve", str(path)
-    )
-    slurm = getattr(recipe, "slurm", None) or _section(
-        SlurmConfig, extra.get("slurm"), "slurm", str(path)
-    )
-    loaded = ClusterRecipe(recipe, serve, slurm, extra, str(path))
+    loaded = ClusterRecipe(recipe, recipe.serve, recipe.slurm, str(path))
     check_served_roles(loaded)
     return loaded
 

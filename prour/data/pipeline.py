@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.router.config import RouterConfig
 
 log = logging.getLogger(__name__)
-SECTIONS = ("data", "router")
 
 
 @dataclass
@@ -38,45 +37,12 @@ class DataRecipe:
         return self.recipe.resolved_run_dir()
 
 
-def _section(model: type, raw: Any, name: str, source: str) -> Any:
-    from pydantic import ValidationError
-
-    from prour.config import ConfigError, first_error
-
-    try:
-        return model.model_validate(raw or {})
-    except ValidationError as exc:
-        err = first_error(exc)
-        raise ConfigError(f"{name}.{err.key}", str(err).split(": ", 1)[-1], source) from None
-
-
 def load_data_recipe(path: str | Path, overrides: list[str] | None = None) -> DataRecipe:
-    """Load a recipe and its ``data`` and ``router`` sections (read beside the recipe for as long
-    as :class:`~prour.config.Recipe` does not carry them itself)."""
-    import yaml
+    """Load a recipe with the ``data`` and ``router`` sections the data stage reads."""
+    from prour.config import load_recipe
 
-    from prour.config import ConfigError, Recipe, apply_override, load_recipe, parse_recipe
-    from prour.data.config import DataConfig
-    from prour.router.config import RouterConfig
-
-    if all(name in Recipe.model_fields for name in SECTIONS):
-        recipe = load_recipe(path, overrides)
-        return DataRecipe(recipe, recipe.data, recipe.router)  # type: ignore[attr-defined]
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("<file>", f"recipe file not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError("<root>", "a recipe must be a mapping", str(path))
-    for item in overrides or []:
-        apply_override(raw, item)
-    sections = {name: raw.pop(name, None) for name in SECTIONS if name not in Recipe.model_fields}
-    recipe = parse_recipe(raw, str(path))
-    data = getattr(recipe, "data", None) or _section(DataConfig, sections.get("data"), "data",
-                                                     str(path))
-    router = getattr(recipe, "router", None) or _section(RouterConfig, sections.get("router"),
-                                                         "router", str(path))
-    return DataRecipe(recipe, data, router)
+    recipe = load_recipe(path, overrides)
+    return DataRecipe(recipe, recipe.data, recipe.router)
 
 
 @dataclass

@@ -8,7 +8,7 @@ Decomposer budget and invocation frequency are the router's (``router.budget``,
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -126,10 +126,5 @@ def suggest(value: str, valid: list[str]) -> str:
 
 
 def recipe_sections(recipe: Recipe) -> tuple[EvalConfig, RouterConfig]:
-    """The recipe's ``eval`` and ``router`` sections (defaults where the recipe has none)."""
-    from prour.router.config import RouterConfig
-
-    eval_cfg: Any = getattr(recipe, "eval", None)
-    router_cfg: Any = getattr(recipe, "router", None)
-    return (eval_cfg if isinstance(eval_cfg, EvalConfig) else EvalConfig(),
-            router_cfg if isinstance(router_cfg, RouterConfig) else RouterConfig())
+    """The recipe's ``eval`` and ``router`` sections."""
+    return recipe.eval, recipe.router

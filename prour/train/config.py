@@ -187,67 +187,16 @@ def train_section(recipe: Any) -> TrainConfig:
     return cfg
 
 
-# Stage sections a recipe may hold, by the model that checks them. Until prour.config.Recipe
-# carries a section itself, the loader below validates it here and hands it out beside the recipe.
-_SECTION_MODELS = {
-    "train": "prour.train.config:TrainConfig",
-    "reward": "prour.rewards.config:RewardConfig",
-    "data": "prour.data.config:DataConfig",
-    "router": "prour.router.config:RouterConfig",
-    "eval": "prour.eval.config:EvalConfig",
-    "serve": "prour.cluster.config:ServeConfig",
-    "slurm": "prour.cluster.config:SlurmConfig",
-}
-
-
-def _section_model(spec: str) -> type:
-    import importlib
-
-    module, name = spec.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def load_train_recipe(
     path: str | Path, overrides: list[str] | None = None
 ) -> tuple[Any, TrainConfig]:
-    """A recipe and its ``train`` section; ``recipe.reward`` is set when the file has one."""
-    import yaml
-    from pydantic import ValidationError
+    """A recipe and its ``train`` section (a :class:`ConfigError` when it has none)."""
+    from prour.config import load_recipe
 
-    from prour.config import Recipe, apply_override, first_error, parse_recipe
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("<file>", f"recipe file not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError("<root>", "a recipe must be a mapping", str(path))
-    for item in overrides or []:
-        apply_override(raw, item)
-    sections: dict[str, Any] = {}
-    for name, spec in _SECTION_MODELS.items():
-        if name in Recipe.model_fields or name not in raw:
-            continue
-        try:
-            sections[name] = _section_model(spec).model_validate(raw.pop(name) or {})
-        except ValidationError as exc:
-            err = first_error(exc)
-            raise ConfigError(
-                f"{name}.{err.key}" if err.key != "<root>" else name,
-                str(err).split(": ", 1)[-1],
-                str(path),
-            ) from None
-    recipe = parse_recipe(raw, str(path))
-    for name, value in sections.items():
-        object.__setattr__(recipe, name, value)
+    recipe = load_recipe(path, overrides)
     return recipe, train_section(recipe)
 
 
 def recipe_dict(recipe: Any) -> dict[str, Any]:
-    """The whole resolved recipe as plain data, stage sections loaded beside it included."""
-    data = recipe.model_dump(mode="json")
-    for name in _SECTION_MODELS:
-        section = recipe.__dict__.get(name)
-        if name not in data and section is not None:
-            data[name] = section.model_dump(mode="json")
-    return data
+    """The whole resolved recipe as plain data (for provenance)."""
+    return recipe.model_dump(mode="json")
