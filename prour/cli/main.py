@@ -26,16 +26,18 @@ def validate(recipe: str = typer.Argument(..., help="Path to a YAML recipe.")) -
     typer.echo(f"ok: {recipe} (recipe {loaded.name!r})")
 
 
-from prour.cli.reward import reward_app
+def _register_subcommands() -> None:
+    """Each stage module adds its commands; their heavy imports stay inside the commands."""
+    from prour.cli import calibrate, data, demo, env, eval, reward, serve, slurm, train
 
-app.add_typer(reward_app, name="reward")
-app.command("calibrate")(__import__("prour.cli.calibrate", fromlist=["calibrate"]).calibrate)
-__import__("prour.cli.data", fromlist=["register"]).register(app)  # collect, normalize, extract, data
-__import__("prour.cli.train", fromlist=["register"]).register(app)  # train, train export
-__import__("prour.cli.serve", fromlist=["register"]).register(app)  # serve, endpoints
-app.add_typer(__import__("prour.cli.slurm", fromlist=["slurm_app"]).slurm_app, name="slurm")
-__import__("prour.cli.eval", fromlist=["register"]).register(app)  # eval, report
-__import__("prour.cli.env", fromlist=["register"]).register(app)  # env, episode
+    for module in (env, data, train, eval, serve, demo):
+        module.register(app)  # env/episode, collect/normalize/extract/data, train, eval/report, ...
+    app.command("calibrate")(calibrate.calibrate)
+    app.add_typer(reward.reward_app, name="reward")
+    app.add_typer(slurm.slurm_app, name="slurm")
+
+
+_register_subcommands()
 
 
 def main() -> None:  # pragma: no cover - console entry
