@@ -75,8 +75,12 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     user_llm = build_llm(_model(loaded, "user", "collect"))
     teacher_llm = build_llm(_model(loaded, "teacher", "collect")) if cfg.teacher else None
     factories = EpisodeFactories(
-        make_agent=lambda: LLMAgent(agent_llm, temperature=cfg.agent_temperature),
-        make_user=lambda: LLMUser(user_llm, temperature=cfg.user_temperature),
+        make_agent=lambda: LLMAgent(
+            agent_llm, temperature=cfg.agent_temperature, max_tokens=cfg.agent_max_tokens
+        ),
+        make_user=lambda: LLMUser(
+            user_llm, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens
+        ),
         teacher=teacher_llm, cfg=cfg)
     out = cfg.path("trajectories", run_dir)
     record_provenance(loaded, "collect")

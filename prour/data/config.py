@@ -31,6 +31,8 @@ class DataConfig(Section):
     teacher_thinking: bool = False  # Qwen3 <think> for the teacher's decision
     agent_temperature: float = Field(0.01, ge=0)
     user_temperature: float = Field(1.0, ge=0)
+    agent_max_tokens: int = Field(1024, ge=1)  # task agent reply / tool call length
+    user_max_tokens: int = Field(512, ge=1)  # user simulator message length
     # --- normalize ---
     normalizer_max_tokens: int = Field(768, ge=16)
     # --- extract ---

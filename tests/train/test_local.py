@@ -254,3 +254,68 @@ def test_learning_raises_the_format_reward(format_policy_dir, fresh_dir):
     start, end = sum(rewards[:2]) / 2, sum(rewards[-3:]) / 3
     assert start < 0.5, rewards  # the warm start answers well-formed about a fifth of the time
     assert end >= start + 0.3, rewards
+
+
+def _tau2_rows() -> list[dict[str, Any]]:
+    """One clarify and one verify state of retail task 0, in the data stage's row format.
+
+    The history is the task's real opening: the customer's first message, the agent's
+    `find_user_id_by_name_zip` call and tau2's own observation of it.
+    """
+    import json
+
+    from prour.env import get_task, make_env, execute_tool_call
+
+    task = get_task("retail", "0")
+    env = make_env("retail", task)
+    ref = next(a for a in task.evaluation_criteria.actions if a.requestor == "assistant")
+    observation, _ = execute_tool_call(env, ref.name, dict(ref.arguments))
+    history = [
+        {"role": "user", "content": "Hi, I need help with an order I received."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function",
+         "function": {"name": ref.name, "arguments": json.dumps(ref.arguments)}}]},
+        {"role": "tool", "tool_call_id": "c0", "name": ref.name, "content": observation},
+    ]
+    targets = {
+        "clarify": "I want to exchange the items I received in my order.",
+        "verify": json.dumps({"arguments": ref.arguments, "tool": ref.name}, sort_keys=True,
+                             separators=(",", ":")),
+    }
+    rows = instance_rows(2)
+    for row, mode in zip(rows, ("clarify", "verify")):
+        row["reward_model"]["ground_truth"] = targets[mode]
+        row["extra_info"].update(mode=mode, task_id="0", history=json.dumps(history))
+    return rows
+
+
+def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_dir, fresh_dir):
+    """The real reward (policy-scored prior/posterior, tiny strict user and verifier on tau2)."""
+    recipe = Recipe(
+        name="t",
+        seed=3,
+        models={
+            role: ModelConfig(backend="hf", path=str(format_policy_dir), device="cpu",
+                              dtype="float32")
+            for role in ("generator", "strict_user", "verifier")
+        },
+        reward={"responder_max_tokens": 16, "verifier_max_steps": 1},
+    )
+    cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24})
+    trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
+    trainer.setup()
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    metrics = trainer.train_step()
+    trainer.metrics.log(trainer.step, metrics)
+    unchanged = [
+        name
+        for name, p in trainer.model.named_parameters()
+        if p.requires_grad and torch.equal(p.detach(), before[name])
+    ]
+    assert unchanged == []
+    logged = trainer.metrics.read()[0]
+    assert set(logged) >= METRIC_KEYS
+    assert logged["n_sampled"] == 12
+    assert logged["n_valid"] > 0, "the warm-started policy asked no well-formed question"
+    # information gain, not a stand-in: asked samples carry a prior and a posterior
+    assert logged["prior_mean"] is not None and logged["post_mean"] is not None
+    assert logged["prior_mean"] < 0 and logged["post_mean"] < 0
