@@ -120,6 +120,13 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
+def _row_count(path: Path) -> int:
+    """Rows of a parquet file, read from its footer (``datasets`` cannot load an empty file)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
 def load_split(path: str | Path):
     """A split file as a ``datasets.Dataset`` (what the trainers read)."""
     import datasets
@@ -235,6 +242,13 @@ def check_dataset(dataset_dir: str | Path) -> list[str]:
         path = split_path(dataset_dir, split)
         if not path.is_file():
             errors.append(f"{path}: missing")
+            continue
+        if _row_count(path) == 0:
+            errors.append(
+                f"{path}: no rows (every decision state routed to act, or no valid candidate "
+                "survived; see the dataset card's route counts, and check the thresholds and "
+                "the decomposer model)"
+            )
             continue
         rows = [dict(row) for row in load_split(path)]
         errors.extend(check_rows(rows, where=f"{path}: "))

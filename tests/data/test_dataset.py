@@ -150,3 +150,14 @@ def test_split_keys_deterministic_disjoint_and_ratio() -> None:
     assert split_keys(keys, 0.2, seed=8) != first  # the seed matters
     assert set(split_keys(["a", "b"], 0.1, 0).values()) == {"train", "validation"}
     assert set(split_keys(keys, 0.0, 0).values()) == {"train"}
+
+
+def test_an_empty_split_is_a_clear_schema_error_not_a_crash(tmp_path):
+    """Every state routed to act leaves a split empty; the check names the file and the cause."""
+    from prour.data.dataset import SPLITS, check_dataset, split_path, write_rows
+
+    for split in SPLITS:
+        write_rows([], split_path(tmp_path, split))
+    errors = check_dataset(tmp_path)
+    assert len(errors) == 2
+    assert all("no rows" in e and "routed to act" in e for e in errors)
