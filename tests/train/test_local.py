@@ -104,6 +104,17 @@ def _train(out: Path, **changes: Any) -> TrainConfig:
     return TrainConfig.model_validate(base)
 
 
+def _unchanged_after_one_step(trainer: LocalTrainer) -> list[str]:
+    """Run and log one training step; the trainable parameters it left exactly as they were."""
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.metrics.log(trainer.step, trainer.train_step())
+    return [
+        name
+        for name, p in trainer.model.named_parameters()
+        if p.requires_grad and torch.equal(p.detach(), before[name])
+    ]
+
+
 def test_stand_in_reward_fits_the_protocol():
     assert isinstance(StandInReward(), RewardFn)
     assert isinstance(VerifiableFormatReward(), RewardFn)
@@ -134,15 +145,7 @@ def test_one_step_changes_every_parameter_and_logs_all_metrics(tiny_model_dir, f
         rows=instance_rows(4),
     )
     trainer.setup()
-    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-    metrics = trainer.train_step()
-    trainer.metrics.log(trainer.step, metrics)
-    unchanged = [
-        name
-        for name, p in trainer.model.named_parameters()
-        if p.requires_grad and torch.equal(p.detach(), before[name])
-    ]
-    assert unchanged == []
+    assert _unchanged_after_one_step(trainer) == []
     logged = trainer.metrics.read()
     assert len(logged) == 1 and set(logged[0]) >= METRIC_KEYS
     assert [k for k in METRIC_KEYS if logged[0][k] is None] == []
@@ -303,15 +306,7 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
     cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24})
     trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
     trainer.setup()
-    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-    metrics = trainer.train_step()
-    trainer.metrics.log(trainer.step, metrics)
-    unchanged = [
-        name
-        for name, p in trainer.model.named_parameters()
-        if p.requires_grad and torch.equal(p.detach(), before[name])
-    ]
-    assert unchanged == []
+    assert _unchanged_after_one_step(trainer) == []
     logged = trainer.metrics.read()[0]
     assert set(logged) >= METRIC_KEYS
     assert logged["n_sampled"] == 12
