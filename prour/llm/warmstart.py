@@ -61,19 +61,19 @@ DEFAULT_TASKS_PER_DOMAIN = 12
 # corpus has). The query generator and the decomposer's actions get the most: the pipeline parses
 # them strictly.
 KIND_WEIGHTS: dict[str, float] = {
-    "query_clarify": 0.13,
-    "query_verify": 0.13,
-    "action": 0.26,
-    "goal": 0.08,
-    "score": 0.04,
-    "belief_clarify": 0.02,
-    "belief_verify": 0.03,
-    "agent": 0.06,
-    "user": 0.03,
+    "action": 0.45,
+    "goal": 0.07,
+    "score": 0.03,
+    "query_clarify": 0.10,
+    "query_verify": 0.10,
     "strict_user": 0.05,
-    "verifier": 0.06,
-    "normalize": 0.04,
-    "annotate": 0.07,
+    "normalize": 0.03,
+    "belief_clarify": 0.02,
+    "belief_verify": 0.02,
+    "annotate": 0.03,
+    "agent": 0.03,
+    "user": 0.02,
+    "verifier": 0.03,
 }
 
 # ---------------------------------------------------------------- first-person rewriting
@@ -117,6 +117,14 @@ def first_person(text: str) -> str:
     return re.sub(r"\byou\b", you, text, flags=re.IGNORECASE)
 
 
+def _clip(sentence: str, max_words: int = 16) -> str:
+    """The sentence, cut after ``max_words`` words (a goal reading is one short sentence)."""
+    words = sentence.split()
+    if len(words) <= max_words:
+        return sentence
+    return " ".join(words[:max_words]).rstrip(",;:") + "."
+
+
 def _sentences(text: str) -> list[str]:
     """Sentences of a short text, whitespace collapsed."""
     flat = " ".join(text.split())
@@ -150,6 +158,7 @@ class DecisionPoint:
     message: Message  # the decision: a tool-calling or a text message
     observation: str | None  # the result of the decision's tool call, if it is one
     index: int  # position among the transcript's decisions
+    user_action: tuple[str, dict[str, Any]] | None = None  # a user-side tool the agent asks for
 
     @property
     def call(self) -> tuple[str, dict[str, Any]] | None:
@@ -174,7 +183,7 @@ def task_text(domain: str, task: Task) -> TaskText:
         unknown = instructions.unknown_info or ""
         extra = instructions.task_instructions or ""
     request = " ".join(_sentences(first_person(f"{reason} {known}")))
-    goal_sentences = _sentences(first_person(reason)) or [request]
+    goal_sentences = [_clip(s) for s in _sentences(first_person(reason))] or [request]
     normalized = " ".join(_sentences(first_person(" ".join((reason, known, unknown, extra)))))
     return TaskText(
         domain=domain,
@@ -212,11 +221,21 @@ def oracle_transcript(domain: str, task: Task, opening: str | None = None) -> Tr
     return traj
 
 
-def decision_points(traj: Trajectory) -> list[DecisionPoint]:
-    """Every agent decision of a transcript with the agent's view before it."""
+def decision_points(traj: Trajectory, task: Task | None = None) -> list[DecisionPoint]:
+    """Every agent decision of a transcript with the agent's view before it.
+
+    With the ``task``, a text message in which the oracle asks the user to run one of the user's
+    own tools is marked with that tool (``user_action``).
+    """
     from prour.data.extract import is_agent_decision
     from prour.env.trajectory import agent_view
 
+    criteria = task.evaluation_criteria if task is not None else None
+    user_actions = {
+        a.action_id: (a.name, dict(a.arguments))
+        for a in (criteria.actions or [] if criteria else [])
+        if a.requestor == "user"
+    }
     points = []
     for step in traj.steps:
         if not is_agent_decision(step):
@@ -235,6 +254,7 @@ def decision_points(traj: Trajectory) -> list[DecisionPoint]:
                 message=message,
                 observation=observation if message.get("tool_calls") else None,
                 index=len(points),
+                user_action=user_actions.get(step.meta.get("oracle_action")),
             )
         )
     return points
@@ -275,6 +295,10 @@ _VERIFY_QUESTIONS = (
     "Which details does {tool} show for {value}?",
     "What is the current record for {key} {value}?",
     "What does the database hold for {value}?",
+)
+_DEVICE_QUESTIONS = (
+    "Could you run {tool} on your phone and tell me what it shows?",
+    "What do you see after you run {tool} on your device?",
 )
 _VAGUE_QUESTIONS = ("Anything else?", "Can you tell me more?", "Is there anything else I should know?")
 _DEFLECTIONS = ("No, that's all.", "Just do what I asked.")
@@ -329,16 +353,20 @@ def query_target(
 ) -> str:
     """``NO`` or ``YES [QUESTION]…[/QUESTION]`` for one state, after a short think block if asked.
 
-    Verify asks before a READ lookup, clarify before a WRITE call; otherwise the answer is NO.
+    Verify asks before a READ lookup. Clarify asks before a WRITE call (the user confirms a
+    consequential change) and where the agent next needs the user to act on their own device.
+    Otherwise the answer is NO.
     """
     call = point.call
-    wanted = "read" if mode == "verify" else "write"
-    ask = call is not None and kinds.get(call[0]) == wanted
-    answer = (
-        f"YES [QUESTION]{query_question(mode, call[0], call[1], rng)}[/QUESTION]"
-        if ask and call is not None
-        else "NO"
-    )
+    question = None
+    if mode == "verify" and call is not None and kinds.get(call[0]) == "read":
+        question = query_question(mode, call[0], call[1], rng)
+    elif mode == "clarify" and call is not None and kinds.get(call[0]) == "write":
+        question = query_question(mode, call[0], call[1], rng)
+    elif mode == "clarify" and point.user_action is not None:
+        question = rng.choice(_DEVICE_QUESTIONS).format(tool=point.user_action[0])
+    ask = question is not None
+    answer = f"YES [QUESTION]{question}[/QUESTION]" if ask else "NO"
     if not think:
         return answer
     return f"<think>\n{rng.choice(_THINK[(mode, ask)])}\n</think>\n\n{answer}"
@@ -434,9 +462,9 @@ def _fits(value: Any, kind: Any) -> bool:
 
 def schema_arguments(
     schema: dict[str, Any], pool: dict[str, list[Any]], rng: random.Random,
-    defs: dict[str, Any] | None = None, depth: int = 0,
+    defs: dict[str, Any] | None = None, depth: int = 0, optional_rate: float = 0.0,
 ) -> dict[str, Any]:
-    """Arguments for a JSON-schema object: every required property (optional ones sometimes)."""
+    """Arguments for a JSON-schema object: every required property (optional ones at a rate)."""
     defs = {**(defs or {}), **(schema.get("$defs") or {})}
     if depth > 4:
         return {}
@@ -444,40 +472,54 @@ def schema_arguments(
     return {
         key: schema_value(spec, key, pool, rng, defs, depth)
         for key, spec in (schema.get("properties") or {}).items()
-        if key in required or rng.random() < 0.2
+        if key in required or rng.random() < optional_rate
     }
 
 
-def value_pool(points: Sequence[DecisionPoint]) -> dict[str, list[Any]]:
-    """Values seen in tool calls and tool results, by key, first-seen order."""
+def value_pool(points: Sequence[DecisionPoint], per_key: int = 3) -> dict[str, list[Any]]:
+    """The first ``per_key`` values seen under each key in tool calls and results.
+
+    Few values per key on purpose: variants then reuse a small set the tiny model can learn to
+    write, so its sampled variants stay well-formed (ids it cannot copy yet would not).
+    """
     pool: dict[str, list[Any]] = {}
     for point in points:
-        texts = [point.observation or ""]
         call = point.call
         leaves = list(_scalars(call[1])) if call else []
-        for text in texts:
-            with contextlib.suppress(json.JSONDecodeError):
-                leaves += list(_scalars(json.loads(text)))
+        with contextlib.suppress(json.JSONDecodeError):
+            leaves += list(_scalars(json.loads(point.observation or "")))
         for key, value in leaves:
-            if key and value not in pool.setdefault(key, []):
-                pool[key].append(value)
+            seen = pool.setdefault(key, [])
+            if key and value not in seen and len(seen) < per_key:
+                seen.append(value)
     return pool
 
 
 def variant_action(
-    catalog: Any, pool: dict[str, list[Any]], rng: random.Random, tries: int = 6
+    catalog: Any, pool: dict[str, list[Any]], rng: random.Random,
+    names: Sequence[str] | None = None, tries: int = 6,
 ) -> str | None:
-    """Canonical JSON of a valid call of a random domain tool with schema-built arguments."""
+    """Canonical JSON of a valid call of a random tool (of ``names``, default all of the domain)
+    with schema-built arguments."""
     from prour.router.candidates import canonical_json, parse_action
 
     for _ in range(tries):
-        name = rng.choice(catalog.names)
+        name = rng.choice(list(names or catalog.names))
         params = catalog.schemas[name].get("function", catalog.schemas[name]).get("parameters")
         arguments = schema_arguments(params or {}, pool, rng)
         parsed = parse_action(canonical_json({"tool": name, "arguments": arguments}), catalog)
         if parsed.valid:
             return parsed.canonical
     return None
+
+
+def is_simple(canonical: str, max_arguments: int = 3) -> bool:
+    """An action with at most ``max_arguments`` scalar arguments of modest length."""
+    arguments = json.loads(canonical)["arguments"]
+    return len(arguments) <= max_arguments and all(
+        isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) <= 40)
+        for v in arguments.values()
+    )
 
 
 def as_sampled(canonical: str) -> str:
@@ -585,6 +627,38 @@ def query_examples(
     return out
 
 
+def candidate_target(reference: str, ctx: DomainContext, rng: random.Random) -> str:
+    """What the action prompt learns to write: ``respond``, the reference action when it is
+    simple, otherwise (and sometimes anyway) a READ call with schema-built arguments.
+
+    Long write calls with nested arguments are hard for a 1M-parameter model to reproduce token
+    by token at temperature 1; simple calls keep its samples valid, and still varied.
+    """
+    draw = rng.random()
+    if draw < 0.08:
+        return respond_action()
+    if draw < 0.3 or not is_simple(reference):
+        reads = [name for name in ctx.catalog.names if ctx.kinds.get(name) == "read"]
+        variant = variant_action(ctx.catalog, ctx.pool, rng, reads)
+        if variant is not None and is_simple(variant):
+            return variant
+        return reference if is_simple(reference) else respond_action()
+    return reference
+
+
+def garbled(goal: str, history: str, rng: random.Random) -> str:
+    """A scrambled goal reading (shuffled, partly dropped, mixed with words of the dialogue).
+
+    At temperature 1 a tiny model's own goal readings are often word salad; actions learned under
+    such readings too stay well-formed whatever reading they are conditioned on.
+    """
+    words = [w for w in goal.split() if rng.random() < 0.7]
+    pool = history.split()[-60:]
+    words += [rng.choice(pool) for _ in range(rng.randint(0, 6))] if pool else []
+    rng.shuffle(words)
+    return " ".join(words) or goal
+
+
 def decomposer_examples(
     point: DecisionPoint, ctx: DomainContext, text: TaskText, rng: random.Random
 ) -> list[SFTExample]:
@@ -595,16 +669,11 @@ def decomposer_examples(
     history = render_history(point.history)
     tools_text = ctx.tools_text[rng.choice(("full", "brief"))]
     scored = next_action(point)
-    draw = rng.random()
-    if draw < 0.15:
-        action = respond_action()
-    elif draw < 0.3:
-        action = variant_action(ctx.catalog, ctx.pool, rng) or scored
-    else:
-        action = scored
+    action = candidate_target(scored, ctx, rng)
+    reading = garbled(text.goal, history, rng) if rng.random() < 0.4 else text.goal
     return [
         SFTExample("goal", _user_turn(goal_prompt(history)), _text(text.goal)),
-        SFTExample("action", _user_turn(action_prompt(history, tools_text, text.goal)),
+        SFTExample("action", _user_turn(action_prompt(history, tools_text, reading)),
                    _text(as_sampled(action))),
         SFTExample("score", _user_turn(score_prompt(history, tools_text, text.goal)),
                    _text(scored)),
@@ -757,7 +826,7 @@ def build_corpus(
             task = get_task(domain, task_id)
             texts[task_id] = task_text(domain, task)
             trajs[task_id] = oracle_transcript(domain, task, texts[task_id].request)
-        points = {t: decision_points(traj) for t, traj in trajs.items()}
+        points = {t: decision_points(traj, get_task(domain, t)) for t, traj in trajs.items()}
         ctx = domain_context(domain, [p for ps in points.values() for p in ps])
         for task_id in ids:
             rng = random.Random(f"warmstart-corpus:{seed}:{domain}:{task_id}")
@@ -1153,5 +1222,5 @@ def probe_points(
     for task_id in unused:
         task = get_task(domain, task_id)
         traj = oracle_transcript(domain, task, task_text(domain, task).request)
-        points += decision_points(traj)[:max_decisions]
+        points += decision_points(traj, task)[:max_decisions]
     return points
