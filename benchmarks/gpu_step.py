@@ -77,7 +77,8 @@ def dapo_update(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: SimpleNamespace, autocast: bool
 ) -> float:
     """One mini-batch: micro-batches of one sample, token-mean over the mini-batch, clip, step."""
-    from prour.train.algorithm import LossSettings, policy_loss, token_entropy
+    from prour.train.algorithm import policy_loss, token_entropy
+    from prour.train.config import PPOSettings
 
     optimizer.zero_grad(set_to_none=True)
     n_tokens = int(batch.mask.sum())
@@ -97,7 +98,7 @@ def dapo_update(
             log_prob,
             batch.adv[i : i + 1],
             batch.mask[i : i + 1],
-            LossSettings(),
+            PPOSettings(),
             entropy=token_entropy(step_logits),
             batch_num_tokens=n_tokens,
         )

@@ -63,7 +63,6 @@ class ModelConfig(Section):
     max_retries: int = Field(3, ge=0)
     max_model_len: int | None = Field(None, ge=16)
     script: str | None = None
-    temperature: float | None = Field(None, ge=0)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -85,16 +84,19 @@ class ModelConfig(Section):
 
 
 class EnvConfig(Section):
-    """Which tau2 domains and split a stage runs on, and the episode limits."""
+    """One tau2 episode, in collection and in evaluation alike: its limits and how the task agent
+    (``models.agent``) and the user simulator (``models.user``) decode.
 
-    domains: list[Literal["retail", "airline", "telecom"]] = ["retail"]
-    split: Literal["train", "test", "base"] = "test"
-    tasks: list[str] | None = None  # restrict to these task ids (None: the whole split)
-    max_tasks: int | None = Field(None, ge=1)  # first N tasks of the split (after `tasks`)
+    Which tasks run is each stage's choice (``data.domain``/``data.split``, ``eval.domains``/
+    ``eval.split``): the paper collects on the train split and evaluates on the test split.
+    """
+
     max_steps: int = Field(30, ge=1)  # agent + user turns before the episode is cut
     max_errors: int = Field(10, ge=1)  # tool errors before the episode is cut
-
-
+    agent_temperature: float = Field(0.01, ge=0)  # task agent (paper: 0.01)
+    agent_max_tokens: int = Field(1024, ge=1)  # task agent reply / tool call length
+    user_temperature: float = Field(1.0, ge=0)  # user simulator (paper: 1.0)
+    user_max_tokens: int = Field(512, ge=1)  # user simulator message length
 
 
 class Recipe(Section):
@@ -149,26 +151,22 @@ def first_error(exc: ValidationError, source: str | None = None) -> ConfigError:
     return ConfigError(_dotted(loc), message, source)
 
 
-def parse_recipe(data: dict[str, Any], source: str | None = None, endpoints: bool = True) -> Recipe:
-    """Validate a recipe mapping; raises :class:`ConfigError` on the first problem.
-
-    With ``endpoints``, ``openai`` models without a ``base_url`` take it from a ready endpoints file.
-    """
+def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
+    """Validate a recipe mapping; raises :class:`ConfigError` on the first problem."""
     if not isinstance(data, dict):
         raise ConfigError("<root>", f"a recipe must be a mapping, got {type(data).__name__}", source)
     try:
-        recipe = Recipe.model_validate(data)
+        return Recipe.model_validate(data)
     except ValidationError as exc:
         raise first_error(exc, source) from None
-    if not endpoints:
-        return recipe
-    from prour.cluster.endpoints import resolve_endpoints
-
-    return resolve_endpoints(recipe)
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read a YAML recipe, apply ``key.sub=value`` overrides, and validate it."""
+    """Read a YAML recipe, apply ``key.sub=value`` overrides, and validate it.
+
+    Pure: reads no other file. Stages that call served models load with
+    :func:`prour.cluster.endpoints.load_run_recipe`, which also fills ``openai`` base URLs.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError("<file>", f"recipe file not found: {path}")

@@ -22,9 +22,9 @@ def _fail(message: str) -> None:
 
 def load_router_recipe(path: str) -> tuple[Recipe, RouterConfig]:
     """The recipe and its ``router`` section."""
-    from prour.config import load_recipe
+    from prour.cluster.endpoints import load_run_recipe
 
-    recipe = load_recipe(path)
+    recipe = load_run_recipe(path)
     return recipe, recipe.router
 
 

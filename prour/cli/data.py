@@ -47,11 +47,10 @@ def _model(run: DataRecipe, role: str, command: str) -> Any:
 
 
 def _tasks(run: DataRecipe) -> list[Any]:
-    from prour.env.domains import load_tasks
+    from prour.env.domains import select_tasks
 
     cfg = run.data
-    tasks = load_tasks(cfg.domain, cfg.split)
-    return tasks[: cfg.max_tasks] if cfg.max_tasks else tasks
+    return select_tasks(cfg.domain, cfg.split, max_tasks=cfg.max_tasks)
 
 
 def _report_skipped(path: Path, skipped: list[int]) -> None:
@@ -70,23 +69,22 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     from prour.llm.registry import build_llm
 
     loaded = _recipe(recipe, overrides, None)
-    cfg, run_dir = loaded.data, loaded.run_dir
+    cfg, env, run_dir = loaded.data, loaded.recipe.env, loaded.run_dir
     agent_llm = build_llm(_model(loaded, "agent", "collect"))
     user_llm = build_llm(_model(loaded, "user", "collect"))
     teacher_llm = build_llm(_model(loaded, "teacher", "collect")) if cfg.teacher else None
     factories = EpisodeFactories(
         make_agent=lambda: LLMAgent(
-            agent_llm, temperature=cfg.agent_temperature, max_tokens=cfg.agent_max_tokens
+            agent_llm, temperature=env.agent_temperature, max_tokens=env.agent_max_tokens
         ),
         make_user=lambda: LLMUser(
-            user_llm, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens
+            user_llm, temperature=env.user_temperature, max_tokens=env.user_max_tokens
         ),
         teacher=teacher_llm, cfg=cfg)
     out = cfg.path("trajectories", run_dir)
     record_provenance(loaded, "collect")
     trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,
-                                 max_steps=loaded.recipe.env.max_steps,
-                                 max_errors=loaded.recipe.env.max_errors)
+                                 max_steps=env.max_steps, max_errors=env.max_errors)
     rewards = [t.reward for t in trajs if t.reward is not None]
     errored = sum(t.termination == "error" for t in trajs)
     asked = sum(len(teacher_exchanges(t)) for t in trajs)

@@ -62,11 +62,12 @@ def demo(
     recipe: str = RecipeOpt, warm: bool = WarmOpt, overrides: list[str] | None = SetOpt
 ) -> None:
     """Run the whole pipeline on tiny local models (CPU) and print where its outputs are."""
-    from prour.config import ConfigError, load_recipe
+    from prour.cluster.endpoints import load_run_recipe
+    from prour.config import ConfigError
 
     sets = [part for item in overrides or [] for part in ("--set", item)]
     try:
-        loaded = load_recipe(recipe, list(overrides or []))
+        loaded = load_run_recipe(recipe, list(overrides or []))
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -20,10 +20,11 @@ def _fail(message: str) -> None:
 
 
 def _load_recipe(path: str, overrides: list[str]) -> Recipe:
-    from prour.config import ConfigError, load_recipe
+    from prour.cluster.endpoints import load_run_recipe
+    from prour.config import ConfigError
 
     try:
-        return load_recipe(path, overrides)
+        return load_run_recipe(path, overrides)
     except ConfigError as exc:
         _fail(str(exc))
         raise  # unreachable: _fail exits

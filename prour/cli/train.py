@@ -18,7 +18,7 @@ TargetOpt = typer.Option(None, "--target", help="Output folder (default: <output
 def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Any, Any]:
     """Recipe and train section (exit 2 naming the dotted key on any error)."""
     from prour.config import ConfigError
-    from prour.train.config import load_train_recipe
+    from prour.train.recipe import load_train_recipe
 
     if recipe is None:
         typer.echo("error: --recipe is required", err=True)
@@ -65,7 +65,7 @@ def train(
 
 
 def _run_local(recipe: Any, cfg: Any, dry_run: bool, resume: bool) -> None:
-    from prour.train.config import resolve_output_dir
+    from prour.train.recipe import resolve_output_dir
 
     out = Path(resolve_output_dir(cfg, recipe.name))
     if dry_run:
@@ -115,7 +115,7 @@ def export(
     """Convert a verl (FSDP) checkpoint of the run into a Hugging Face folder."""
     import shlex
 
-    from prour.train.config import resolve_output_dir
+    from prour.train.recipe import resolve_output_dir
     from prour.train.verl_backend import export_checkpoint
 
     loaded, cfg = _load(recipe, overrides, None)

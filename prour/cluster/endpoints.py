@@ -13,10 +13,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import Recipe
+from prour.config import Recipe, load_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ class EndpointsError(RuntimeError):
 
 def endpoints_path(recipe: Recipe) -> Path:
     """The recipe's endpoints file: ``endpoints_file``, else ``<run_dir>/endpoints.json``."""
-    explicit = getattr(recipe, "endpoints_file", None)
+    explicit = recipe.endpoints_file
     return Path(explicit) if explicit else recipe.resolved_run_dir() / DEFAULT_NAME
 
 
@@ -116,3 +115,9 @@ def resolve_endpoints(recipe: Recipe) -> Recipe:
         logger.debug("endpoints file %s is %s; models.%s keep no base_url", path, status, missing)
         return recipe
     return apply_endpoints(recipe, record)
+
+
+def load_run_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """A recipe as the stages that call models load it: validated, then ``openai`` roles without
+    a ``base_url`` pointed at the servers of a ready endpoints file (``prour serve``)."""
+    return resolve_endpoints(load_recipe(path, overrides))

@@ -45,7 +45,7 @@ def load_cluster_recipe(path: str | Path, overrides: list[str] | None = None) ->
         raise ConfigError("<root>", "a recipe must be a mapping", str(path))
     for item in overrides or []:
         apply_override(raw, item)
-    recipe = parse_recipe(raw, str(path), endpoints=False)  # serve decides roles itself
+    recipe = parse_recipe(raw, str(path))  # endpoints are not resolved: serve decides roles itself
     loaded = ClusterRecipe(recipe, recipe.serve, recipe.slurm, str(path))
     check_served_roles(loaded)
     return loaded

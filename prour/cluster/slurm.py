@@ -21,6 +21,9 @@ from typing import Any
 
 from prour.cluster.config import SlurmResources
 from prour.cluster.recipe import ClusterRecipe
+from prour.config import ConfigError
+from prour.train.config import TrainConfig
+from prour.train.recipe import resolve_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -177,17 +180,18 @@ def default_setup() -> list[str]:
     return [f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"']
 
 
+def _train(loaded: ClusterRecipe) -> TrainConfig:
+    """The recipe's ``train`` section (its defaults when the recipe has none)."""
+    return loaded.recipe.train if loaded.recipe.train is not None else TrainConfig()
+
+
 def train_layout(loaded: ClusterRecipe) -> tuple[str, int | None, int | None, list[str]]:
     """(template, nodes, GPUs per node, extra train args) from the recipe's train section."""
-    train = loaded.section("train")
-    backend = train.get("backend", "local")
-    verl = train.get("verl") or {}
+    train = _train(loaded)
     res = loaded.slurm.resources("train")
-    if backend == "verl":
-        nnodes, gpus = verl.get("nnodes", 1), verl.get("n_gpus_per_node", 2)
+    if train.backend == "verl":
+        nnodes, gpus = train.verl.nnodes, train.verl.n_gpus_per_node
         if res.nodes is not None and res.nodes != nnodes:
-            from prour.section import ConfigError
-
             raise ConfigError(
                 "slurm.train.nodes",
                 f"{res.nodes} differs from train.verl.nnodes "
@@ -195,14 +199,13 @@ def train_layout(loaded: ClusterRecipe) -> tuple[str, int | None, int | None, li
             )
         template = "train_multinode" if nnodes > 1 else "train"
         return template, nnodes, gpus, ["--backend", "verl"]
-    gpus = 0 if str(train.get("device", "auto")) == "cpu" else None
+    gpus = 0 if train.device == "cpu" else None
     return "train", res.nodes or 1, gpus, []
 
 
 def train_output_dir(loaded: ClusterRecipe) -> str:
     """Where training writes ``step_N`` folders (``train.output_dir`` with the recipe name)."""
-    output = loaded.section("train").get("output_dir", "checkpoints/${name}")
-    return str(output).replace("${name}", loaded.recipe.name)
+    return resolve_output_dir(_train(loaded), loaded.recipe.name)
 
 
 def serve_gpus(loaded: ClusterRecipe) -> int | None:
@@ -215,12 +218,8 @@ def serve_gpus(loaded: ClusterRecipe) -> int | None:
 
 def eval_matrix(loaded: ClusterRecipe) -> list[tuple[int, str]]:
     """(seed, domain) per array task, seed-major: the eval section's seeds x domains."""
-    from prour.eval.config import EvalConfig
-
-    section, defaults = loaded.section("eval"), EvalConfig()
-    seeds = section.get("seeds", defaults.seeds)
-    domains = section.get("domains", defaults.domains)
-    return [(int(seed), str(domain)) for seed in seeds for domain in domains]
+    cfg = loaded.recipe.eval
+    return [(seed, domain) for seed in cfg.seeds for domain in cfg.domains]
 
 
 def directive_values(

@@ -13,7 +13,8 @@ from prour.section import Section
 class DataConfig(Section):
     """Settings of ``prour collect | normalize | extract`` (paper section 4 and A.2.1).
 
-    Relative paths resolve against the recipe's run directory.
+    Episode limits and the agent's and user's decoding are the ``env`` section's (shared with
+    evaluation). Relative paths resolve against the recipe's run directory.
     """
 
     # --- collect ---
@@ -29,10 +30,6 @@ class DataConfig(Section):
     teacher_temperature: float = Field(0.0, ge=0)
     teacher_max_tokens: int = Field(512, ge=1)
     teacher_thinking: bool = False  # Qwen3 <think> for the teacher's decision
-    agent_temperature: float = Field(0.01, ge=0)
-    user_temperature: float = Field(1.0, ge=0)
-    agent_max_tokens: int = Field(1024, ge=1)  # task agent reply / tool call length
-    user_max_tokens: int = Field(512, ge=1)  # user simulator message length
     # --- normalize ---
     normalizer_max_tokens: int = Field(768, ge=16)
     # --- extract ---
@@ -40,7 +37,9 @@ class DataConfig(Section):
     split_seed: int = 0  # seed of the trajectory shuffle that assigns the split
     split_by: Literal["trajectory", "task"] = "trajectory"  # "task": all trials of a task together
     max_decisions: int = Field(16, ge=1)  # first N agent decisions of each trajectory
-    max_prompt_tokens: int = Field(1400, ge=64)  # query-generator prompt budget (policy tokens)
+    # The query generator's prompt budget in policy tokens (paper: 1400): histories are
+    # left-truncated to it here, and training (both backends) refuses longer prompts.
+    max_prompt_tokens: int = Field(1400, ge=64)
     only_successful: bool = False  # verify targets only from trajectories with reward 1
     success_threshold: float = 1.0  # reward at or above which a trajectory counts as successful
     # Verify states whose next agent decision is a text reply rather than a tool call: "drop"

@@ -39,9 +39,9 @@ class DataRecipe:
 
 def load_data_recipe(path: str | Path, overrides: list[str] | None = None) -> DataRecipe:
     """Load a recipe with the ``data`` and ``router`` sections the data stage reads."""
-    from prour.config import load_recipe
+    from prour.cluster.endpoints import load_run_recipe
 
-    recipe = load_recipe(path, overrides)
+    recipe = load_run_recipe(path, overrides)
     return DataRecipe(recipe, recipe.data, recipe.router)
 
 

@@ -85,6 +85,21 @@ def load_tasks(domain: str, split: str = "test") -> list[Task]:
     return [tasks[task_id].model_copy(deep=True) for task_id in split_task_ids(domain, split)]
 
 
+def select_tasks(domain: str, split: str, ids: set[str] | None = None,
+                 max_tasks: int | None = None, key: str = "tasks") -> list[Task]:
+    """The tasks a stage runs: the split, only ``ids`` when given, then the first ``max_tasks``.
+
+    One rule for collection (``data.split``, ``data.max_tasks``) and evaluation (``eval.split``,
+    ``eval.tasks``, ``eval.max_tasks``); ``key`` names the recipe key when ``ids`` match nothing.
+    """
+    tasks = load_tasks(domain, split)
+    if ids is not None:
+        tasks = [t for t in tasks if t.id in ids]
+        if not tasks:
+            raise ValueError(f"{key}: none of {sorted(ids)} is in the {domain} {split} split")
+    return tasks[:max_tasks] if max_tasks else tasks
+
+
 def get_task(domain: str, task_id: str) -> Task:
     """One task by id (any split); an unknown id raises a ValueError with the closest ids."""
     tasks = _tasks_by_id(check_domain(domain))

@@ -1,8 +1,11 @@
 """The ``eval`` recipe section: which methods run where, decoding, and the attention protocol.
 
-Decomposer budget and invocation frequency are the router's (``router.budget``,
-``router.every_n``): one place for each hyperparameter. Episode limits are ``env.max_steps`` and
-``env.max_errors``.
+One place for each hyperparameter: decomposer budget and invocation frequency are the router's
+(``router.budget``, ``router.every_n``); episode limits and the agent's and user's decoding are
+``env``'s; the query generator's response length and thinking are training's
+(``train.rollout.max_response_tokens``, ``train.rollout.enable_thinking``), only its temperature
+differs here; the verifier answers as in training (``reward.verifier_max_steps``,
+``reward.responder_temperature``, ``reward.responder_max_tokens``).
 """
 
 from __future__ import annotations
@@ -47,16 +50,9 @@ class EvalConfig(Section):
     tasks: list[str] | None = None  # only these ids: "retail:5" or a bare id (every domain)
     max_tasks: int | None = Field(None, ge=1)  # first N tasks of each domain's split
     concurrency: int = Field(4, ge=1)  # episodes run at the same time
-    agent_temperature: float = Field(0.01, ge=0)
-    user_temperature: float = Field(1.0, ge=0)
-    generator_temperature: float = Field(0.0, ge=0)
-    verifier_temperature: float = Field(0.0, ge=0)
-    agent_max_tokens: int = Field(1024, ge=1)
-    user_max_tokens: int = Field(512, ge=1)
-    generator_max_tokens: int = Field(1760, ge=1)  # the trained policy's response length
-    generator_thinking: bool = True  # Qwen3 <think> for the query generator
-    verifier_max_steps: int = Field(4, ge=0)  # tool rounds of the verifier's ReAct loop
-    verifier_max_tokens: int = Field(512, ge=1)
+    # The query generator decodes greedily in evaluation (paper: 0.0, training samples at 0.8);
+    # None: the training temperature, train.rollout.temperature.
+    generator_temperature: float | None = Field(0.0, ge=0)
     retry_errors: bool = False  # a rerun also repeats episodes that ended in an error
     # Attention protocol: None runs without a gate. ``attention_policies`` lists variants
     # ("no-ask", "budgeted@2", ...) run in turn, each under attention's other settings.

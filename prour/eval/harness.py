@@ -32,7 +32,7 @@ EPISODES_FILE = "episodes.jsonl"
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
 RESULT_SCHEMA = 1
-_MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len", "temperature")
+_MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
 _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
                  "retry_errors", "attention_policies", "n_boot", "ci")
@@ -79,7 +79,7 @@ class Evaluation:
             else self.run_dir / "attention"
         caches = {"classifier": JsonCache(cache_root / "classifier_cache.jsonl"),
                   "judge": JsonCache(cache_root / "judge_cache.jsonl")}
-        self.kit = MethodKit(dict(recipe.models), eval_cfg, router_cfg, caches, llms)
+        self.kit = MethodKit(recipe, eval_cfg, router_cfg, caches, llms)
         self.arms = [Arm(m, a) for m in eval_cfg.methods for a in eval_cfg.variants()]
 
     # -- setup --
@@ -90,9 +90,16 @@ class Evaluation:
                   for role, cfg in sorted(self.recipe.models.items())}
         eval_part = {k: v for k, v in self.cfg.model_dump(mode="json").items()
                      if k not in _NOT_SETTINGS}
-        env = {"max_steps": self.recipe.env.max_steps, "max_errors": self.recipe.env.max_errors}
-        return {"models": models, "eval": eval_part, "env": env,
-                "router": self.router_cfg.model_dump(mode="json")}
+        rollout, reward = self.kit.rollout, self.recipe.reward
+        decoding = {"train.rollout.max_response_tokens": rollout.max_response_tokens,
+                    "train.rollout.enable_thinking": rollout.enable_thinking,
+                    "reward.verifier_max_steps": reward.verifier_max_steps,
+                    "reward.responder_temperature": reward.responder_temperature,
+                    "reward.responder_max_tokens": reward.responder_max_tokens}
+        if self.cfg.generator_temperature is None:
+            decoding["train.rollout.temperature"] = rollout.temperature
+        return {"models": models, "eval": eval_part, "env": self.recipe.env.model_dump(mode="json"),
+                "decoding": decoding, "router": self.router_cfg.model_dump(mode="json")}
 
     def check_run_dir(self) -> None:
         """Refuse to mix results of different settings in one folder (names the keys)."""
@@ -122,16 +129,10 @@ class Evaluation:
             "split": self.cfg.split})
 
     def tasks(self, domain: str) -> list[Any]:
-        from prour.env.domains import load_tasks
+        from prour.env.domains import select_tasks
 
-        tasks = load_tasks(domain, self.cfg.split)
-        if self.cfg.tasks is not None:
-            wanted = wanted_tasks(self.cfg.tasks, domain)
-            tasks = [t for t in tasks if t.id in wanted]
-            if not tasks:
-                raise ValueError(f"eval.tasks: none of {sorted(wanted)} is in the {domain} "
-                                 f"{self.cfg.split} split")
-        return tasks[: self.cfg.max_tasks] if self.cfg.max_tasks else tasks
+        ids = wanted_tasks(self.cfg.tasks, domain) if self.cfg.tasks is not None else None
+        return select_tasks(domain, self.cfg.split, ids, self.cfg.max_tasks, key="eval.tasks")
 
     def jobs(self) -> list[tuple[Arm, Any]]:
         """(arm, EpisodeJob) pairs, arm-major then domain, task and seed."""

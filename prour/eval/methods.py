@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prour.config import ModelConfig
+from prour.config import ModelConfig, Recipe
 from prour.eval.config import EvalConfig, suggest
 from prour.router.routing import ROUTES
+from prour.train.config import RolloutSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent
@@ -143,14 +144,24 @@ def checkpoint_model(path: str | Path, base: ModelConfig | None = None) -> Model
 # ---- per-episode builders ------------------------------------------------------------------
 
 
+def generator_rollout(recipe: Recipe) -> RolloutSettings:
+    """The query generator's training decoding (``train.rollout``; its defaults without ``train``),
+    which evaluation keeps except for ``eval.generator_temperature``."""
+    return recipe.train.rollout if recipe.train is not None else RolloutSettings()
+
+
 class MethodKit:
     """Shared backends (one per distinct model config, built on first use) and the factories
-    that build a fresh agent and user for every episode of a method."""
+    that build a fresh agent and user for every episode of a method.
 
-    def __init__(self, models: dict[str, ModelConfig], eval_cfg: EvalConfig,
+    Decoding comes from where the recipe holds it once: ``env`` (agent, user), ``train.rollout``
+    and ``eval.generator_temperature`` (generator), ``reward`` (verifier)."""
+
+    def __init__(self, recipe: Recipe, eval_cfg: EvalConfig,
                  router_cfg: RouterConfig, caches: dict[str, JsonCache] | None = None,
                  llms: dict[str, LLM] | None = None):
-        self.models, self.cfg, self.router_cfg = models, eval_cfg, router_cfg
+        self.models, self.cfg, self.router_cfg = dict(recipe.models), eval_cfg, router_cfg
+        self.env, self.reward, self.rollout = recipe.env, recipe.reward, generator_rollout(recipe)
         self.caches = caches or {}
         self._given = dict(llms or {})
         self._built: dict[str, LLM] = {}
@@ -241,8 +252,8 @@ class MethodKit:
             if spec.oracle:
                 return OracleUser()
             counts = CallCounts()
-            user = LLMUser(self._counted("user", counts), temperature=self.cfg.user_temperature,
-                           max_tokens=self.cfg.user_max_tokens)
+            user = LLMUser(self._counted("user", counts), temperature=self.env.user_temperature,
+                           max_tokens=self.env.user_max_tokens)
             return MeteredUser(user, counts)
 
         return build
@@ -258,8 +269,8 @@ class MethodKit:
         if spec.oracle:
             return OracleAgent()
         task_agent = LLMAgent(self._counted("agent", counts),
-                              temperature=self.cfg.agent_temperature,
-                              max_tokens=self.cfg.agent_max_tokens)
+                              temperature=self.env.agent_temperature,
+                              max_tokens=self.env.agent_max_tokens)
         if not spec.proactive:
             return task_agent
         return self._proactive(spec, domain, task_agent, counts)
@@ -268,10 +279,12 @@ class MethodKit:
                    counts: CallCounts) -> Agent:
         from prour.eval.agent import ProactiveAgent, QueryGenerator
 
+        temperature = self.cfg.generator_temperature
         generator = QueryGenerator(self._counted("generator", counts),
-                                   temperature=self.cfg.generator_temperature,
-                                   max_tokens=self.cfg.generator_max_tokens,
-                                   enable_thinking=self.cfg.generator_thinking)
+                                   temperature=self.rollout.temperature if temperature is None
+                                   else temperature,
+                                   max_tokens=self.rollout.max_response_tokens,
+                                   enable_thinking=self.rollout.enable_thinking)
         verifier = self._verifier(domain, counts) if "verify" in spec.routes else None
         return ProactiveAgent(task_agent, self._router(spec, domain, counts), generator, verifier,
                               spec.routes, self.router_cfg.new_budget)
@@ -298,10 +311,10 @@ class MethodKit:
         from prour.llm.base import SamplingParams
         from prour.rollout.verifier import Verifier
 
-        sampling = SamplingParams(temperature=self.cfg.verifier_temperature,
-                                  max_tokens=self.cfg.verifier_max_tokens)
+        sampling = SamplingParams(temperature=self.reward.responder_temperature,
+                                  max_tokens=self.reward.responder_max_tokens)
         return Verifier(self._counted("verifier", counts), domain,
-                        max_steps=self.cfg.verifier_max_steps, sampling=sampling)
+                        max_steps=self.reward.verifier_max_steps, sampling=sampling)
 
     def _attentive(self, agent: Agent, domain: str, attention: AttentionConfig,
                    counts: CallCounts) -> Agent:

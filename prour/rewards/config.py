@@ -10,7 +10,10 @@ from prour.section import Section
 
 
 class RewardConfig(Section):
-    """How queries are rewarded (paper 3.3, A.3) and how the frozen responders are called."""
+    """How queries are rewarded (paper 3.3, A.3) and how the frozen responders are called.
+
+    The responder settings also drive the verifier when ``prour eval`` runs the verify route.
+    """
 
     invalid_penalty: float = -1.0  # reward of an output that breaks the NO / YES [QUESTION] format
     aggregation: Literal["sum", "mean"] = "sum"  # log p(Y): token log-probs summed, or their mean

@@ -141,7 +141,7 @@ def measure_split(
     done = set(read_cache(cache_path))
     todo = [s for s in states if s.state_id not in done]
     decomposer_for = _decomposers(run)
-    default_domain = run.recipe.env.domains[0]
+    default_domain = run.recipe.data.domain
     for state in progress(todo):
         decision = decomposer_for(state.domain or default_domain).decide(
             state.messages, seed=state_seed(run.recipe.seed, state.state_id)
@@ -224,8 +224,8 @@ def evaluate_llm_router(run: CalibrationRun, split: str = "test") -> tuple[Routi
     states = read_states(run.states_path(split))
     predicted: dict[str, str] = {}
     invalid = 0
-    for domain in sorted({s.domain or run.recipe.env.domains[0] for s in states}):
-        group = [s for s in states if (s.domain or run.recipe.env.domains[0]) == domain]
+    for domain in sorted({s.domain or run.recipe.data.domain for s in states}):
+        group = [s for s in states if (s.domain or run.recipe.data.domain) == domain]
         router = LLMRouter(
             run.llm("router"),
             [schema["function"]["name"] for schema in tool_schemas(domain)],

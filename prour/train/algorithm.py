@@ -10,10 +10,11 @@ Shapes: ``bs`` samples (rows), ``T`` response tokens (right-padded), ``V`` vocab
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from prour.train.config import PPOSettings
 
 ASK = "ask"
 
@@ -85,18 +86,7 @@ def group_advantages(
     return advantages
 
 
-@dataclass(frozen=True)
-class LossSettings:
-    """Clip range, dual-clip constant and entropy bonus of the clipped surrogate."""
-
-    clip_low: float = 0.2
-    clip_high: float = 0.3
-    clip_ratio_c: float = 3.0
-    entropy_coeff: float = 0.01
-    loss_agg_mode: str = "token-mean"
-
-
-def _actor_config(settings: LossSettings, batch_num_tokens: int | None) -> Any:
+def _actor_config(settings: PPOSettings, batch_num_tokens: int | None) -> Any:
     """verl's actor config carrying our clip settings (the registered loss reads them from it)."""
     from verl.workers.config import FSDPActorConfig
 
@@ -121,11 +111,14 @@ def policy_loss(
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    settings: LossSettings = LossSettings(),
+    settings: PPOSettings | None = None,
     entropy: torch.Tensor | None = None,
     batch_num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate minus the entropy bonus, as verl's actor computes it; no KL term.
+
+    ``settings`` is the recipe's ``train.ppo``: clip range, dual-clip constant, entropy bonus
+    and aggregation (None: its defaults, the paper's).
 
     All tensors are (bs, T); ``entropy`` is the per-token entropy of the current policy.
     ``batch_num_tokens`` is the number of response tokens in the whole mini-batch: with it the
@@ -136,6 +129,7 @@ def policy_loss(
     """
     from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn
 
+    settings = settings or PPOSettings()
     config = _actor_config(settings, batch_num_tokens)
     mask = response_mask.bool()
     loss_fn = get_policy_loss_fn("vanilla")

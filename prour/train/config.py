@@ -6,8 +6,7 @@ model: an impossible combination is refused with the dotted key and the numbers 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -22,8 +21,8 @@ class RolloutSettings(Section):
     temperature: float = Field(0.8, gt=0)  # > 0: the update needs a sampling distribution
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int | None = Field(None, ge=1)  # None: no top-k truncation
-    enable_thinking: bool = True  # Qwen3 <think> block before the answer
-    max_prompt_tokens: int = Field(1400, ge=16)  # history left-truncated, system prompt kept
+    enable_thinking: bool = True  # Qwen3 <think> block before the answer (evaluation too)
+    # Also the generator's limit in evaluation; the prompt budget is data.max_prompt_tokens.
     max_response_tokens: int = Field(1760, ge=1)
 
 
@@ -172,31 +171,3 @@ def _check_verl(cfg: TrainConfig, samples: int) -> None:
             f"{micro} per GPU does not divide the {per_gpu} samples each of {gpus} GPUs "
             "gets per mini-batch",
         )
-
-
-def resolve_output_dir(cfg: TrainConfig, name: str) -> str:
-    """``output_dir`` with ``${name}`` replaced by the recipe name."""
-    return cfg.output_dir.replace("${name}", name)
-
-
-def train_section(recipe: Any) -> TrainConfig:
-    """The recipe's ``train`` section, or a :class:`ConfigError` when the recipe has none."""
-    cfg = getattr(recipe, "train", None)
-    if cfg is None:
-        raise ConfigError("train", "this recipe has no `train` section; add one to train")
-    return cfg
-
-
-def load_train_recipe(
-    path: str | Path, overrides: list[str] | None = None
-) -> tuple[Any, TrainConfig]:
-    """A recipe and its ``train`` section (a :class:`ConfigError` when it has none)."""
-    from prour.config import load_recipe
-
-    recipe = load_recipe(path, overrides)
-    return recipe, train_section(recipe)
-
-
-def recipe_dict(recipe: Any) -> dict[str, Any]:
-    """The whole resolved recipe as plain data (for provenance)."""
-    return recipe.model_dump(mode="json")

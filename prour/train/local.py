@@ -25,16 +25,16 @@ from prour.config import ConfigError, Recipe
 from prour.rewards.reward import SampleReward
 from prour.train import checkpoint as ckpt
 from prour.train.algorithm import (
-    LossSettings,
     drop_zero_variance,
     group_advantages,
     policy_loss,
     select_kept,
 )
-from prour.train.config import TrainConfig, recipe_dict, resolve_output_dir, train_section
+from prour.train.config import TrainConfig
 from prour.train.data import DataOrder, read_instances
 from prour.train.metrics import MetricsLog
 from prour.train.policy import Policy, Rollout
+from prour.train.recipe import recipe_dict, resolve_output_dir, train_section
 from prour.train.reward import RewardFn
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,8 @@ class LocalTrainer:
             )
         model.config.use_cache = False
         self.model = model
-        self.policy = Policy(model, self.tokenizer, self.cfg.rollout, seed=self.recipe.seed)
+        self.policy = Policy(model, self.tokenizer, self.cfg.rollout,
+                             self.recipe.data.max_prompt_tokens, seed=self.recipe.seed)
         logger.info("policy %s on %s (compute %s)", path, device, self.compute_dtype)
 
     def _setup_optimizer(self) -> None:
@@ -370,9 +371,6 @@ class LocalTrainer:
     ) -> None:
         """Accumulate micro-batch gradients of one mini-batch (token-mean over it), clip, step."""
         p = self.cfg.ppo
-        settings = LossSettings(
-            p.clip_low, p.clip_high, p.clip_ratio_c, p.entropy_coeff, p.loss_agg_mode
-        )
         n_tokens = sum(len(flat[i].rollout.response_ids) for i in members)
         self.optimizer.zero_grad(set_to_none=True)
         for micro in _chunks(members, p.micro_batch_size):
@@ -383,7 +381,7 @@ class LocalTrainer:
                 scores.log_probs,
                 advantages[micro, :width],
                 scores.mask,
-                settings,
+                p,
                 entropy=scores.entropy,
                 batch_num_tokens=n_tokens,
             )

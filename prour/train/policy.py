@@ -45,18 +45,20 @@ class TokenScores:
 
 
 class Policy:
-    """The live model and tokenizer with the recipe's rollout settings.
+    """The live model and tokenizer with the recipe's rollout settings and prompt budget.
 
     Sampling and the reward's belief scoring go through :class:`~prour.llm.hf.HFLLM` wrapped
     around the same model object (``self.llm``); the update uses :meth:`token_scores`.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, settings: RolloutSettings, seed: int = 0):
+    def __init__(self, model: Any, tokenizer: Any, settings: RolloutSettings,
+                 max_prompt_tokens: int, seed: int = 0):
         from prour.llm.hf import HFLLM
 
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
+        self.max_prompt_tokens = max_prompt_tokens  # data.max_prompt_tokens
         self.llm = HFLLM.from_model(model, tokenizer, seed=seed)
         self.device = self.llm.device
         self.pad_id = self.llm.pad_id
@@ -69,11 +71,11 @@ class Policy:
     def check_prompt(self, messages: Sequence[Message], where: str) -> int:
         """Prompt length in tokens; refuses prompts over ``max_prompt_tokens`` (naming the row)."""
         length = len(self.prompt_ids(messages))
-        limit = self.settings.max_prompt_tokens
+        limit = self.max_prompt_tokens
         if length > limit:
             raise ValueError(
                 f"{where}: the prompt has {length} tokens, over "
-                f"train.rollout.max_prompt_tokens={limit}; re-extract the dataset with this "
+                f"data.max_prompt_tokens={limit}; re-extract the dataset with this "
                 "tokenizer and budget (history is left-truncated there)"
             )
         return length

@@ -22,7 +22,8 @@ from typing import Any
 import yaml
 
 from prour.config import ConfigError
-from prour.train.config import TrainConfig, recipe_dict, resolve_output_dir
+from prour.train.config import TrainConfig
+from prour.train.recipe import recipe_dict, resolve_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def data_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
         "data.train_files": train_file,
         "data.val_files": _data_file(recipe, cfg.val_file) or train_file,
         "data.train_batch_size": cfg.states_per_step,
-        "data.max_prompt_length": cfg.rollout.max_prompt_tokens,
+        "data.max_prompt_length": recipe.data.max_prompt_tokens,
         "data.max_response_length": cfg.rollout.max_response_tokens,
         "data.truncation": "error",  # histories are left-truncated by the data stage
         "data.filter_overlong_prompts": False,
@@ -149,7 +150,9 @@ def actor_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
-def rollout_overrides(cfg: TrainConfig, agent_loops_file: Path) -> dict[str, Any]:
+def rollout_overrides(
+    recipe: Any, cfg: TrainConfig, agent_loops_file: Path
+) -> dict[str, Any]:
     r, v = cfg.rollout, cfg.verl
     x = "actor_rollout_ref.rollout"
     return {
@@ -159,7 +162,7 @@ def rollout_overrides(cfg: TrainConfig, agent_loops_file: Path) -> dict[str, Any
         f"{x}.temperature": r.temperature,
         f"{x}.top_p": r.top_p,
         f"{x}.top_k": r.top_k if r.top_k is not None else -1,
-        f"{x}.prompt_length": r.max_prompt_tokens,
+        f"{x}.prompt_length": recipe.data.max_prompt_tokens,
         f"{x}.response_length": r.max_response_tokens,
         f"{x}.max_model_len": v.max_model_len,
         f"{x}.gpu_memory_utilization": v.gpu_memory_utilization,
@@ -212,7 +215,7 @@ def verl_overrides(
         algorithm_overrides(cfg),
         data_overrides(recipe, cfg),
         actor_overrides(recipe, cfg),
-        rollout_overrides(cfg, agent_loops_file),
+        rollout_overrides(recipe, cfg, agent_loops_file),
         trainer_overrides(recipe, cfg, output_dir, resume),
     ):
         merged.update(part)

@@ -20,10 +20,10 @@ import httpx
 import pytest
 from cluster_helpers import alive, write_recipe
 
-from prour.cluster.endpoints import read_endpoints, write_endpoints
+from prour.cluster.endpoints import load_run_recipe, read_endpoints, write_endpoints
 from prour.cluster.recipe import load_cluster_recipe
 from prour.cluster.serve import ServeError, plan_servers, serve
-from prour.config import ConfigError, load_recipe
+from prour.config import ConfigError
 
 
 def frozen_recipe(tmp_path: Path, python: Path, models: dict, roles: dict | None = None) -> Path:
@@ -202,22 +202,22 @@ def test_endpoints_fill_openai_base_urls(tmp_path: Path, fake_vllm_python: Path)
         if k != "serve"
     }
     plain = write_recipe(tmp_path / "plain.yaml", base)
-    assert load_recipe(plain).models["user"].base_url is None  # nothing published yet
+    assert load_run_recipe(plain).models["user"].base_url is None  # nothing published yet
     loaded = load_cluster_recipe(recipe_path)
     stop = threading.Event()
     thread, _ = run_in_thread(loaded, stop)
     record = wait_status(tmp_path / "run" / "endpoints.json", "ready")
-    resolved = load_recipe(plain)
+    resolved = load_run_recipe(plain)
     assert {r: m.base_url for r, m in resolved.models.items()} == {
         r: record["servers"]["big"]["base_url"] for r in ("decomposer", "user", "verifier")
     }
     stop.set()
     thread.join(30)
-    assert load_recipe(plain).models["user"].base_url is None  # stopped servers are not used
+    assert load_run_recipe(plain).models["user"].base_url is None  # stopped servers are not used
     from prour.llm.registry import build_llm
 
     with pytest.raises(ValueError, match="prour serve"):
-        build_llm(load_recipe(plain).models["user"])
+        build_llm(load_run_recipe(plain).models["user"])
 
 
 def test_cli_serve_holds_until_sigterm(tmp_path: Path, fake_vllm_python: Path) -> None:

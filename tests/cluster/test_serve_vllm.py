@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from cluster_helpers import alive, write_recipe
 
-from prour.config import load_recipe
+from prour.cluster.endpoints import load_run_recipe
 from prour.llm.base import ChatRequest, SamplingParams
 from prour.llm.registry import build_llm
 
@@ -100,7 +100,7 @@ def test_serve_tiny_model_endpoints_chat_and_clean_stop(
         assert server["roles"] == ["user", "judge"] and server["base_url"].startswith(
             "http://127.0.0.1:"
         )
-        resolved = load_recipe(stage)  # a train/eval stage loading its recipe
+        resolved = load_run_recipe(stage)  # a train/eval stage loading its recipe
         assert resolved.models["user"].base_url == server["base_url"]
         llm = build_llm(resolved.models["user"])
         try:
@@ -122,7 +122,7 @@ def test_serve_tiny_model_endpoints_chat_and_clean_stop(
     assert "tiny: http://127.0.0.1:" in out
     assert not alive(server["pid"]), f"vLLM pid {server['pid']} survived prour serve"
     assert json.loads((tmp_path / "run" / "endpoints.json").read_text())["status"] == "stopped"
-    assert load_recipe(stage).models["user"].base_url is None
+    assert load_run_recipe(stage).models["user"].base_url is None
 
 
 def test_a_model_folder_vllm_cannot_load_fails_fast(vllm_python: Path, tmp_path: Path) -> None:

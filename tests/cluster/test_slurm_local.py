@@ -155,8 +155,8 @@ def smoke_inputs(tmp_path: Path, model_dir: Path) -> list[str]:
         "eval.domains=[retail]",
         "eval.max_tasks=1",
         "eval.concurrency=1",
-        "eval.agent_max_tokens=8",
-        "eval.user_max_tokens=8",
+        "env.agent_max_tokens=8",
+        "env.user_max_tokens=8",
         "eval.judge=false",
         "env.max_steps=2",
     ]

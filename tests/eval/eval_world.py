@@ -236,6 +236,7 @@ def recipe(run_dir: str, **eval_section: Any) -> dict[str, Any]:
         "env": {"max_steps": 16},
         "router": {"n_interpretations": 2, "n_actions": 2, "tau_au": TAU_AU, "tau_eu": TAU_EU,
                    "tool_detail": "brief"},
+        "train": {"rollout": {"max_response_tokens": 64}},  # the generator's, evaluation too
         "eval": {"seeds": [0], "domains": ["retail", "airline"], "tasks": TASKS, "concurrency": 2,
-                 "generator_max_tokens": 64, "n_boot": 200, **eval_section},
+                 "n_boot": 200, **eval_section},
     }

@@ -22,6 +22,7 @@ from eval_world import (
     scripted_llms,
 )
 
+from prour.config import Recipe
 from prour.env.domains import get_task
 from prour.env.runner import run_episode
 from prour.env.scoring import to_tau2_messages
@@ -40,13 +41,14 @@ from prour.router.config import RouterConfig
 from prour.router.routing import DecomposerBudget
 
 RETAIL_OK = SOLVABLE["retail"][1]
+SHORT_GENERATOR = Recipe(name="agent-test", train={"rollout": {"max_response_tokens": 64}})
 
 
 def _kit(**router: object) -> tuple[MethodKit, dict]:
     llms = scripted_llms()
     cfg = RouterConfig(n_interpretations=2, n_actions=2, tau_au=TAU_AU, tau_eu=TAU_EU,
                        tool_detail="brief", **router)
-    return MethodKit({}, EvalConfig(generator_max_tokens=64), cfg, llms=llms), llms
+    return MethodKit(SHORT_GENERATOR, EvalConfig(), cfg, llms=llms), llms
 
 
 def _run(kit: MethodKit, method: str, domain: str = "retail", task: str = RETAIL_OK,
@@ -149,7 +151,7 @@ def test_methods_use_only_their_branches(method: str, labels: list[str]) -> None
 def test_generator_no_or_invalid_falls_back_to_act(reply: str, kind: str) -> None:
     kit, llms = _kit()
     llms["generator"] = generator_llm(clarify=reply, verify=reply)
-    kit = MethodKit({}, kit.cfg, kit.router_cfg, llms=llms)
+    kit = MethodKit(SHORT_GENERATOR, kit.cfg, kit.router_cfg, llms=llms)
     traj = _run(kit, "prour")
     assert set(turn_labels(traj)) == {"act"}
     first = _agent_steps(traj)[0]

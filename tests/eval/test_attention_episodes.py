@@ -79,9 +79,10 @@ def answering_user() -> ScriptedLLM:
 
 def _evaluate(tmp_path, policies: list[str], methods: list[str], llms: dict,
               **attention: object) -> tuple[list[dict], list]:
-    recipe = Recipe(name="attention-test", env={"max_steps": 24})
+    recipe = Recipe(name="attention-test", env={"max_steps": 24},
+                    train={"rollout": {"max_response_tokens": 64}})
     cfg = EvalConfig(methods=methods, seeds=[0], domains=["retail"], tasks=TASKS,
-                     concurrency=2, classifier="heuristic", generator_max_tokens=64,
+                     concurrency=2, classifier="heuristic",
                      attention=AttentionConfig(**attention), attention_policies=policies)
     router = RouterConfig(n_interpretations=2, n_actions=2, tau_au=TAU_AU, tau_eu=TAU_EU,
                           tool_detail="brief")

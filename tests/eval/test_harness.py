@@ -232,8 +232,8 @@ def trainer_checkpoint(tiny_model_dir, tmp_path_factory) -> Path:
 
 def test_trainer_checkpoint_evaluates_via_the_cli(trainer_checkpoint, tmp_path) -> None:
     register_scripts()
-    data = recipe(str(tmp_path), methods=["clarify-only"], domains=["retail"], tasks=["65"],
-                  generator_max_tokens=8, generator_thinking=False)
+    data = recipe(str(tmp_path), methods=["clarify-only"], domains=["retail"], tasks=["65"])
+    data["train"] = {"rollout": {"max_response_tokens": 8, "enable_thinking": False}}
     del data["models"]["generator"]
     path = _write_recipe(tmp_path / "r.yaml", data)
     run = tmp_path / "run"
@@ -283,12 +283,13 @@ def test_unknown_method_lists_the_valid_ones() -> None:
 
 def test_rerun_with_other_settings_is_refused(tmp_path) -> None:
     def evaluation(temperature: float) -> Evaluation:
-        cfg = EvalConfig(methods=["oracle"], seeds=[0], agent_temperature=temperature)
-        return Evaluation(Recipe(name="x"), cfg, RouterConfig(), tmp_path, progress=False)
+        cfg = EvalConfig(methods=["oracle"], seeds=[0])
+        recipe = Recipe(name="x", env={"agent_temperature": temperature})
+        return Evaluation(recipe, cfg, RouterConfig(), tmp_path, progress=False)
 
     evaluation(0.01).check_run_dir()
     evaluation(0.01).check_run_dir()
-    with pytest.raises(ValueError, match="eval.agent_temperature"):
+    with pytest.raises(ValueError, match="env.agent_temperature"):
         evaluation(0.5).check_run_dir()
 
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from prour.train.algorithm import (
-    LossSettings,
     drop_zero_variance,
     group_advantages,
     policy_loss,
     select_kept,
     token_entropy,
 )
+from prour.train.config import PPOSettings
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ def _random_batch(seed: int):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_policy_loss_matches_hand_implementation(seed):
     old, new, adv, mask, entropy = _random_batch(seed)
-    settings = LossSettings(clip_low=0.2, clip_high=0.3, clip_ratio_c=3.0, entropy_coeff=0.01)
+    settings = PPOSettings(clip_low=0.2, clip_high=0.3, clip_ratio_c=3.0, entropy_coeff=0.01)
     loss, metrics = policy_loss(old, new, adv, mask, settings, entropy=entropy)
     expected, clipfrac = _hand_loss(old, new, adv, mask, 0.2, 0.3, 3.0, entropy, 0.01, mask.sum())
     assert float(loss) == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
@@ -129,7 +129,7 @@ def test_policy_loss_matches_verl_reference():
     from verl.trainer.ppo.core_algos import compute_policy_loss
 
     old, new, adv, mask, _ = _random_batch(7)
-    ours, metrics = policy_loss(old, new, adv, mask, LossSettings(clip_ratio_c=3.0))
+    ours, metrics = policy_loss(old, new, adv, mask, PPOSettings(clip_ratio_c=3.0))
     ref_loss, ref_clipfrac, ref_kl, ref_lower = compute_policy_loss(
         old, new, adv, mask, cliprange=0.2, cliprange_low=0.2, cliprange_high=0.3, clip_ratio_c=3.0
     )
@@ -161,7 +161,7 @@ def test_entropy_bonus_gradient_and_no_kl():
     """The loss depends on the entropy with coefficient 0.01 and on nothing but the four inputs."""
     old, new, adv, mask, entropy = _random_batch(5)
     entropy = entropy.clone().requires_grad_(True)
-    loss, _ = policy_loss(old, new, adv, mask, LossSettings(entropy_coeff=0.01), entropy=entropy)
+    loss, _ = policy_loss(old, new, adv, mask, PPOSettings(entropy_coeff=0.01), entropy=entropy)
     loss.backward()
     expected = -0.01 * mask / mask.sum()
     torch.testing.assert_close(entropy.grad, expected)

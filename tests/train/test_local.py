@@ -81,9 +81,10 @@ class StandInReward:
         self.updates += 1
 
 
-def _recipe(model_dir: Path) -> Recipe:
+def _recipe(model_dir: Path, **sections: Any) -> Recipe:
     return Recipe(
-        name="t", seed=3, models={"generator": ModelConfig(backend="hf", path=str(model_dir))}
+        name="t", seed=3, models={"generator": ModelConfig(backend="hf", path=str(model_dir))},
+        **sections,
     )
 
 
@@ -212,13 +213,13 @@ def test_prompt_over_the_budget_is_refused_naming_the_row(tiny_model_dir, fresh_
     rows = instance_rows(3)
     rows[2]["prompt"] = [{"role": "user", "content": "word " * 400}]
     trainer = LocalTrainer(
-        _recipe(tiny_model_dir),
-        _train(fresh_dir, rollout={"max_prompt_tokens": 64}),
+        _recipe(tiny_model_dir, data={"max_prompt_tokens": 64}),
+        _train(fresh_dir),
         reward_fn=VerifiableFormatReward(),
         make_state=lambda row: row,
         rows=rows,
     )
-    with pytest.raises(ValueError, match=r"training row 2: the prompt has \d+ tokens, over .*=64"):
+    with pytest.raises(ValueError, match=r"row 2: the prompt has \d+ tokens, over data.max_prompt_tokens=64"):
         trainer.setup()
 
 
@@ -267,7 +268,7 @@ def _tau2_rows() -> list[dict[str, Any]]:
     """
     import json
 
-    from prour.env import get_task, make_env, execute_tool_call
+    from prour.env import execute_tool_call, get_task, make_env
 
     task = get_task("retail", "0")
     env = make_env("retail", task)

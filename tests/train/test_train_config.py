@@ -9,7 +9,9 @@ import yaml
 from typer.testing import CliRunner
 
 from prour.config import ConfigError
-from prour.train.config import TrainConfig, load_train_recipe
+from prour.data.config import DataConfig
+from prour.train.config import TrainConfig
+from prour.train.recipe import load_train_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "recipes" / "paper.yaml"
@@ -20,7 +22,7 @@ def test_defaults_are_the_papers_numbers():
     assert (cfg.states_per_step, cfg.rollout.n, cfg.rollout.keep) == (16, 8, 6)
     assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k) == (0.8, 1.0, None)
     assert cfg.rollout.enable_thinking and cfg.gradient_checkpointing
-    assert (cfg.rollout.max_prompt_tokens, cfg.rollout.max_response_tokens) == (1400, 1760)
+    assert (DataConfig().max_prompt_tokens, cfg.rollout.max_response_tokens) == (1400, 1760)
     assert (cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.weight_decay, cfg.optim.grad_clip) == (
         7e-7,
         60,

@@ -34,7 +34,7 @@ AGENT_NAME = "prour_query"
 @lru_cache(maxsize=2)
 def _run_context(recipe_path: str) -> tuple[Any, Any]:
     """The run's recipe and frozen responders (clients), built once per worker process."""
-    from prour.train.config import load_train_recipe
+    from prour.train.recipe import load_train_recipe
     from prour.train.reward import build_responders
 
     recipe, _train = load_train_recipe(recipe_path)

@@ -1,0 +1,35 @@
+"""The recipe as the training stage reads it: its ``train`` section, output folder, plain dump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prour.cluster.endpoints import load_run_recipe
+from prour.config import ConfigError, Recipe
+from prour.train.config import TrainConfig
+
+
+def resolve_output_dir(cfg: TrainConfig, name: str) -> str:
+    """``output_dir`` with ``${name}`` replaced by the recipe name."""
+    return cfg.output_dir.replace("${name}", name)
+
+
+def train_section(recipe: Recipe) -> TrainConfig:
+    """The recipe's ``train`` section, or a :class:`ConfigError` when the recipe has none."""
+    if recipe.train is None:
+        raise ConfigError("train", "this recipe has no `train` section; add one to train")
+    return recipe.train
+
+
+def load_train_recipe(
+    path: str | Path, overrides: list[str] | None = None
+) -> tuple[Recipe, TrainConfig]:
+    """A recipe (served models' URLs filled in) and its ``train`` section."""
+    recipe = load_run_recipe(path, overrides)
+    return recipe, train_section(recipe)
+
+
+def recipe_dict(recipe: Recipe) -> dict[str, Any]:
+    """The whole resolved recipe as plain data (for provenance)."""
+    return recipe.model_dump(mode="json")
