@@ -77,8 +77,7 @@ def dapo_update(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: SimpleNamespace, autocast: bool
 ) -> float:
     """One mini-batch: micro-batches of one sample, token-mean over the mini-batch, clip, step."""
-    from prour.train.algorithm import policy_loss, token_entropy
-    from prour.train.config import PPOSettings
+    from prour.train.algorithm import LossSettings, policy_loss, token_entropy
 
     optimizer.zero_grad(set_to_none=True)
     n_tokens = int(batch.mask.sum())
@@ -98,7 +97,7 @@ def dapo_update(
             log_prob,
             batch.adv[i : i + 1],
             batch.mask[i : i + 1],
-            PPOSettings(),
+            LossSettings(),
             entropy=token_entropy(step_logits),
             batch_num_tokens=n_tokens,
         )
