@@ -1,26 +1,45 @@
-"""One DAPO update of a Qwen3-1.7B-shaped policy on one GPU: time, achieved TFLOP/s and MFU.
+"""The paper's per-step GPU work at Qwen3-1.7B shape on one GPU: DAPO update and hf generation.
 
-The model is random-init (nothing is downloaded) with Qwen3-1.7B's shape; weights are fp32 master
-copies and the forward/backward runs under bf16 autocast, as the local trainer does on a GPU.
-"One update" is one mini-batch of the paper's recipe: one state's 6 kept samples, each a
-1,400-token prompt plus a 1,760-token response, micro-batch 1, gradient checkpointing, the
-clipped surrogate with entropy bonus from ``prour.train.algorithm``, grad clip and an AdamW step.
+Two parts, each on a random-init model of Qwen3-1.7B's shape (nothing is downloaded):
+
+``update``: DAPO update steps as the local trainer runs them on a GPU: fp32 master weights,
+forward/backward under bf16 autocast, gradient checkpointing, one state's 6 kept samples of
+1,400 prompt + 1,760 response tokens, micro-batch 1, token-mean clipped surrogate with the entropy
+bonus, grad-norm clip 1.0 and an AdamW step. Prints step time, tokens/s, achieved TFLOP/s, MFU
+and peak memory.
+
+``generate``: the hf backend (``prour.llm.hf.HFLLM``) writing 8 samples of 1,760 tokens for one
+~1,400-token prompt (temperature 0.8, as in training) and scoring 8 posterior contexts, the work of
+one state's rollout and reward. Prints tokens/s and peak memory.
+
+The loss is prour's (``prour.train.algorithm.policy_loss``, verl's core algorithms). The lent GPU
+machines have no verl (it imports Ray at module level, too big to carry), so there the script uses
+``torch_policy_loss`` below, the same objective written in torch; ``--check-loss`` (run where verl
+is installed) shows both agree to 1e-6 before a GPU run is trusted. The loss is a negligible part
+of the step's time either way.
 
 Model FLOPs count 6 x parameters per token (forward + backward) plus causal attention; MFU
 divides achieved model FLOP/s by the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s).
 
-Usage: python benchmarks/gpu_step.py [--samples 6] [--prompt 1400] [--response 1760] [--repeats 3]
-       python benchmarks/gpu_step.py --shape tiny --device cpu   (checks the script on CPU only)
+Usage: python benchmarks/gpu_step.py [--part all|update|generate] [--json results.json]
+       python benchmarks/gpu_step.py --shape tiny --device cpu --repeats 1   (checks the script)
+       python benchmarks/gpu_step.py --check-loss                              (needs verl)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, Callable
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, no install
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 SHAPES = {
@@ -35,7 +54,7 @@ SHAPES = {
         "tie_word_embeddings": True,
     },
     "tiny": {
-        "vocab_size": 3000,
+        "vocab_size": 3072,
         "hidden_size": 128,
         "intermediate_size": 384,
         "num_hidden_layers": 2,
@@ -45,25 +64,106 @@ SHAPES = {
         "tie_word_embeddings": True,
     },
 }
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
 
-def build_model(shape: str, device: torch.device, max_len: int) -> torch.nn.Module:
+# ---- the objective ---------------------------------------------------------------------------
+
+
+def torch_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    entropy: torch.Tensor,
+    batch_num_tokens: int,
+    clip_low: float = 0.2,
+    clip_high: float = 0.3,
+    clip_ratio_c: float = 3.0,
+    entropy_coeff: float = 0.01,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Dual-clip PPO surrogate minus the entropy bonus, token sums over the mini-batch's tokens.
+
+    The objective of ``prour.train.algorithm.policy_loss`` for machines without verl; all
+    tensors (bs, T).
+    """
+    mask = response_mask.float()
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, -20.0, 20.0))
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * clip_ratio_c), loss)
+    pg = (loss * mask).sum() / batch_num_tokens
+    ent = (entropy * mask).sum() / batch_num_tokens
+    return pg - entropy_coeff * ent, {"pg_loss": float(pg.detach()), "entropy": float(ent)}
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each categorical in ``logits`` (..., V) -> (...)."""
+    return torch.logsumexp(logits, -1) - (torch.softmax(logits, -1) * logits).sum(-1)
+
+
+def prour_policy_loss() -> LossFn | None:
+    """prour's loss (verl's core algorithms) as a ``torch_policy_loss``-shaped call; None without verl."""
+    try:
+        import verl.trainer.ppo.core_algos  # noqa: F401
+    except ImportError:
+        return None
+    from prour.train.algorithm import LossSettings, policy_loss
+
+    def call(old, new, adv, mask, entropy, batch_num_tokens):
+        return policy_loss(
+            old, new, adv, mask, LossSettings(), entropy=entropy, batch_num_tokens=batch_num_tokens
+        )
+
+    return call
+
+
+def check_loss() -> None:
+    """``torch_policy_loss`` equals prour's verl-backed loss on random batches (value and grad)."""
+    reference = prour_policy_loss()
+    if reference is None:
+        sys.exit("--check-loss needs verl (run it in the project venv)")
+    for seed in range(5):
+        gen = torch.Generator().manual_seed(seed)
+        old = -torch.rand(4, 9, generator=gen) * 3
+        new = (old + torch.randn(4, 9, generator=gen) * 0.6).requires_grad_()
+        adv = torch.randn(4, 1, generator=gen).expand(-1, 9) * 2
+        mask = (torch.rand(4, 9, generator=gen) > 0.2).float()
+        entropy = torch.rand(4, 9, generator=gen) * 4
+        n = int(mask.sum())
+        ours, _ = torch_policy_loss(old, new, adv, mask, entropy, n)
+        (g_ours,) = torch.autograd.grad(ours, new)
+        theirs, _ = reference(old, new, adv, mask, entropy, n)
+        (g_theirs,) = torch.autograd.grad(theirs, new)
+        diff = max(abs(float(ours - theirs)), float((g_ours - g_theirs).abs().max()))
+        print(f"seed {seed}: loss {float(ours):+.6f} vs {float(theirs):+.6f}, max diff {diff:.1e}")
+        if diff > 1e-6:
+            sys.exit("torch_policy_loss differs from prour's policy_loss")
+    print("torch_policy_loss == prour.train.algorithm.policy_loss (5 random batches)")
+
+
+# ---- update ----------------------------------------------------------------------------------
+
+
+def build_model(shape: str, device: torch.device, max_len: int, train: bool) -> Any:
+    """Random-init Qwen3 of ``shape``, fp32 weights, created on ``device``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
-        **SHAPES[shape],
-        max_position_embeddings=max_len,
-        dtype="float32",
-        attn_implementation="sdpa",
+        **SHAPES[shape], max_position_embeddings=max_len, attn_implementation="sdpa"
     )
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).to(device)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
-    return model.train()
+    with device:
+        model = Qwen3ForCausalLM(config).float()
+    if train:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+        return model.train()
+    return model.eval()
 
 
-def model_flops(model: torch.nn.Module, prompt: int, response: int, samples: int) -> float:
+def model_flops(model: Any, prompt: int, response: int, samples: int) -> float:
     """Forward+backward model FLOPs of the update (no recomputation counted)."""
     c = model.config
     params = sum(p.numel() for p in model.parameters())
@@ -73,33 +173,27 @@ def model_flops(model: torch.nn.Module, prompt: int, response: int, samples: int
     return samples * (dense + attention)
 
 
-def dapo_update(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: SimpleNamespace, autocast: bool
-) -> float:
+def dapo_update(model: Any, optimizer: Any, batch: SimpleNamespace, loss_fn: LossFn) -> float:
     """One mini-batch: micro-batches of one sample, token-mean over the mini-batch, clip, step."""
-    from prour.train.algorithm import LossSettings, policy_loss, token_entropy
-
     optimizer.zero_grad(set_to_none=True)
     n_tokens = int(batch.mask.sum())
     start = batch.ids.shape[1] - batch.mask.shape[1]
+    autocast = batch.ids.device.type == "cuda"
     for i in range(batch.ids.shape[0]):
-        with torch.autocast(
-            device_type=batch.ids.device.type, dtype=torch.bfloat16, enabled=autocast
-        ):
+        with torch.autocast(device_type=batch.ids.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(
                 input_ids=batch.ids[i : i + 1], logits_to_keep=batch.mask.shape[1] + 1
             ).logits
         step_logits = logits[:, :-1].float() / 0.8
         targets = batch.ids[i : i + 1, start:]
         log_prob = torch.log_softmax(step_logits, -1).gather(-1, targets[..., None]).squeeze(-1)
-        loss, _ = policy_loss(
+        loss, _ = loss_fn(
             batch.old[i : i + 1],
             log_prob,
             batch.adv[i : i + 1],
             batch.mask[i : i + 1],
-            LossSettings(),
-            entropy=token_entropy(step_logits),
-            batch_num_tokens=n_tokens,
+            token_entropy(step_logits),
+            n_tokens,
         )
         loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -107,81 +201,235 @@ def dapo_update(
     return float(grad_norm)
 
 
-def make_batch(
-    model: torch.nn.Module, args: argparse.Namespace, device: torch.device
-) -> SimpleNamespace:
+def make_batch(vocab: int, args: argparse.Namespace, device: torch.device) -> SimpleNamespace:
     gen = torch.Generator(device="cpu").manual_seed(1)
-    vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (args.samples, args.prompt + args.response), generator=gen).to(
-        device
-    )
+    shape = (args.samples, args.prompt + args.response)
+    ids = torch.randint(0, vocab, shape, generator=gen).to(device)
     mask = torch.ones(args.samples, args.response, device=device)
     adv = torch.randn(args.samples, 1, generator=gen).to(device).expand(-1, args.response)
-    old = (-torch.rand(args.samples, args.response, generator=gen) * 12).to(
-        device
-    )  # fixed "old" log-probs
+    old = (-torch.rand(args.samples, args.response, generator=gen) * 12).to(device)
     return SimpleNamespace(ids=ids, mask=mask, adv=adv, old=old)
+
+
+def run_update(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    loss_fn = prour_policy_loss() or torch_policy_loss
+    model = build_model(args.shape, device, args.prompt + args.response, train=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=7e-7, weight_decay=0.01)
+    batch = make_batch(model.config.vocab_size, args, device)
+    reset_peak(device)
+    dapo_update(model, optimizer, batch, loss_fn)  # warm-up (allocator, kernels, optimizer state)
+    times = []
+    for _ in range(args.repeats):
+        sync(device)
+        start = time.perf_counter()
+        dapo_update(model, optimizer, batch, loss_fn)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    seconds = sorted(times)[len(times) // 2]
+    flops = model_flops(model, args.prompt, args.response, args.samples)
+    _name, peak = peak_tflops(device)
+    out = {
+        "params_b": sum(p.numel() for p in model.parameters()) / 1e9,
+        "loss": "prour.train.algorithm (verl)" if loss_fn is not torch_policy_loss else "torch twin",
+        "samples": args.samples,
+        "prompt_tokens": args.prompt,
+        "response_tokens": args.response,
+        "step_s_median": seconds,
+        "step_s_all": times,
+        "tokens_per_s": args.samples * (args.prompt + args.response) / seconds,
+        "achieved_tflops": flops / seconds / 1e12,
+        "mfu": flops / seconds / 1e12 / peak if peak else None,
+        "peak_mem_gib": peak_memory(device),
+    }
+    del model, optimizer, batch
+    return out
+
+
+# ---- generation ------------------------------------------------------------------------------
+
+
+def tiny_tokenizer() -> Any:
+    """The project's tiny BPE tokenizer (Qwen-style chat template), built locally in seconds."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    try:
+        from prour.demo.tiny import build_tiny_model
+    except ImportError:
+        from prour.llm.tiny import build_tiny_model
+    folder = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", seed=0)
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def prompt_of(tokenizer: Any, n_tokens: int) -> list[dict[str, str]]:
+    """A one-message chat whose rendered prompt is about ``n_tokens`` long."""
+    words = ("order", "item", "return", "address", "exchange", "payment", "refund", "size")
+    text = " ".join(words[i % len(words)] + str(i % 97) for i in range(n_tokens))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][: n_tokens - 20]
+    return [{"role": "user", "content": tokenizer.decode(ids)}]
+
+
+def run_generate(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    from prour.llm.base import ChatRequest, SamplingParams, ScoreRequest
+    from prour.llm.hf import HFLLM
+
+    tokenizer = tiny_tokenizer()
+    model = build_model(args.shape, device, args.prompt + args.response + 64, train=False)
+    if device.type == "cuda":
+        model = model.to(torch.bfloat16)  # the backend serves frozen weights in the recipe's dtype
+    llm = HFLLM.from_model(model, tokenizer, seed=0, max_model_len=args.prompt + args.response + 64)
+    messages = prompt_of(tokenizer, args.prompt)
+    request = ChatRequest(
+        messages=messages,
+        sampling=SamplingParams(n=args.gen_samples, temperature=0.8, max_tokens=args.response, seed=7),
+        enable_thinking=True,
+    )
+    llm.chat([ChatRequest(messages=messages, sampling=SamplingParams(max_tokens=8))])  # warm-up
+    reset_peak(device)
+    sync(device)
+    start = time.perf_counter()
+    completions = llm.chat([request])[0]
+    sync(device)
+    gen_s = time.perf_counter() - start
+    generated = sum(c.completion_tokens for c in completions)
+    target = " ".join(["the user wants to return the black backpack"] * 4)
+    scores = [
+        ScoreRequest(context=messages + [{"role": "assistant", "content": c.text[:2000]}], target=target)
+        for c in completions
+    ]
+    sync(device)
+    start = time.perf_counter()
+    llm.score(scores)
+    sync(device)
+    score_s = time.perf_counter() - start
+    baseline = hf_generate_baseline(model, tokenizer, messages, args, device)
+    return {
+        "baseline": baseline,
+        "prompt_tokens": completions[0].prompt_tokens,
+        "samples": len(completions),
+        "generated_tokens": generated,
+        "finish_reasons": sorted({c.finish_reason for c in completions}),
+        "generate_s": gen_s,
+        "generated_tokens_per_s": generated / gen_s,
+        "score_requests": len(scores),
+        "score_s": score_s,
+        "peak_mem_gib": peak_memory(device),
+    }
+
+
+def hf_generate_baseline(
+    model: Any, tokenizer: Any, messages: list[dict[str, str]], args: argparse.Namespace,
+    device: torch.device,
+) -> dict[str, float]:
+    """transformers' own ``generate`` on the same prompt and sample count: the reference rate."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]], device=device)
+    kwargs = dict(
+        do_sample=True, temperature=0.8, top_p=1.0, top_k=0, max_new_tokens=args.response,
+        min_new_tokens=args.response, num_return_sequences=args.gen_samples, pad_token_id=0,
+    )
+    with torch.inference_mode():
+        model.generate(ids, **{**kwargs, "max_new_tokens": 8, "min_new_tokens": 8})
+        sync(device)
+        start = time.perf_counter()
+        out = model.generate(ids, **kwargs)
+        sync(device)
+    seconds = time.perf_counter() - start
+    tokens = (out.shape[1] - ids.shape[1]) * out.shape[0]
+    return {"generated_tokens": tokens, "generate_s": seconds, "tokens_per_s": tokens / seconds}
+
+
+# ---- device helpers --------------------------------------------------------------------------
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
 
 
 def peak_tflops(device: torch.device) -> tuple[str, float | None]:
     if device.type != "cuda":
-        return "cpu", None
+        return platform.processor() or "cpu", None
     name = torch.cuda.get_device_name(device)
     return name, next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
+def report(result: dict[str, Any]) -> None:
+    print(f"\n{result['shape']} on {result['device']} — torch {result['torch']}, "
+          f"transformers {result['transformers']}, {result['date']}")
+    if "update" in result:
+        u = result["update"]
+        mfu = f"{u['mfu']:.1%}" if u["mfu"] is not None else "n/a"
+        mem = f"{u['peak_mem_gib']:.1f} GiB" if u["peak_mem_gib"] is not None else "n/a"
+        print(f"update   {u['samples']} x ({u['prompt_tokens']} + {u['response_tokens']}) tokens, "
+              f"{u['params_b']:.2f}B params, loss: {u['loss']}")
+        print(f"         step {u['step_s_median']:.3f} s (median of "
+              f"{', '.join(f'{t:.3f}' for t in u['step_s_all'])}), {u['tokens_per_s']:.0f} tok/s, "
+              f"{u['achieved_tflops']:.1f} TFLOP/s, MFU {mfu}, peak {mem}")
+    if "generate" in result:
+        g = result["generate"]
+        mem = f"{g['peak_mem_gib']:.1f} GiB" if g["peak_mem_gib"] is not None else "n/a"
+        print(f"generate {g['samples']} x up to {result['args']['response']} tokens after a "
+              f"{g['prompt_tokens']}-token prompt: {g['generated_tokens']} tokens in "
+              f"{g['generate_s']:.1f} s = {g['generated_tokens_per_s']:.0f} tok/s "
+              f"({'/'.join(g['finish_reasons'])}); score {g['score_requests']} contexts "
+              f"{g['score_s']:.2f} s; peak {mem}")
+        b = g["baseline"]
+        print(f"         transformers generate() on the same prompt: {b['generated_tokens']} tokens in "
+              f"{b['generate_s']:.1f} s = {b['tokens_per_s']:.0f} tok/s "
+              f"(hf backend / generate(): {g['generated_tokens_per_s'] / b['tokens_per_s']:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("all", "update", "generate"), default="all")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-1.7b")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--samples", type=int, default=6)
+    parser.add_argument("--samples", type=int, default=6, help="kept samples per update")
+    parser.add_argument("--gen-samples", type=int, default=8, help="sampled queries per state")
     parser.add_argument("--prompt", type=int, default=1400)
     parser.add_argument("--response", type=int, default=1760)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--check-loss", action="store_true", help="compare the two losses; exit")
     args = parser.parse_args()
+    if args.check_loss:
+        return check_loss()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit(
-            "gpu_step.py needs a CUDA GPU (none is visible here); run it on a lent GPU node, "
+            "gpu_step.py needs a CUDA GPU (none is visible here); run it on a GPU node, "
             "or pass --shape tiny --device cpu to check the script itself"
         )
+    import transformers
+
     device = torch.device(args.device)
-    model = build_model(args.shape, device, args.prompt + args.response)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=7e-7, weight_decay=0.01)
-    batch = make_batch(model, args, device)
-    autocast = device.type == "cuda"
-    dapo_update(model, optimizer, batch, autocast)  # warm-up (allocator, kernels, optimizer state)
-    times = []
-    for _ in range(args.repeats):
+    result: dict[str, Any] = {
+        "shape": args.shape,
+        "device": peak_tflops(device)[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    }
+    if args.part in ("all", "update"):
+        result["update"] = run_update(args, device)
         if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        dapo_update(model, optimizer, batch, autocast)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    seconds = min(times)
-    flops = model_flops(model, args.prompt, args.response, args.samples)
-    name, peak = peak_tflops(device)
-    params = sum(p.numel() for p in model.parameters()) / 1e9
-    print(
-        f"{args.shape} ({params:.2f}B params) on {name}: {args.samples} samples x "
-        f"({args.prompt} + {args.response}) tokens, micro-batch 1, gradient checkpointing"
-    )
-    print(
-        f"update time        {seconds:8.3f} s (best of {args.repeats}: "
-        f"{', '.join(f'{t:.3f}' for t in times)})"
-    )
-    print(f"tokens/s           {args.samples * (args.prompt + args.response) / seconds:8.0f}")
-    print(
-        f"achieved TFLOP/s   {flops / seconds / 1e12:8.1f} (model FLOPs, recomputation not counted)"
-    )
-    if peak:
-        print(
-            f"MFU                {flops / seconds / 1e12 / peak:8.1%} "
-            f"of {peak:.0f} TFLOP/s dense bf16 peak"
-        )
-    if device.type == "cuda":
-        print(f"peak memory        {torch.cuda.max_memory_allocated(device) / 2**30:8.1f} GiB")
+            torch.cuda.empty_cache()
+    if args.part in ("all", "generate"):
+        result["generate"] = run_generate(args, device)
+    report(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
