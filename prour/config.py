@@ -7,7 +7,6 @@ code that uses them and collected into :class:`Recipe` here.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from prour.data.config import DataConfig
 from prour.eval.config import EvalConfig
 from prour.rewards.config import RewardConfig
 from prour.router.config import RouterConfig
+from prour.registry import unknown_name
 from prour.section import ConfigError, Section
 from prour.train.config import TrainConfig
 
@@ -68,9 +68,7 @@ class ModelConfig(Section):
     @classmethod
     def _known_backend(cls, value: Any) -> Any:
         if isinstance(value, str) and value not in BACKENDS:
-            close = difflib.get_close_matches(value, BACKENDS, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"unknown backend {value!r}; valid: {', '.join(BACKENDS)}.{hint}")
+            raise ValueError(unknown_name("backend", value, BACKENDS))
         return value
 
     def model_post_init(self, __context: Any) -> None:
@@ -122,9 +120,7 @@ class Recipe(Section):
     def _known_roles(cls, value: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
         for role in value:
             if role not in MODEL_ROLES:
-                close = difflib.get_close_matches(role, MODEL_ROLES, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise ValueError(f"unknown model role {role!r}; valid: {', '.join(MODEL_ROLES)}.{hint}")
+                raise ValueError(unknown_name("model role", role, MODEL_ROLES))
         return value
 
     def resolved_run_dir(self) -> Path:

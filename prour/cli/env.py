@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from prour.env.domains import DOMAINS
+
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
@@ -17,6 +19,7 @@ env_app = typer.Typer(help="Inspect the tau2 domains: splits, tools, policy.", n
 episode_app = typer.Typer(help="Run single episodes on tau2 tasks.", no_args_is_help=True)
 
 OBSERVATION_CHARS = 400
+DOMAIN_HELP = f"One of: {', '.join(DOMAINS)}."
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +67,7 @@ def env_list() -> None:
 
 @env_app.command("show")
 def env_show(
-    domain: Annotated[str, typer.Argument(help="retail, airline or telecom.")],
+    domain: Annotated[str, typer.Argument(help=DOMAIN_HELP)],
     policy_lines: Annotated[int, typer.Option(help="How many policy lines to print.")] = 15,
 ) -> None:
     """A domain's tools (READ / WRITE / GENERIC ...), the head of its policy, its split sizes."""
@@ -159,7 +162,7 @@ def _print_step(console: Console, step: StepRecord, message: dict[str, Any]) -> 
 
 @episode_app.command("run")
 def episode_run(
-    domain: Annotated[str, typer.Option(help="retail, airline or telecom.")],
+    domain: Annotated[str, typer.Option(help=DOMAIN_HELP)],
     task: Annotated[str, typer.Option(help="Task id (see `prour env show`).")],
     agent: Annotated[str, typer.Option(help="oracle | llm")] = "oracle",
     user: Annotated[str, typer.Option(help="oracle | scripted | llm")] = "oracle",

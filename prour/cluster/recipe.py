@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prour.cluster.config import ServeConfig, SlurmConfig
 from prour.config import ConfigError, Recipe, apply_override, parse_recipe
+from prour.registry import did_you_mean
 
 
 @dataclass
@@ -66,8 +66,7 @@ def check_served_roles(loaded: ClusterRecipe) -> None:
     for role, cfg in loaded.recipe.models.items():
         if cfg.backend != "openai" or cfg.base_url or cfg.model in served:
             continue
-        close = difflib.get_close_matches(str(cfg.model), list(served), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(cfg.model, served)
         listing = ", ".join(served) or "none"
         raise ConfigError(
             f"models.{role}.model",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from prour.env.domains import DomainName, SplitName
 from prour.section import Section
 
 
@@ -18,8 +19,8 @@ class DataConfig(Section):
     """
 
     # --- collect ---
-    domain: Literal["retail", "airline", "telecom"] = "retail"  # the paper trains on retail only
-    split: Literal["train", "test", "base"] = "train"  # tau2 split the trajectories come from
+    domain: DomainName = "retail"  # the paper trains on retail only
+    split: SplitName = "train"  # tau2 split the trajectories come from
     max_tasks: int | None = Field(None, ge=1)  # first N tasks of the split (smoke runs)
     num_trajectories: int = Field(500, ge=1)  # stop once this many episodes are recorded
     # one trial per seed per task, seed-major order

@@ -10,7 +10,6 @@ the user's instruction or the reference actions (the oracle, a harness check, lo
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from prour.env.domains import get_task
 from prour.env.prompts import AGENT_STOP, agent_system_prompt
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams, ToolCall
+from prour.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Action
@@ -191,20 +191,14 @@ def _closing_message(facts: list[str]) -> str:
 
 
 AgentFactory = Callable[..., Agent]
-AGENTS: dict[str, AgentFactory] = {"llm": LLMAgent, "oracle": OracleAgent}
+AGENTS: Registry[AgentFactory] = Registry("agent", {"llm": LLMAgent, "oracle": OracleAgent})
 
 
 def register_agent(name: str, factory: AgentFactory) -> None:
     """Make an agent buildable by name (e.g. the proactive agent of the eval stage)."""
-    if name in AGENTS:
-        raise ValueError(f"agent {name!r} is already registered")
-    AGENTS[name] = factory
+    AGENTS.register(name, factory)
 
 
 def build_agent(name: str, **kwargs: Any) -> Agent:
     """Build a registered agent; unknown names list the valid ones."""
-    if name not in AGENTS:
-        close = difflib.get_close_matches(name, list(AGENTS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown agent {name!r}; valid: {', '.join(sorted(AGENTS))}.{hint}")
-    return AGENTS[name](**kwargs)
+    return AGENTS.get(name)(**kwargs)

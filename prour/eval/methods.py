@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prour.config import ModelConfig, Recipe
-from prour.eval.config import EvalConfig, suggest
+from prour.eval.config import EvalConfig
+from prour.registry import Registry
 from prour.router.routing import ROUTES
 from prour.train.config import RolloutSettings
 
@@ -55,7 +56,7 @@ class MethodSpec:
 
 
 _PROACTIVE = ("agent", "user", "generator")
-METHODS: dict[str, MethodSpec] = {
+METHODS: Registry[MethodSpec] = Registry("method", {
     "base": MethodSpec("base", "task agent alone", ("agent", "user")),
     "prour": MethodSpec("prour", "decomposer routing, generator, verifier",
                         (*_PROACTIVE, "decomposer", "verifier"), ROUTES, "decomposer"),
@@ -67,15 +68,12 @@ METHODS: dict[str, MethodSpec] = {
     "llm-router": MethodSpec("llm-router", "prompted router instead of the decomposer",
                              (*_PROACTIVE, "router", "verifier"), ROUTES, "llm"),
     "oracle": MethodSpec("oracle", "reference-action replay (harness check)", (), oracle=True),
-}
+})
 
 
 def check_method(name: str) -> MethodSpec:
     """The registry entry of ``name``; unknown names list the valid ones."""
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; valid: {', '.join(METHODS)}."
-                         f"{suggest(name, list(METHODS))}")
-    return METHODS[name]
+    return METHODS.get(name)
 
 
 # ---- checkpoints ---------------------------------------------------------------------------

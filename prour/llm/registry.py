@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 
 from prour.config import ModelConfig
 from prour.llm.base import LLM
+from prour.registry import Registry
 
 
 def _build_hf(cfg: ModelConfig) -> LLM:
@@ -39,19 +39,11 @@ def _build_scripted(cfg: ModelConfig) -> LLM:
     return scripted_from_config(cfg.script)
 
 
-BACKEND_FACTORIES: dict[str, Callable[[ModelConfig], LLM]] = {
-    "hf": _build_hf,
-    "openai": _build_openai,
-    "scripted": _build_scripted,
-}
+BACKENDS: Registry[Callable[[ModelConfig], LLM]] = Registry(
+    "backend", {"hf": _build_hf, "openai": _build_openai, "scripted": _build_scripted}
+)
 
 
 def build_llm(cfg: ModelConfig) -> LLM:
     """Instantiate the backend named by ``cfg.backend``; unknown names list the valid ones."""
-    factory = BACKEND_FACTORIES.get(cfg.backend)
-    if factory is None:
-        valid = sorted(BACKEND_FACTORIES)
-        close = difflib.get_close_matches(str(cfg.backend), valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown backend {cfg.backend!r}; valid: {', '.join(valid)}.{hint}")
-    return factory(cfg)
+    return BACKENDS.get(cfg.backend)(cfg)

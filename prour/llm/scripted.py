@@ -29,6 +29,7 @@ from pathlib import Path
 
 from prour.llm.base import BackendError, ChatRequest, Completion, Message, ScoreRequest, ScoreResult
 from prour.llm.toolcalls import parse_tool_calls, split_thinking
+from prour.registry import Registry, unknown_name
 
 Reply = str | Sequence[str] | Callable[[list[Message]], str]
 Scorer = Callable[[str, str], Sequence[float]]
@@ -200,33 +201,25 @@ class ScriptedLLM:
         """Nothing to release."""
 
 
-_SCRIPTS: dict[str, Callable[[], ScriptedLLM]] = {}
+SCRIPTS: Registry[Callable[[], ScriptedLLM]] = Registry("script")
 
 
 def register_script(name: str, factory: Callable[[], ScriptedLLM]) -> None:
-    """Make ``models.X.script: NAME`` in a recipe build ``factory()``."""
-    _SCRIPTS[name] = factory
+    """Make ``models.X.script: NAME`` in a recipe build ``factory()`` (a later call replaces it)."""
+    SCRIPTS.register(name, factory, replace=True)
 
 
 def scripted_from_config(script: str | None) -> ScriptedLLM:
     """A :class:`ScriptedLLM` from a rules file path or a registered script name."""
-    import difflib
-
     if not script:
         raise ValueError(
             "backend 'scripted' needs `script` (a rules file or a registered script name)"
         )
-    if script in _SCRIPTS:
-        return _SCRIPTS[script]()
+    if script in SCRIPTS:
+        return SCRIPTS.get(script)()
     if Path(script).is_file():
         return ScriptedLLM.from_file(script)
-    close = difflib.get_close_matches(script, list(_SCRIPTS), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    known = ", ".join(sorted(_SCRIPTS)) or "none registered"
-    raise ValueError(
-        f"scripted script {script!r} is neither a file nor a registered script "
-        f"(registered: {known}).{hint}"
-    )
+    raise ValueError(f"{unknown_name('script', script, SCRIPTS)} (not a rules file either)")
 
 
 def dump_script(path: str | Path, replies: Sequence[str], default: str | None = None) -> None:

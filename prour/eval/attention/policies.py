@@ -22,7 +22,6 @@ under plain ``budgeted`` (or an ungated VoI policy), and the decision's reason r
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from prour.eval.attention.classifier import RequestClass, RequestClassifier
 from prour.eval.attention.mgr import SelfReviewer
 from prour.eval.attention.strict_json import ask_json, require_keys
 from prour.llm.base import LLM, Message
+from prour.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class PolicySpec:
     self_review: bool = False  # takes evidence / memory windows
 
 
-POLICIES: dict[str, PolicySpec] = {
+POLICIES: Registry[PolicySpec] = Registry("attention policy", {
     "no-ask": PolicySpec(NoAsk),
     "unrestricted": PolicySpec(Unrestricted),
     "frugal": PolicySpec(Frugal),
@@ -247,16 +247,12 @@ POLICIES: dict[str, PolicySpec] = {
                                           takes_budget=True, self_review=True),
     "budgeted+mgr": PolicySpec(MemoryGuidedReview, needs_llm=True, needs_budget=True,
                                takes_budget=True, self_review=True),
-}
+})
 
 
 def policy_spec(name: str) -> PolicySpec:
     """The registry entry for ``name``; unknown names list the valid ones and the closest."""
-    if name not in POLICIES:
-        close = difflib.get_close_matches(name, POLICIES, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown attention policy {name!r}; valid: {', '.join(POLICIES)}.{hint}")
-    return POLICIES[name]
+    return POLICIES.get(name)
 
 
 def check_policy_options(name: str, budget: int | None, threshold: float | None,
