@@ -55,8 +55,8 @@ def test_lazy_entry_must_name_module_and_attribute() -> None:
 
 
 def test_did_you_mean_can_name_several() -> None:
-    assert did_you_mean("task_1", ["task_10", "task_11", "other"], n=2) == (
-        " Did you mean 'task_10' or 'task_11'?"
+    assert did_you_mean("task_12", ["task_10", "task_123", "other"], n=2) == (
+        " Did you mean 'task_123' or 'task_10'?"  # closest first
     )
     assert did_you_mean("xyz", ["alpha"]) == ""
 
