@@ -1,0 +1,180 @@
+"""Every model-backed component of a recipe, built in one place: one backend per distinct model.
+
+A :class:`Builder` owns the backends of one process. Roles whose ``models.<role>`` configs load
+the same weights the same way (backend, path or served name, dtype, device, ...) share ONE
+instance, so the smoke recipe's nine roles on one tiny model load it once. Components (decomposer,
+verifier, strict user, task agent, user simulator, judge, prompted router) are built on top of
+those shared backends, with the settings of the recipe section that owns them.
+
+Counting model calls per role (evaluation) must not share counters between episodes:
+:meth:`Builder.metered` returns a view that builds the same components on the same shared
+backends, each seen through a per-role wrapper (e.g. a call counter) made by the caller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prour.config import ModelConfig, Recipe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.env.agents import LLMAgent
+    from prour.env.users import LLMUser
+    from prour.eval.attention.judge import RequestJudge
+    from prour.eval.attention.strict_json import JsonCache
+    from prour.llm.base import LLM, SamplingParams
+    from prour.router.decomposer import Decomposer
+    from prour.router.llm_router import LLMRouter
+    from prour.rollout.strict_user import StrictUserSimulator
+    from prour.rollout.verifier import Verifier
+
+Wrap = Callable[[str, "LLM"], "LLM"]
+"""``wrap(role, shared_llm)``: how a metered view sees a role's backend (e.g. a call counter)."""
+
+# Fields that shape requests, not the loaded instance: roles differing only here share it.
+_REQUEST_FIELDS = frozenset({"temperature", "max_tokens", "top_p", "top_k", "enable_thinking"})
+
+
+def instance_key(cfg: ModelConfig) -> str:
+    """What identifies one loaded backend: the model config without its per-request settings."""
+    return cfg.model_dump_json(exclude=set(_REQUEST_FIELDS & set(type(cfg).model_fields)))
+
+
+@dataclass
+class _Instances:
+    """Backends of one process, shared by a builder and all its metered views."""
+
+    given: dict[str, LLM]  # role -> instance made elsewhere (the trainer's live policy, tests)
+    built: dict[str, LLM] = field(default_factory=dict)  # instance_key -> backend
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    thresholds: tuple[float, float] | None = None  # (τ_AU, τ_EU), read once
+
+
+class Builder:
+    """Builds the components of ``recipe``; ``llms`` gives ready instances for some roles."""
+
+    def __init__(self, recipe: Recipe, llms: dict[str, LLM] | None = None):
+        self.recipe = recipe
+        self._instances = _Instances(dict(llms or {}))
+        self._wrap: Wrap | None = None
+
+    def metered(self, wrap: Wrap) -> Builder:
+        """A view on the same backends whose components see each role's LLM as ``wrap(role, llm)``."""
+        view = Builder.__new__(Builder)
+        view.recipe, view._instances, view._wrap = self.recipe, self._instances, wrap
+        return view
+
+    # ---- backends --------------------------------------------------------------------------
+
+    def has(self, role: str) -> bool:
+        """Whether ``role`` has a model (in the recipe or given)."""
+        return role in self._instances.given or role in self.recipe.models
+
+    def model_config(self, role: str) -> ModelConfig:
+        """``models.<role>``, or a ValueError naming the missing key."""
+        if role not in self.recipe.models:
+            raise ValueError(f"models.{role} is needed but recipe {self.recipe.name!r} does not "
+                             "define it")
+        return self.recipe.models[role]
+
+    def shared_llm(self, role: str) -> LLM:
+        """The one backend of a role's model (built on first use, shared by equal models)."""
+        instances = self._instances
+        if role in instances.given:
+            return instances.given[role]
+        cfg = self.model_config(role)
+        key = instance_key(cfg)
+        with instances.lock:
+            if key not in instances.built:
+                from prour.llm.registry import build_llm
+
+                instances.built[key] = build_llm(cfg)
+            return instances.built[key]
+
+    def llm(self, role: str) -> LLM:
+        """A role's backend as this builder's components see it (wrapped in a metered view)."""
+        shared = self.shared_llm(role)
+        return self._wrap(role, shared) if self._wrap is not None else shared
+
+    def close(self) -> None:
+        """Release every backend this builder loaded (given instances belong to their owner)."""
+        with self._instances.lock:
+            for llm in self._instances.built.values():
+                llm.close()
+            self._instances.built.clear()
+
+    # ---- router ----------------------------------------------------------------------------
+
+    def decomposer_model_id(self) -> str:
+        """The key calibrated thresholds are stored under (``decomposer`` for a given instance)."""
+        from prour.router.thresholds import decomposer_model_id
+
+        if "decomposer" not in self.recipe.models:
+            return "decomposer"
+        return decomposer_model_id(self.recipe.models["decomposer"])
+
+    def thresholds(self) -> tuple[float, float]:
+        """(τ_AU, τ_EU) of the decomposer model: explicit in the recipe, or calibrated."""
+        instances = self._instances
+        if instances.thresholds is None:
+            instances.thresholds = self.recipe.router.thresholds(self.decomposer_model_id())
+        return instances.thresholds
+
+    def decomposer(self, domain: str, need_thresholds: bool = True) -> Decomposer:
+        """The uncertainty decomposer on ``models.decomposer`` for a domain's tools; without
+        ``need_thresholds`` (calibration) it measures AU/EU but routes nothing."""
+        from prour.env.environment import tool_schemas
+        from prour.router.decomposer import Decomposer
+
+        thresholds = self.thresholds() if need_thresholds else None
+        return Decomposer(self.llm("decomposer"), tool_schemas(domain), self.recipe.router,
+                          thresholds=thresholds)
+
+    def llm_router(self, domain: str) -> LLMRouter:
+        """The prompted router ablation on ``models.router`` with the ``router`` section's decoding."""
+        from prour.env.environment import tool_schemas
+        from prour.router.llm_router import LLMRouter
+
+        cfg = self.recipe.router
+        names = [schema["function"]["name"] for schema in tool_schemas(domain)]
+        return LLMRouter(self.llm("router"), names, fallback=cfg.llm_router_fallback,
+                         temperature=cfg.llm_router_temperature,
+                         max_tokens=cfg.llm_router_max_tokens)
+
+    # ---- responders ------------------------------------------------------------------------
+
+    def verifier(self, domain: str, max_steps: int, sampling: SamplingParams) -> Verifier:
+        """The read-only ReAct verifier on ``models.verifier`` for a domain."""
+        from prour.rollout.verifier import Verifier
+
+        return Verifier(self.llm("verifier"), domain, max_steps=max_steps, sampling=sampling)
+
+    def strict_user(self, sampling: SamplingParams) -> StrictUserSimulator:
+        """The strict user simulator on ``models.strict_user`` (the training responder)."""
+        from prour.rollout.strict_user import StrictUserSimulator
+
+        return StrictUserSimulator(self.llm("strict_user"), sampling)
+
+    # ---- episodes --------------------------------------------------------------------------
+
+    def task_agent(self, temperature: float, max_tokens: int) -> LLMAgent:
+        """The tool-calling task agent on ``models.agent``."""
+        from prour.env.agents import LLMAgent
+
+        return LLMAgent(self.llm("agent"), temperature=temperature, max_tokens=max_tokens)
+
+    def user_simulator(self, temperature: float, max_tokens: int) -> LLMUser:
+        """The user simulator on ``models.user``."""
+        from prour.env.users import LLMUser
+
+        return LLMUser(self.llm("user"), temperature=temperature, max_tokens=max_tokens)
+
+    def judge(self, attempts: int, cache: JsonCache | None = None) -> RequestJudge:
+        """The attention-cost judge on ``models.judge``."""
+        from prour.eval.attention.judge import RequestJudge
+
+        return RequestJudge(self.llm("judge"), attempts, cache=cache)
+
