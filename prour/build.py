@@ -34,13 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover
 Wrap = Callable[[str, "LLM"], "LLM"]
 """``wrap(role, shared_llm)``: how a metered view sees a role's backend (e.g. a call counter)."""
 
-# Fields that shape requests, not the loaded instance: roles differing only here share it.
-_REQUEST_FIELDS = frozenset({"temperature", "max_tokens", "top_p", "top_k", "enable_thinking"})
 
 
 def instance_key(cfg: ModelConfig) -> str:
-    """What identifies one loaded backend: the model config without its per-request settings."""
-    return cfg.model_dump_json(exclude=set(_REQUEST_FIELDS & set(type(cfg).model_fields)))
+    """What identifies one loaded backend: its whole model config (decoding lives elsewhere)."""
+    return cfg.model_dump_json()
 
 
 @dataclass
@@ -144,33 +142,46 @@ class Builder:
                          temperature=cfg.llm_router_temperature,
                          max_tokens=cfg.llm_router_max_tokens)
 
-    # ---- responders ------------------------------------------------------------------------
+    # ---- responders (``reward`` decoding, in training and in evaluation alike) ----------------
 
-    def verifier(self, domain: str, max_steps: int, sampling: SamplingParams) -> Verifier:
+    def responder_sampling(self) -> SamplingParams:
+        """How the frozen responders decode: ``reward.responder_temperature`` / ``_max_tokens``."""
+        from prour.llm.base import SamplingParams
+
+        cfg = self.recipe.reward
+        return SamplingParams(temperature=cfg.responder_temperature,
+                              max_tokens=cfg.responder_max_tokens)
+
+    def verifier(self, domain: str) -> Verifier:
         """The read-only ReAct verifier on ``models.verifier`` for a domain."""
         from prour.rollout.verifier import Verifier
 
-        return Verifier(self.llm("verifier"), domain, max_steps=max_steps, sampling=sampling)
+        return Verifier(self.llm("verifier"), domain, max_steps=self.recipe.reward.verifier_max_steps,
+                        sampling=self.responder_sampling())
 
-    def strict_user(self, sampling: SamplingParams) -> StrictUserSimulator:
+    def strict_user(self) -> StrictUserSimulator:
         """The strict user simulator on ``models.strict_user`` (the training responder)."""
         from prour.rollout.strict_user import StrictUserSimulator
 
-        return StrictUserSimulator(self.llm("strict_user"), sampling)
+        return StrictUserSimulator(self.llm("strict_user"), self.responder_sampling())
 
-    # ---- episodes --------------------------------------------------------------------------
+    # ---- episodes (``env`` decoding, in collection and in evaluation alike) -------------------
 
-    def task_agent(self, temperature: float, max_tokens: int) -> LLMAgent:
+    def task_agent(self) -> LLMAgent:
         """The tool-calling task agent on ``models.agent``."""
         from prour.env.agents import LLMAgent
 
-        return LLMAgent(self.llm("agent"), temperature=temperature, max_tokens=max_tokens)
+        env = self.recipe.env
+        return LLMAgent(self.llm("agent"), temperature=env.agent_temperature,
+                        max_tokens=env.agent_max_tokens)
 
-    def user_simulator(self, temperature: float, max_tokens: int) -> LLMUser:
+    def user_simulator(self) -> LLMUser:
         """The user simulator on ``models.user``."""
         from prour.env.users import LLMUser
 
-        return LLMUser(self.llm("user"), temperature=temperature, max_tokens=max_tokens)
+        env = self.recipe.env
+        return LLMUser(self.llm("user"), temperature=env.user_temperature,
+                       max_tokens=env.user_max_tokens)
 
     def judge(self, attempts: int, cache: JsonCache | None = None) -> RequestJudge:
         """The attention-cost judge on ``models.judge``."""

@@ -9,7 +9,6 @@ import pytest
 
 from prour.build import Builder, instance_key
 from prour.config import ModelConfig, Recipe
-from prour.llm.base import SamplingParams
 
 ROLES = ("agent", "user", "decomposer", "verifier", "generator", "strict_user", "judge")
 
@@ -39,13 +38,12 @@ def _recipe(tiny: Path, **different: dict[str, Any]) -> Recipe:
 
 
 def _build_every_component(builder: Builder) -> list[Any]:
-    sampling = SamplingParams(temperature=0.0, max_tokens=8)
     return [
-        builder.task_agent(temperature=0.0, max_tokens=8),
-        builder.user_simulator(temperature=1.0, max_tokens=8),
+        builder.task_agent(),
+        builder.user_simulator(),
         builder.decomposer("retail"),
-        builder.verifier("retail", max_steps=1, sampling=sampling),
-        builder.strict_user(sampling),
+        builder.verifier("retail"),
+        builder.strict_user(),
         builder.judge(attempts=1),
         builder.llm("generator"),
     ]
@@ -83,11 +81,10 @@ def test_a_role_with_another_path_loads_its_own_copy(tiny_model_dir: Path, tmp_p
     builder.close()
 
 
-def test_request_settings_do_not_split_an_instance() -> None:
-    cold = ModelConfig(backend="scripted", script="x", temperature=0.0)
-    warm = ModelConfig(backend="scripted", script="x", temperature=1.0)
-    other = ModelConfig(backend="scripted", script="y")
-    assert instance_key(cold) == instance_key(warm) != instance_key(other)
+def test_equal_model_configs_share_one_key() -> None:
+    one = ModelConfig(backend="hf", path="m", dtype="float32", device="cpu")
+    assert instance_key(one) == instance_key(one.model_copy())
+    assert instance_key(one) != instance_key(one.model_copy(update={"device": "cuda"}))
 
 
 def test_metered_views_share_backends_but_not_counters() -> None:
@@ -100,10 +97,10 @@ def test_metered_views_share_backends_but_not_counters() -> None:
     one = builder.metered(lambda role, llm: CountingLLM(llm, first, role))
     two = builder.metered(lambda role, llm: CountingLLM(llm, second, role))
     messages = [{"role": "user", "content": "hi"}]
-    one.task_agent(temperature=0.0, max_tokens=8).act(messages, [])
-    one.user_simulator(temperature=0.0, max_tokens=8)
-    two.task_agent(temperature=0.0, max_tokens=8).act(messages, [])
-    two.task_agent(temperature=0.0, max_tokens=8).act(messages, [])
+    one.task_agent().act(messages, [])
+    one.user_simulator()
+    two.task_agent().act(messages, [])
+    two.task_agent().act(messages, [])
     assert first.take() == {"agent.chat": 1} and second.take() == {"agent.chat": 2}
     assert shared.calls["chat"] == 3
     assert one.shared_llm("agent") is two.shared_llm("user") is shared
@@ -111,4 +108,4 @@ def test_metered_views_share_backends_but_not_counters() -> None:
 
 def test_a_missing_role_names_its_key() -> None:
     with pytest.raises(ValueError, match="models.verifier is needed"):
-        Builder(Recipe(name="none")).verifier("retail", 1, SamplingParams())
+        Builder(Recipe(name="none")).verifier("retail")
