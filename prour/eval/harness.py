@@ -294,7 +294,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None) -> dict[str
     }
     line["model_calls_total"] = sum(line["model_calls"].values())
     if arm.attention is not None:
-        from prour.eval.attention_run import attention_summary
+        from prour.eval.attention.agent import attention_summary
 
         line["attention"] = attention_summary(trajectory, arm.attention, score, judge)
     return line

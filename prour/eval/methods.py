@@ -318,7 +318,7 @@ class MethodKit:
                    counts: CallCounts) -> Agent:
         from prour.env.domains import domain_policy
         from prour.eval.attention.classifier import RequestClassifier
-        from prour.eval.attention_run import AttentiveAgent
+        from prour.eval.attention.agent import AttentiveAgent
 
         labeller = self._counted("judge", counts) if self.cfg.classifier == "judge" else None
         classifier = RequestClassifier(labeller, domain_policy(domain),

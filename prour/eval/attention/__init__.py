@@ -3,7 +3,9 @@
 Every agent message to the user is classified (:mod:`classifier`); discretionary requests spend
 an interruption budget (:mod:`budget`) under a named policy (:mod:`policies`, self-review in
 :mod:`mgr`); delivered requests are scored by an LLM judge (:mod:`judge`) and priced
-(:mod:`cost`); :mod:`analysis` builds tables, equal-cost comparisons and plots.
+(:mod:`cost`). :mod:`agent` runs the protocol in an episode (its ``AttentiveAgent`` wraps the
+task agent and is imported from there, not re-exported: it depends on the eval agents);
+:mod:`analysis` builds tables, equal-cost comparisons and plots.
 """
 
 from prour.eval.attention.budget import (
