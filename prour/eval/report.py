@@ -25,7 +25,7 @@ from typing import Any
 from prour.env.domains import DOMAINS
 from prour.eval.harness import RESULTS_FILE, load_result_lines
 from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
-from prour.eval.stats import BootstrapResult, holm_adjust
+from prour.eval.stats import BootstrapResult, holm_table
 
 logger = logging.getLogger(__name__)
 
@@ -175,10 +175,9 @@ def compare(systems: Sequence[System], baseline: str | None, n_boot: int = 10_00
             out.append(Comparison(system.label, base.label, deltas))
         except ValueError as exc:
             out.append(Comparison(system.label, base.label, None, problem=str(exc)))
-    family = [(c, d) for c in out if c.deltas for d in c.deltas]
-    adjusted = holm_adjust([c.deltas[d].p_value for c, d in family]) if family else []
-    for (comparison, domain), p in zip(family, adjusted):
-        comparison.holm[domain] = float(p)
+    family = {(i, d): c.deltas[d] for i, c in enumerate(out) if c.deltas for d in c.deltas}
+    for (i, domain), p in holm_table(family).items():
+        out[i].holm[domain] = p
     return out
 
 
@@ -403,19 +402,69 @@ def _cells(records: Sequence[Any], accounting: str, weights: Any) -> dict[tuple,
 
 
 def _aligned(cells: Sequence[dict[tuple, tuple]]) -> tuple[list[Any], list[str]] | str:
-    """(cost, reward) arrays (n_tasks, n_seeds) per cell set on shared complete tasks."""
+    """(cost, reward) arrays (n_tasks, n_seeds) per cell set on shared complete tasks, and the
+    domain of each task; a string saying why when there is nothing to compare."""
     import numpy as np
 
     keys = set.intersection(*(set(c) for c in cells))
     seeds = sorted({k[2] for k in keys})
     tasks = sorted({k[:2] for k in keys if all((*k[:2], s) in keys for s in seeds)})
     if not tasks:
-        return "no task was run with every seed under all three policies"
+        return "no task was run with every seed under every policy compared"
     arrays = [(np.array([[c[(*t, s)][0] for s in seeds] for t in tasks]),
                np.array([[c[(*t, s)][1] for s in seeds] for t in tasks])) for c in cells]
     if any(np.isnan(cost).any() for cost, _ in arrays):
         return "some conversations lack judge scores for this accounting"
     return arrays, [t[0] for t in tasks]
+
+
+def _by_policy(records: Sequence[Any]) -> dict[tuple[str, str], list[Any]]:
+    """Conversation records grouped by (model, policy)."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in records:
+        groups.setdefault((r.model, r.method), []).append(r)
+    return groups
+
+
+def efficiency_rows(records: Sequence[Any], accounting: str, weights: Any, n_boot: int,
+                    ci: float) -> list[dict[str, Any]]:
+    """Asking efficiency of each policy over its model's No-ask on the tasks both ran (domains
+    as strata), with a paired task-bootstrap interval and Holm-adjusted p-values of the family
+    "no reward gained over No-ask"."""
+    from prour.eval.attention.analysis import NO_ASK, efficiency_interval
+
+    groups = _by_policy(records)
+    out = []
+    for (model, method), members in sorted(groups.items()):
+        if method == NO_ASK or (model, NO_ASK) not in groups:
+            continue
+        row: dict[str, Any] = {"model": model, "policy": method, "efficiency": None}
+        aligned = _aligned([_cells(x, accounting, weights)
+                            for x in (members, groups[(model, NO_ASK)])])
+        if isinstance(aligned, str):
+            row["note"] = aligned
+        else:
+            ((cost, reward), (_, reward_no_ask)), strata = aligned
+            try:
+                row["efficiency"] = efficiency_interval(reward, reward_no_ask, cost, n_boot,
+                                                        ci=ci, strata=strata)
+            except ValueError as exc:
+                row["note"] = str(exc)
+        out.append(row)
+    return _with_holm(out, "efficiency")
+
+
+def efficiency_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    header = ["Model", "Policy", "Efficiency (R − R_no-ask) / A", "p (Holm)", "Note"]
+    body = []
+    for r in rows:
+        e = r["efficiency"]
+        if e is None:
+            body.append([r["model"], r["policy"], "–", "–", r.get("note", "")])
+            continue
+        body.append([r["model"], r["policy"], f"{e.estimate:+.4f} [{e.low:+.4f}, {e.high:+.4f}]",
+                     f"{r['holm']:.4f}", ""])
+    return _table(header, body)
 
 
 def equal_cost_rows(records: Sequence[Any], accounting: str, weights: Any, n_boot: int,
@@ -425,9 +474,7 @@ def equal_cost_rows(records: Sequence[Any], accounting: str, weights: Any, n_boo
     from prour.eval.attention.analysis import NO_ASK, UNRESTRICTED, equal_cost_comparison
     from prour.eval.config import parse_variant
 
-    groups: dict[tuple[str, str], list[Any]] = {}
-    for r in records:
-        groups.setdefault((r.model, r.method), []).append(r)
+    groups = _by_policy(records)
     out = []
     for model in sorted({m for m, _ in groups}):
         budgets = {0: groups[(model, NO_ASK)]} if (model, NO_ASK) in groups else {}
@@ -440,12 +487,15 @@ def equal_cost_rows(records: Sequence[Any], accounting: str, weights: Any, n_boo
                 continue
             out.append(_one_equal_cost(model, method, members, budgets, accounting, weights,
                                        n_boot, ci, equal_cost_comparison))
-    pvalues = [row["delta"].p_value for row in out if row.get("delta") is not None]
-    adjusted = iter(holm_adjust(pvalues)) if pvalues else iter(())
-    for row in out:
-        if row.get("delta") is not None:
-            row["holm"] = float(next(adjusted))
-    return out
+    return _with_holm(out, "delta")
+
+
+def _with_holm(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
+    """Add ``holm``: the Holm-adjusted p-value of ``row[field]`` over the rows that have one."""
+    family = {i: row[field] for i, row in enumerate(rows) if row.get(field) is not None}
+    for i, p in holm_table(family).items():
+        rows[i]["holm"] = p
+    return rows
 
 
 def _one_equal_cost(model: str, method: str, members: list[Any], budgets: dict[int, list[Any]],
@@ -491,14 +541,7 @@ def attention_section(systems: Sequence[System], out: Path, n_boot: int, ci: flo
                       accounting: str | None, lam: float | None,
                       ) -> tuple[list[str], dict[str, Any], Path | None]:
     """Markdown lines, JSON data and the reward-versus-attention plot of the gated runs."""
-    from prour.eval.attention.analysis import (
-        PlotPoint,
-        attention_paths,
-        average_over_domains,
-        method_rows,
-        plot_reward_attention,
-    )
-    from prour.eval.config import parse_variant
+    from prour.eval.attention.analysis import average_over_domains, method_rows
 
     records = conversation_records(systems)
     if not records:
@@ -506,12 +549,33 @@ def attention_section(systems: Sequence[System], out: Path, n_boot: int, ci: flo
     accounting, lam, weights = _cost_settings(systems, accounting, lam)
     rows = method_rows(records, accounting, lam, weights)
     average = average_over_domains(rows)
+    efficiency = efficiency_rows(records, accounting, weights, n_boot, ci)
     comparisons = equal_cost_rows(records, accounting, weights, n_boot, ci)
     lines = ["## Attention: reward, cost, value and utility", "",
              f"Accounting `{accounting}`, λ = {lam}; U = R − λ·A.", "",
              *attention_table([*rows, *average]), "",
+             "## Asking efficiency (reward gained over No-ask per unit of attention cost)", "",
+             "Ratio of domain-averaged means on the tasks both policies ran; p tests no gain.",
+             "", *efficiency_table(efficiency), "",
              "## Equal-cost comparisons (policy − Budgeted mixture)", "",
              *equal_cost_table(comparisons), ""]
+    data = {"accounting": accounting, "lam": lam,
+            "rows": [_jsonable(asdict(r)) for r in [*rows, *average]],
+            "efficiency": _result_rows(efficiency, "efficiency"),
+            "equal_cost": _result_rows(comparisons, "delta")}
+    return lines, data, _attention_plot(average, out)
+
+
+def _result_rows(rows: Sequence[dict[str, Any]], field: str) -> list[dict[str, Any]]:
+    """Rows holding a :class:`BootstrapResult` under ``field`` as JSON-ready dicts."""
+    return [_jsonable({**r, field: asdict(r[field]) if r.get(field) else None}) for r in rows]
+
+
+def _attention_plot(average: Sequence[Any], out: Path) -> Path:
+    """Reward versus attention: Budgeted paths per model, other policies as markers."""
+    from prour.eval.attention.analysis import PlotPoint, attention_paths, plot_reward_attention
+    from prour.eval.config import parse_variant
+
     budgets = sorted({n for r in average if (n := parse_variant(r.method)[1]) is not None
                       and r.method.startswith("budgeted@")})
     paths = attention_paths(average, budgets)
@@ -520,9 +584,4 @@ def attention_section(systems: Sequence[System], out: Path, n_boot: int, ci: flo
     for r in average:
         if r.method not in on_path and not math.isnan(r.cost):
             extras.setdefault(r.model, []).append(PlotPoint(r.method, r.cost, r.reward))
-    plot = plot_reward_attention(paths, out / ATTENTION_PLOT, extras)
-    data = {"accounting": accounting, "lam": lam,
-            "rows": [_jsonable(asdict(r)) for r in [*rows, *average]],
-            "equal_cost": [_jsonable({**r, "delta": asdict(r["delta"]) if r.get("delta")
-                                      else None}) for r in comparisons]}
-    return lines, data, plot
+    return plot_reward_attention(paths, out / ATTENTION_PLOT, extras)

@@ -19,12 +19,14 @@ from ever reporting p = 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 ArrayLike = Sequence[float] | Sequence[Sequence[float]] | np.ndarray
+Key = TypeVar("Key", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -193,3 +195,10 @@ def holm_adjust(pvalues: Sequence[float]) -> np.ndarray:
     adjusted = np.empty(m)
     adjusted[order] = np.maximum.accumulate(scaled)
     return adjusted
+
+
+def holm_table(results: Mapping[Key, BootstrapResult]) -> dict[Key, float]:
+    """Holm-adjusted p-values of one family of comparisons, keyed like the input (empty → {})."""
+    keys = list(results)
+    adjusted = holm_adjust([results[k].p_value for k in keys]) if keys else []
+    return {key: float(p) for key, p in zip(keys, adjusted)}

@@ -180,3 +180,26 @@ def test_attention_tables_by_hand(attention_run: Path, tmp_path: Path) -> None:
     assert (tmp_path / "r" / "reward_vs_attention.png").read_bytes()[:8] == PNG
     assert not math.isnan(json.loads((tmp_path / "r" / "report.json").read_text())
                           ["attention"]["equal_cost"][0]["weight"])
+
+
+def test_efficiency_intervals_and_holm_by_hand(attention_run: Path, tmp_path: Path) -> None:
+    write_report([attention_run], tmp_path / "r", attention=True, n_boot=20_000)
+    markdown = (tmp_path / "r" / "report.md").read_text()
+    rows = {r[1]: r for r in _rows(markdown, "Asking efficiency")}
+    assert set(rows) == {"budgeted@1", "budgeted@2", "budgeted+mgr@2", "unrestricted"}
+    # budgeted@2 gains [0, 1, 1, 0] over No-ask at A = 3.8 on every task: estimate 0.5 / 3.8;
+    # a resample's mean gain is Binomial(4, 1/2) / 4, so the 95% interval is [0, 1] / 3.8
+    assert rows["budgeted@2"][2] == f"{0.5 / 3.8:+.4f} [+0.0000, {1 / 3.8:+.4f}]"
+    assert rows["unrestricted"][2].startswith(f"{0.75 / 5.7:+.4f} [")
+    assert rows["budgeted+mgr@2"][2].startswith(f"{0.5 / 2.85:+.4f} [")
+    # P(no gain in a resample): budgeted@1 (3/4)^4, budgeted@2 and mgr (1/2)^4, unrestricted
+    # (1/4)^4; p = 2·P. Holm over the four: 4·p_unres, then max(3·p, 2·p) = 3/8 for the pair
+    holm = {policy: float(row[3]) for policy, row in rows.items()}
+    assert holm["unrestricted"] == pytest.approx(4 * 2 / 4**4, abs=0.01)
+    assert holm["budgeted@2"] == pytest.approx(3 * 2 / 2**4, abs=0.03)
+    assert holm["budgeted+mgr@2"] == pytest.approx(3 * 2 / 2**4, abs=0.03)
+    assert holm["budgeted@1"] == pytest.approx(2 * (3 / 4) ** 4, abs=0.03)
+    data = json.loads((tmp_path / "r" / "report.json").read_text())["attention"]["efficiency"]
+    assert {row["policy"]: row["holm"] for row in data} == pytest.approx(holm, abs=1e-4)
+    averaged = {r[2]: r for r in _rows(markdown, "Attention: reward") if r[1] == "average"}
+    assert float(averaged["budgeted@2"][13]) == pytest.approx(0.5 / 3.8, abs=5e-4)

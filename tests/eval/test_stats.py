@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from prour.eval.stats import (
+    BootstrapResult,
     bootstrap_mean_ci,
     bootstrap_p_value,
     bootstrap_statistic,
     holm_adjust,
+    holm_table,
     paired_bootstrap,
     resampled_means,
     stratified_mean,
@@ -119,3 +121,12 @@ def test_shapes_and_settings_are_checked():
         bootstrap_mean_ci([1.0, float("nan")])
     with pytest.raises(ValueError, match="ci must be"):
         bootstrap_mean_ci([1.0], ci=1.5)
+
+
+def test_holm_table_keeps_names():
+    results = {name: BootstrapResult(0.0, 0.0, 0.0, p, 1, 1, 0.95)
+               for name, p in [("gpt/retail", 0.01), ("gpt/airline", 0.04), ("x/retail", 0.03)]}
+    # sorted 0.01, 0.03, 0.04 → 0.03, 0.06, 0.04 → running max 0.03, 0.06, 0.06
+    assert holm_table(results) == pytest.approx(
+        {"gpt/retail": 0.03, "gpt/airline": 0.06, "x/retail": 0.06})
+    assert holm_table({}) == {}

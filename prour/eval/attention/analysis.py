@@ -34,6 +34,7 @@ from prour.eval.attention.cost import (
     ACCOUNTINGS,
     DEFAULT_LAMBDA,
     CostWeights,
+    asking_efficiency,
     conversation_cost,
     discretionary_count,
 )
@@ -41,7 +42,6 @@ from prour.eval.attention.judge import Judgment
 from prour.eval.stats import (
     BootstrapResult,
     bootstrap_statistic,
-    holm_adjust,
     paired_bootstrap,
     stratified_mean,
     task_means,
@@ -165,21 +165,30 @@ def method_rows(records: Iterable[ConversationRecord], accounting: str = "full",
         cells.setdefault((record.model, record.domain, record.method), []).append(record)
     rows = [_cell_row(k, v, accounting, lam, weights or CostWeights())
             for k, v in sorted(cells.items())]
+    return _with_efficiency(rows)
+
+
+def _with_efficiency(rows: list[MethodRow]) -> list[MethodRow]:
+    """Set each row's asking efficiency against the No-ask row of its model and domain."""
     no_ask = {(r.model, r.domain): r.reward for r in rows if r.method == NO_ASK}
     for row in rows:
         base = no_ask.get((row.model, row.domain))
-        if base is not None and row.cost > 0:
-            row.efficiency = (row.reward - base) / row.cost
+        if base is not None and not math.isnan(row.cost):
+            row.efficiency = asking_efficiency(row.reward, base, row.cost)
     return rows
 
 
 def average_over_domains(rows: Sequence[MethodRow]) -> list[MethodRow]:
-    """Unweighted means over domains for each (model, method); domain is set to ``"average"``."""
+    """Unweighted means over domains for each (model, method); domain is set to ``"average"``.
+
+    Efficiency is not averaged: it is recomputed from the averaged R, R_no-ask and A, the
+    estimate that :func:`efficiency_interval` with domains as strata gives.
+    """
     groups: dict[tuple[str, str], list[MethodRow]] = {}
     for row in rows:
         groups.setdefault((row.model, row.method), []).append(row)
     fields = ("reward", "cost", "value", "utility", "requests", "atomic_questions",
-              "bundled_share", "fallback_rate", "efficiency")
+              "bundled_share", "fallback_rate")
     out = []
     for (model, method), members in sorted(groups.items()):
         means = {f: float(np.nanmean([getattr(m, f) for m in members]))
@@ -187,7 +196,7 @@ def average_over_domains(rows: Sequence[MethodRow]) -> list[MethodRow]:
                  for f in fields}
         out.append(MethodRow(model, "average", method, sum(m.conversations for m in members),
                              unscored=sum(m.unscored for m in members), **means))
-    return out
+    return _with_efficiency(out)
 
 
 # --- equal-cost comparison --------------------------------------------------------------------
@@ -247,30 +256,33 @@ def equal_cost_comparison(
 
 def efficiency_interval(
     reward: Any, reward_no_ask: Any, cost: Any, n_boot: int = 10_000, seed: int = 0,
-    ci: float = 0.95,
+    ci: float = 0.95, strata: Sequence[object] | None = None,
 ) -> BootstrapResult:
-    """(mean R − mean R_no-ask) / mean A over tasks, with a paired task-bootstrap interval.
+    """Asking efficiency (mean R − mean R_no-ask) / mean A over tasks, with a paired task
+    bootstrap; the p-value tests efficiency 0 (no reward gained over No-ask).
 
-    Inputs are (n_tasks,) or (n_tasks, n_seeds) arrays aligned by task; draws whose mean cost
-    is 0 are dropped (the ratio is undefined there).
+    Inputs are (n_tasks,) or (n_tasks, n_seeds) arrays aligned by task. With ``strata`` (one
+    label per task, e.g. the domain) each mean is the unweighted mean of the stratum means and
+    tasks are resampled within their stratum. Draws whose mean cost is 0 are dropped (the
+    ratio is undefined there).
     """
     r, r0, a = (task_means(x, name) for x, name in
                 ((reward, "reward"), (reward_no_ask, "reward_no_ask"), (cost, "cost")))
     if not r.shape == r0.shape == a.shape:
         raise ValueError(f"efficiency needs the same tasks: {r.shape}, {r0.shape}, {a.shape}")
+    if strata is not None and len(strata) != len(r):
+        raise ValueError(f"strata has {len(strata)} labels for {len(r)} tasks")
+    labels = [str(s) for s in strata] if strata is not None else [""] * len(r)
+    codes = np.unique(labels, return_inverse=True)[1]
+
+    def mean(values: np.ndarray, idx: np.ndarray) -> float:
+        sums, sizes = np.bincount(codes[idx], values[idx]), np.bincount(codes[idx])
+        return float(np.mean(sums[sizes > 0] / sizes[sizes > 0]))
 
     def ratio(idx: np.ndarray) -> float:
-        spent = a[idx].mean()
-        return float((r[idx].mean() - r0[idx].mean()) / spent) if spent > 0 else math.nan
+        return asking_efficiency(mean(r, idx), mean(r0, idx), mean(a, idx))
 
-    return bootstrap_statistic(ratio, len(r), n_boot, seed, ci)
-
-
-def holm_table(results: Mapping[str, BootstrapResult]) -> dict[str, float]:
-    """Holm-adjusted p-values of a family of comparisons, keyed like the input."""
-    names = list(results)
-    adjusted = holm_adjust([results[n].p_value for n in names]) if names else []
-    return {name: float(p) for name, p in zip(names, adjusted)}
+    return bootstrap_statistic(ratio, len(r), n_boot, seed, ci, strata)
 
 
 # --- reward-versus-attention plot -------------------------------------------------------------

@@ -19,12 +19,10 @@ from prour.eval.attention.analysis import (
     equal_cost_comparison,
     equal_cost_mixture,
     export_annotation_pairs,
-    holm_table,
     method_name,
     method_rows,
     plot_reward_attention,
 )
-from prour.eval.stats import BootstrapResult
 
 Q_BUNDLED = {"discretionary": True, "atomic_questions": 2, "reading_effort": 10, "value": 8}
 Q_SINGLE = {"discretionary": True, "atomic_questions": 1, "reading_effort": 0, "value": 10}
@@ -97,12 +95,17 @@ def test_efficiency_interval_by_hand():
     assert result.n_boot < 2000  # draws of only the zero-cost task were dropped
 
 
-def test_holm_table_keeps_names():
-    results = {name: BootstrapResult(0.0, 0.0, 0.0, p, 1, 1, 0.95)
-               for name, p in [("gpt/retail", 0.01), ("gpt/airline", 0.04), ("x/retail", 0.03)]}
-    # sorted 0.01, 0.03, 0.04 → 0.03, 0.06, 0.04 → running max 0.03, 0.06, 0.06
-    assert holm_table(results) == pytest.approx(
-        {"gpt/retail": 0.03, "gpt/airline": 0.06, "x/retail": 0.06})
+def test_efficiency_interval_with_domains_as_strata():
+    # retail: R 1, 1; R0 0, 0; A 2, 2.  airline: R 1, 0; R0 1, 0; A 1, 3.
+    # domain-averaged means: R (1 + 0.5)/2 = 0.75, R0 (0 + 0.5)/2 = 0.25, A (2 + 2)/2 = 2
+    result = efficiency_interval([1, 1, 1, 0], [0, 0, 1, 0], [2, 2, 1, 3], n_boot=4000,
+                                 strata=["retail", "retail", "airline", "airline"])
+    assert result.estimate == pytest.approx(0.25)
+    # retail never varies (gain 1, cost 2); airline's resample takes gain 0 and cost 1, 2 or 3
+    # (mean of two of {1, 3}): efficiency (1 + 0)/2 / ((2 + c)/2) with c ∈ {1, 2, 3}
+    assert result.low == pytest.approx(1 / 5) and result.high == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="strata has 1 labels for 4 tasks"):
+        efficiency_interval([1, 1, 1, 0], [0, 0, 1, 0], [2, 2, 1, 3], strata=["retail"])
 
 
 def test_paths_and_plot(tmp_path):
