@@ -62,6 +62,12 @@ BaselineOpt = typer.Option(None, "--baseline", help="System the others are compa
 AccountingOpt = typer.Option(None, "--accounting", help="Attention cost accounting.")
 LamOpt = typer.Option(None, "--lam", help="λ of U = R − λ·A.")
 BootOpt = typer.Option(10_000, "--n-boot", help="Bootstrap draws of the intervals.")
+BurdenPairsOpt = typer.Option(
+    0, "--burden-pairs", help="Human burden study: export N equal-count conversation pairs to "
+    "OUT/burden/ (pairs.jsonl for annotators, pairs_key.jsonl kept from them). Needs --attention.")
+AnnotationsOpt = typer.Option(
+    None, "--annotations", help="Human burden study: annotators' answers (JSONL of pair_id, "
+    "choice a/b/same) on pairs exported before; adds their agreement with the cost ranking.")
 
 
 def eval_command(
@@ -132,13 +138,16 @@ def report_command(
     accounting: str | None = AccountingOpt,
     lam: float | None = LamOpt,
     n_boot: int = BootOpt,
+    burden_pairs: int = BurdenPairsOpt,
+    annotations: str | None = AnnotationsOpt,
 ) -> None:
     """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots."""
     from prour.eval.report import write_report
 
     try:
         written = write_report(runs, out, attention=attention, baseline=baseline,
-                               n_boot=n_boot, accounting=accounting, lam=lam)
+                               n_boot=n_boot, accounting=accounting, lam=lam,
+                               burden_pairs=burden_pairs, annotations=annotations)
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     for name, path in written.items():

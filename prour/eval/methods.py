@@ -317,8 +317,8 @@ class MethodKit:
     def _attentive(self, agent: Agent, domain: str, attention: AttentionConfig,
                    counts: CallCounts) -> Agent:
         from prour.env.domains import domain_policy
-        from prour.eval.attention.classifier import RequestClassifier
         from prour.eval.attention.agent import AttentiveAgent
+        from prour.eval.attention.classifier import RequestClassifier
 
         labeller = self._counted("judge", counts) if self.cfg.classifier == "judge" else None
         classifier = RequestClassifier(labeller, domain_policy(domain),

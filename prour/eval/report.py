@@ -8,8 +8,10 @@ system on the same tasks and seeds, with Holm-adjusted p-values. Steps, seconds 
 means over a domain's episodes, then averaged over domains (like Pass@1).
 
 With ``attention=True`` the ask-less tables follow: R, A, V, U and request statistics per
-(system, domain, policy), equal-cost comparisons against Budgeted mixtures, and the
-reward-versus-attention plot.
+(system, domain, policy), asking efficiency over No-ask with intervals, equal-cost comparisons
+against Budgeted mixtures (each family Holm-adjusted), and the reward-versus-attention plot.
+The human burden study exports equal-count pairs for annotators and scores their answers
+(:func:`burden_study`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class System:
     variant: str | None
     lines: list[dict[str, Any]] = field(default_factory=list)
     label: str = ""
+    folder: Path | None = None
 
     @property
     def base_label(self) -> str:
@@ -79,7 +82,7 @@ def load_systems(run_dirs: Sequence[str | Path]) -> list[System]:
         for line in load_result_lines(path).values():
             key = (line["method"], line.get("variant"))
             if key not in groups:
-                groups[key] = System(Path(run_dir).name, *key)
+                groups[key] = System(Path(run_dir).name, *key, folder=Path(run_dir))
             groups[key].lines.append(line)
         systems.extend(groups.values())
     counts: dict[str, int] = {}
@@ -253,9 +256,18 @@ def comparison_table(comparisons: Sequence[Comparison], domains: Sequence[str]) 
 
 def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
                  attention: bool = False, baseline: str | None = None, n_boot: int = 10_000,
-                 ci: float = 0.95, accounting: str | None = None,
-                 lam: float | None = None) -> dict[str, Path]:
-    """Write ``report.md``, ``report.json`` and the plots; returns the written paths by name."""
+                 ci: float = 0.95, accounting: str | None = None, lam: float | None = None,
+                 burden_pairs: int = 0, annotations: str | Path | None = None,
+                 ) -> dict[str, Path]:
+    """Write ``report.md``, ``report.json`` and the plots; returns the written paths by name.
+
+    With ``attention``, ``burden_pairs`` > 0 also exports that many pairs for the human burden
+    study and ``annotations`` (the annotators' answers on pairs exported before) adds their
+    agreement with the cost ranking (see :func:`burden_study`).
+    """
+    if (burden_pairs or annotations) and not attention:
+        raise ValueError("--burden-pairs and --annotations belong to the attention report; "
+                         "add --attention")
     systems = load_systems(run_dirs)
     if not systems:
         raise ValueError(f"no result lines in {', '.join(map(str, run_dirs))}")
@@ -280,8 +292,15 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         payload["attention"] = data
         if plot is not None:
             written["attention_plot"] = plot
+    if burden_pairs or annotations:
+        section, data, files = burden_study(systems, out, burden_pairs, annotations, accounting,
+                                            n_boot, ci)
+        lines += section
+        payload["burden"] = data
+        written.update(files)
     for name, path in written.items():
-        lines.append(f"![{name}]({path.name})")
+        if path.suffix == ".png":
+            lines.append(f"![{name}]({path.name})")
     written["markdown"] = out / REPORT_FILE
     written["markdown"].write_text("\n".join(lines) + "\n")
     written["json"] = out / REPORT_JSON
@@ -343,13 +362,15 @@ def _model_label(system: System, several_runs: bool) -> str:
     return f"{system.run}:{system.method}" if several_runs else system.method
 
 
-def conversation_records(systems: Sequence[System]) -> list[Any]:
-    """One :class:`ConversationRecord` per gated episode: model = method, method = policy."""
+def conversation_records(systems: Sequence[System], transcripts: bool = False) -> list[Any]:
+    """One :class:`ConversationRecord` per gated episode: model = method, method = policy;
+    with ``transcripts``, each carries the dialogue as the user saw it (from the episodes)."""
     from prour.eval.attention.analysis import ConversationRecord
 
     several = len({s.run for s in systems}) > 1
     records = []
     for system in systems:
+        seen = _user_views(system) if transcripts else {}
         for line in system.lines:
             block = line.get("attention")
             if not block:
@@ -358,8 +379,23 @@ def conversation_records(systems: Sequence[System]) -> list[Any]:
                 method=line["variant"], model=_model_label(system, several),
                 domain=line["domain"], task_id=line["task_id"], seed=int(line["seed"]),
                 reward=float(line["score"]), requests=block["requests"],
-                fallback=block["fallbacks"] > 0))
+                fallback=block["fallbacks"] > 0, transcript=seen.get(tuple(line["key"]))))
     return records
+
+
+def _user_views(system: System) -> dict[tuple, list[dict[str, Any]]]:
+    """Episode key → the messages its user saw, from the run folder's episodes."""
+    from prour.env.trajectory import read_trajectories, user_view
+    from prour.eval.harness import EPISODES_FILE
+
+    if system.folder is None:
+        return {}
+    path = system.folder / EPISODES_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{system.folder} holds no {EPISODES_FILE}: the burden study "
+                                "shows annotators the conversations it stores")
+    return {t.key: user_view(t.messages, t.steps)
+            for t in read_trajectories(path, on_error="skip")}
 
 
 def _cost_settings(systems: Sequence[System], accounting: str | None,
@@ -585,3 +621,67 @@ def _attention_plot(average: Sequence[Any], out: Path) -> Path:
         if r.method not in on_path and not math.isnan(r.cost):
             extras.setdefault(r.model, []).append(PlotPoint(r.method, r.cost, r.reward))
     return plot_reward_attention(paths, out / ATTENTION_PLOT, extras)
+
+
+# ---- human burden study -------------------------------------------------------------------
+
+BURDEN_DIR = "burden"
+BURDEN_KEY = "pairs_key.jsonl"
+
+
+def burden_study(systems: Sequence[System], out: Path, n_pairs: int,
+                 annotations: str | Path | None, accounting: str | None, n_boot: int,
+                 ci: float) -> tuple[list[str], dict[str, Any], dict[str, Path]]:
+    """The human burden study (ask-less paper, Table 4) in two passes: export ``n_pairs``
+    equal-count pairs to ``OUT/burden/``, then, given the annotators' answers, their agreement
+    with the cost ranking stored in ``pairs_key.jsonl``. Returns markdown, JSON and files."""
+    if n_pairs and annotations:
+        raise ValueError("export the pairs (--burden-pairs) and score the answers "
+                         "(--annotations) in separate runs: the answers refer to pairs already "
+                         "exported, which a new export would replace")
+    if n_pairs < 0:
+        raise ValueError(f"--burden-pairs must be >= 0, got {n_pairs}")
+    if annotations is None:
+        return _export_section(systems, out / BURDEN_DIR, n_pairs, accounting)
+    return _agreement_section(out / BURDEN_DIR / BURDEN_KEY, Path(annotations), n_boot, ci)
+
+
+def _export_section(systems: Sequence[System], folder: Path, n_pairs: int,
+                    accounting: str | None,
+                    ) -> tuple[list[str], dict[str, Any], dict[str, Path]]:
+    """Pairs for annotators (transcripts as the user saw them) and the key kept from them."""
+    from prour.eval.attention.analysis import export_annotation_pairs
+
+    accounting, _, weights = _cost_settings(systems, accounting, None)
+    records = conversation_records(systems, transcripts=True)
+    shown, key = export_annotation_pairs(records, folder, n_pairs, accounting=accounting,
+                                         weights=weights)
+    count = len(shown.read_text().splitlines())
+    note = (f"Exported {count} equal-count pairs ({accounting} cost) to `{shown}`; the ranking "
+            f"stays in `{key.name}`. Score the answers with `--annotations`.")
+    files = {"burden_pairs": shown, "burden_key": key}
+    return ["## Human burden study", "", note, ""], {"exported": count,
+                                                     "accounting": accounting}, files
+
+
+def _agreement_section(key_path: Path, annotations: Path, n_boot: int, ci: float,
+                       ) -> tuple[list[str], dict[str, Any], dict[str, Path]]:
+    """Agreement of the annotators' answers with the exported cost ranking."""
+    from prour.env.trajectory import read_jsonl
+    from prour.eval.attention.analysis import annotation_agreement
+
+    if not key_path.is_file():
+        raise FileNotFoundError(f"no {key_path}: export the pairs first with --burden-pairs N "
+                                "(same --out)")
+    keys = read_jsonl(key_path)
+    agreement = annotation_agreement(keys, read_jsonl(annotations), n_boot, ci=ci)
+    accounting = keys[0].get("accounting", "?") if keys else "?"
+    result = agreement.interval
+    note = (f"Share of non-tie answers choosing the conversation the `{accounting}` cost ranks "
+            "as more burdensome; pair-bootstrap interval; p tests chance (50%).")
+    lines = ["## Human burden study: agreement with the cost ranking", "", note, "",
+             *_table(["Pairs", "Answers", "Ties", "Agreement (%)", "p"],
+                     [[agreement.pairs, agreement.answers, agreement.ties, pct(result),
+                       f"{result.p_value:.4f}"]]), ""]
+    data = {"accounting": accounting, **_jsonable(asdict(agreement))}
+    return lines, data, {}

@@ -25,9 +25,9 @@ from eval_world import (
 
 from prour.config import Recipe
 from prour.env.trajectory import read_trajectories
+from prour.eval.attention.agent import budget_respected, delivered_messages
 from prour.eval.attention.budget import FALLBACK_MESSAGE
 from prour.eval.attention.config import AttentionConfig
-from prour.eval.attention.agent import budget_respected, delivered_messages
 from prour.eval.config import EvalConfig
 from prour.eval.harness import EPISODES_FILE, Evaluation
 from prour.llm.scripted import ScriptedLLM

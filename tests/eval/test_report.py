@@ -203,3 +203,80 @@ def test_efficiency_intervals_and_holm_by_hand(attention_run: Path, tmp_path: Pa
     assert {row["policy"]: row["holm"] for row in data} == pytest.approx(holm, abs=1e-4)
     averaged = {r[2]: r for r in _rows(markdown, "Attention: reward") if r[1] == "average"}
     assert float(averaged["budgeted@2"][13]) == pytest.approx(0.5 / 3.8, abs=5e-4)
+
+
+# ---- human burden study -------------------------------------------------------------------
+
+QUESTIONS = {"budgeted@1": "Which order, and which of its items, and why?",
+             "budgeted+mgr@1": "Which order?"}
+EFFORT = {"budgeted@1": 16.0, "budgeted+mgr@1": 0.0}  # full cost 1 + r/20 + 0.5: 2.3 and 1.5
+
+
+@pytest.fixture
+def burden_run(tmp_path: Path) -> Path:
+    """Two policies asking one question each on tasks t1, t2; No-ask asks none."""
+    from prour.env.trajectory import StepRecord, Trajectory, append_jsonl
+
+    run = tmp_path / "burden-run"
+    lines = []
+    for task in ("t1", "t2"):
+        for variant in ("no-ask", *QUESTIONS):
+            attention = _attention(0 if variant == "no-ask" else 1)
+            attention["requests"] = [{**q, "reading_effort": EFFORT[variant]}
+                                     for q in attention["requests"]]
+            line = _line("base", "retail", task, 0, 1.0, variant=variant, attention=attention)
+            lines.append(line)
+            text = QUESTIONS.get(variant, "Done: your order is cancelled.")
+            append_jsonl(run / "episodes.jsonl", Trajectory(
+                domain="retail", task_id=task, seed=0, agent=line["key"][3], user="user",
+                messages=[{"role": "system", "content": "secret policy"},
+                          {"role": "user", "content": f"Help with {task}."},
+                          {"role": "assistant", "content": text}],
+                steps=[StepRecord(kind="user_message", message_index=1),
+                       StepRecord(kind="agent_message", message_index=2)]))
+    return _write(run, lines)
+
+
+def test_burden_pairs_then_agreement_by_hand(burden_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    runner = CliRunner()
+    exported = runner.invoke(app, ["report", str(burden_run), "--out", str(out), "--attention",
+                                   "--burden-pairs", "10", "--n-boot", "200"])
+    assert exported.exit_code == 0, exported.output
+    shown = [json.loads(x) for x in (out / "burden" / "pairs.jsonl").read_text().splitlines()]
+    keys = [json.loads(x) for x in (out / "burden" / "pairs_key.jsonl").read_text().splitlines()]
+    # one equal-count pair per task (budgeted@1 against budgeted+mgr@1), costs 2.3 and 1.5
+    assert sorted(s["task_id"] for s in shown) == ["t1", "t2"]
+    answers = []
+    for pair, key in zip(shown, keys):
+        assert sorted([key["cost_a"], key["cost_b"]]) == pytest.approx([1.5, 2.3])
+        higher = pair[f"conversation_{key['higher']}"]
+        assert QUESTIONS["budgeted@1"] in higher and "secret policy" not in higher
+        other = "b" if key["higher"] == "a" else "a"
+        # t1: both answers agree; t2: one agrees, one disagrees, one tie
+        choices = [key["higher"]] * 2 if pair["task_id"] == "t1" else [key["higher"], other,
+                                                                          "same"]
+        answers += [{"pair_id": key["pair_id"], "choice": c} for c in choices]
+    answers_path = tmp_path / "answers.jsonl"
+    answers_path.write_text("".join(json.dumps(a) + "\n" for a in answers))
+
+    scored = runner.invoke(app, ["report", str(burden_run), "--out", str(out), "--attention",
+                                 "--annotations", str(answers_path), "--n-boot", "20000"])
+    assert scored.exit_code == 0, scored.output
+    [row] = _rows((out / "report.md").read_text(), "Human burden study")
+    # 3 of 4 non-tie answers agree; resampling the 2 pairs: t1 twice 4/4, t2 twice 2/4, mixed
+    # 3/4 (probabilities 1/4, 1/4, 1/2), so the 95% interval is [50, 100] and p ≈ 2·1/4
+    assert row[:4] == ["2", "4", "1", "75.00 [50.00, 100.00]"]
+    assert float(row[4]) == pytest.approx(0.5, abs=0.02)
+
+
+def test_burden_study_refuses_misuse(burden_run: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    args = ["report", str(burden_run), "--out", str(tmp_path / "r"), "--n-boot", "50"]
+    alone = runner.invoke(app, [*args, "--burden-pairs", "3"])
+    assert alone.exit_code == 2 and "add --attention" in alone.output
+    unexported = runner.invoke(app, [*args, "--attention", "--annotations", "answers.jsonl"])
+    assert unexported.exit_code == 2 and "export the pairs first" in unexported.output
+    both = runner.invoke(app, [*args, "--attention", "--burden-pairs", "3",
+                               "--annotations", "answers.jsonl"])
+    assert both.exit_code == 2 and "separate runs" in both.output
