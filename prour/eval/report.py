@@ -507,7 +507,7 @@ def equal_cost_rows(records: Sequence[Any], accounting: str, weights: Any, n_boo
                     ci: float) -> list[dict[str, Any]]:
     """Each policy other than No-ask / Budgeted / Unrestricted against the Budgeted N, N+1
     mixture of equal expected cost (domains as strata), per model."""
-    from prour.eval.attention.analysis import NO_ASK, UNRESTRICTED, equal_cost_comparison
+    from prour.eval.attention.analysis import NO_ASK, UNRESTRICTED
     from prour.eval.config import parse_variant
 
     groups = _by_policy(records)
@@ -522,7 +522,7 @@ def equal_cost_rows(records: Sequence[Any], accounting: str, weights: Any, n_boo
             if m != model or method in (NO_ASK, UNRESTRICTED) or method.startswith("budgeted@"):
                 continue
             out.append(_one_equal_cost(model, method, members, budgets, accounting, weights,
-                                       n_boot, ci, equal_cost_comparison))
+                                       n_boot, ci))
     return _with_holm(out, "delta")
 
 
@@ -535,8 +535,10 @@ def _with_holm(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
 
 
 def _one_equal_cost(model: str, method: str, members: list[Any], budgets: dict[int, list[Any]],
-                    accounting: str, weights: Any, n_boot: int, ci: float,
-                    compare_fn: Any) -> dict[str, Any]:
+                    accounting: str, weights: Any, n_boot: int, ci: float) -> dict[str, Any]:
+    """The policy against the first adjacent Budgeted N, N+1 pair whose costs bracket its own."""
+    from prour.eval.attention.analysis import equal_cost_comparison
+
     row: dict[str, Any] = {"model": model, "policy": method, "delta": None}
     notes = []
     for n in sorted(budgets):
@@ -548,8 +550,9 @@ def _one_equal_cost(model: str, method: str, members: list[Any], budgets: dict[i
             notes.append(f"N={n}: {aligned}")
             continue
         arrays, strata = aligned
-        result = compare_fn(tuple(a[0] for a in arrays), tuple(a[1] for a in arrays),
-                            n_boot=n_boot, ci=ci, strata=strata)
+        result = equal_cost_comparison(tuple(a[0] for a in arrays),
+                                       tuple(a[1] for a in arrays), n_boot=n_boot, ci=ci,
+                                       strata=strata)
         if result.mixture.inside:
             row.update(n=n, weight=result.mixture.weight, mixture_reward=result.mixture.reward,
                        delta=result.delta)
