@@ -24,7 +24,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prour.eval.attention.strict_json import JsonCache, ask_json, cache_key, require_keys
+from prour.eval.attention.strict_json import (
+    JsonCache,
+    JsonOutcome,
+    ask_json_cached,
+    cache_key,
+    require_keys,
+)
 from prour.llm.base import LLM, Message
 
 log = logging.getLogger(__name__)
@@ -188,6 +194,17 @@ def heuristic_classify(message: str, error: str | None = None) -> RequestClass:
 # --- the classifier ---------------------------------------------------------------------------
 
 
+def _request_class(message: str, answer: Any) -> RequestClass:
+    """A cached label, the model's validated label, or the heuristic (no model, or it failed)."""
+    if answer is None:
+        return heuristic_classify(message)
+    if isinstance(answer, JsonOutcome):
+        if answer.failed:
+            return heuristic_classify(message, f"llm failed: {answer.errors[-1]}")
+        return answer.value
+    return RequestClass(**answer)
+
+
 class RequestClassifier:
     """Classify agent messages with an LLM (strict JSON, retried, cached) or the heuristic."""
 
@@ -210,26 +227,11 @@ class RequestClassifier:
 
     def classify(self, items: Sequence[tuple[str, str]]) -> list[RequestClass]:
         """Label each (message, context) pair; one batched model call per retry round."""
-        results: list[RequestClass | None] = [None] * len(items)
-        todo = []
-        for i, (message, context) in enumerate(items):
-            hit = self.cache.get(self._key(message, context))
-            if hit is not None:
-                results[i] = RequestClass(**hit)
-            elif self.llm is None:
-                results[i] = heuristic_classify(message)
-            else:
-                todo.append(i)
-        prompts = [self.prompt(*items[i]) for i in todo]
-        outcomes = ask_json(self.llm, prompts, validate_classification, self.max_attempts) \
-            if todo else []
-        for i, outcome in zip(todo, outcomes):
-            if outcome.failed:
-                results[i] = heuristic_classify(items[i][0], f"llm failed: {outcome.errors[-1]}")
-                continue
-            results[i] = outcome.value
-            self.cache.put(self._key(*items[i]), asdict(outcome.value))
-        return [r for r in results if r is not None]
+        answers = ask_json_cached(self.llm, items, lambda item: self.prompt(*item),
+                                  lambda item: self._key(*item), validate_classification,
+                                  self.cache, lambda outcome: asdict(outcome.value),
+                                  self.max_attempts)
+        return [_request_class(message, answer) for (message, _), answer in zip(items, answers)]
 
     def classify_one(self, message: str, context: str = "") -> RequestClass:
         return self.classify([(message, context)])[0]

@@ -28,7 +28,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from prour.eval.attention.strict_json import JsonCache, ask_json, cache_key, require_keys
+from prour.eval.attention.strict_json import (
+    JsonCache,
+    JsonOutcome,
+    ask_json_cached,
+    cache_key,
+    require_keys,
+)
 from prour.llm.base import LLM, Message
 
 log = logging.getLogger(__name__)
@@ -118,6 +124,14 @@ def validate_judgment(data: dict[str, Any]) -> Judgment:
     return Judgment(reading_effort_from_ratings(ratings), float(value), ratings, criteria)
 
 
+def _judged(outcome: JsonOutcome[Judgment]) -> Judgment:
+    """The validated scores with their attempt count, or a failed judgment saying why."""
+    if outcome.failed:
+        error = f"judge failed after {outcome.attempts} attempts: {outcome.errors[-1]}"
+        return Judgment(None, None, failed=True, error=error, attempts=outcome.attempts)
+    return Judgment(**{**asdict(outcome.value), "attempts": outcome.attempts})
+
+
 class RequestJudge:
     """Score delivered requests with an LLM judge: batched, validated, retried and cached."""
 
@@ -137,26 +151,11 @@ class RequestJudge:
 
     def judge(self, items: Sequence[tuple[str, str]]) -> list[Judgment]:
         """Judge each (request, context) pair; failures come back with ``failed=True``."""
-        results: list[Judgment | None] = [None] * len(items)
-        todo = []
-        for i, (request, context) in enumerate(items):
-            hit = self.cache.get(self.key(request, context))
-            if hit is not None:
-                results[i] = Judgment(**{**hit, "cached": True})
-            else:
-                todo.append(i)
-        prompts = [self.prompt(*items[i]) for i in todo]
-        outcomes = ask_json(self.llm, prompts, validate_judgment, self.max_attempts) \
-            if todo else []
-        for i, outcome in zip(todo, outcomes):
-            if outcome.failed:
-                error = f"judge failed after {outcome.attempts} attempts: {outcome.errors[-1]}"
-                results[i] = Judgment(None, None, failed=True, error=error,
-                                      attempts=outcome.attempts)
-                continue
-            results[i] = Judgment(**{**asdict(outcome.value), "attempts": outcome.attempts})
-            self.cache.put(self.key(*items[i]), asdict(results[i]))
-        return [r for r in results if r is not None]
+        answers = ask_json_cached(self.llm, items, lambda item: self.prompt(*item),
+                                  lambda item: self.key(*item), validate_judgment, self.cache,
+                                  lambda outcome: asdict(_judged(outcome)), self.max_attempts)
+        return [_judged(a) if isinstance(a, JsonOutcome) else Judgment(**{**a, "cached": True})
+                for a in answers]
 
     def judge_one(self, request: str, context: str = "") -> Judgment:
         return self.judge([(request, context)])[0]

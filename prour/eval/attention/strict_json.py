@@ -3,7 +3,8 @@
 The classifier, the judge and the self-review all ask a model for one JSON object, validate it
 against rules of their own, and retry a bounded number of times with the validation error fed
 back. A request that never validates comes back as failed, with every raw reply kept, so that
-callers can record the failure instead of inventing a score.
+callers can record the failure instead of inventing a score. :func:`ask_json_cached` puts a
+cache in front: what was answered before is not asked again, and failures are never cached.
 """
 
 from __future__ import annotations
@@ -111,6 +112,31 @@ def ask_json(
                             outcome.attempts, outcome.errors[-1])
         pending = still
     return outcomes
+
+
+Item = TypeVar("Item")
+
+
+def ask_json_cached(
+    llm: LLM | None, items: Sequence[Item], prompt: Callable[[Item], list[Message]],
+    key: Callable[[Item], str], validate: Callable[[dict[str, Any]], T], cache: JsonCache,
+    store: Callable[[JsonOutcome[T]], Any], max_attempts: int = 3,
+) -> list[Any | JsonOutcome[T] | None]:
+    """Per item: its cached value when ``key(item)`` is in the cache, else the outcome of a
+    strict-JSON request (all misses asked in one batch), else None when ``llm`` is None.
+
+    A successful outcome is cached as ``store(outcome)``; a failed one is not.
+    """
+    answers: list[Any | JsonOutcome[T] | None] = [cache.get(key(item)) for item in items]
+    todo = [i for i, hit in enumerate(answers) if hit is None]
+    if llm is None or not todo:
+        return answers
+    outcomes = ask_json(llm, [prompt(items[i]) for i in todo], validate, max_attempts)
+    for i, outcome in zip(todo, outcomes):
+        answers[i] = outcome
+        if not outcome.failed:
+            cache.put(key(items[i]), store(outcome))
+    return answers
 
 
 def cache_key(*parts: Any) -> str:
