@@ -333,20 +333,25 @@ class ProactiveAgent:
         turn.meta = {**turn.meta, **meta, "turn": "act"}
         return turn
 
+    def _query(self, mode: str, messages: list[Message], seed: int,
+               meta: dict[str, Any]) -> tuple[ParsedQuery | None, dict[str, Any]]:
+        """The generator's query for ``mode`` (None unless it asks something), recorded in meta."""
+        parsed, _ = self.generator.write(mode, messages, seed)
+        meta = {**meta, "query": query_record(mode, parsed)}
+        return (parsed if parsed.kind == "ask" and parsed.question else None), meta
+
     def _clarify(self, messages: list[Message], tools: list[dict[str, Any]], seed: int,
                  meta: dict[str, Any]) -> AgentTurn:
-        parsed, _ = self.generator.write("clarify", messages, seed)
-        meta = {**meta, "query": query_record("clarify", parsed)}
-        if parsed.kind != "ask" or not parsed.question:
+        parsed, meta = self._query("clarify", messages, seed, meta)
+        if parsed is None:
             return self._act(messages, tools, meta)
         return AgentTurn(content=parsed.question, meta={**meta, "turn": "clarify"},
                          reasoning=parsed.thinking)
 
     def _verify(self, messages: list[Message], tools: list[dict[str, Any]], seed: int,
                 meta: dict[str, Any]) -> AgentTurn:
-        parsed, _ = self.generator.write("verify", messages, seed)
-        meta = {**meta, "query": query_record("verify", parsed)}
-        if parsed.kind != "ask" or not parsed.question:
+        parsed, meta = self._query("verify", messages, seed, meta)
+        if parsed is None:
             return self._act(messages, tools, meta)
         result = self._answer(parsed.question, messages)
         meta["verify"] = verifier_record(result)

@@ -165,17 +165,17 @@ def method_rows(records: Iterable[ConversationRecord], accounting: str = "full",
         cells.setdefault((record.model, record.domain, record.method), []).append(record)
     rows = [_cell_row(k, v, accounting, lam, weights or CostWeights())
             for k, v in sorted(cells.items())]
-    return _with_efficiency(rows)
+    _set_efficiency(rows)
+    return rows
 
 
-def _with_efficiency(rows: list[MethodRow]) -> list[MethodRow]:
+def _set_efficiency(rows: list[MethodRow]) -> None:
     """Set each row's asking efficiency against the No-ask row of its model and domain."""
     no_ask = {(r.model, r.domain): r.reward for r in rows if r.method == NO_ASK}
     for row in rows:
         base = no_ask.get((row.model, row.domain))
         if base is not None and not math.isnan(row.cost):
             row.efficiency = asking_efficiency(row.reward, base, row.cost)
-    return rows
 
 
 def average_over_domains(rows: Sequence[MethodRow]) -> list[MethodRow]:
@@ -196,7 +196,8 @@ def average_over_domains(rows: Sequence[MethodRow]) -> list[MethodRow]:
                  for f in fields}
         out.append(MethodRow(model, "average", method, sum(m.conversations for m in members),
                              unscored=sum(m.unscored for m in members), **means))
-    return _with_efficiency(out)
+    _set_efficiency(out)
+    return out
 
 
 # --- equal-cost comparison --------------------------------------------------------------------

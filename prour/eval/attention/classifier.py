@@ -24,13 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prour.eval.attention.strict_json import (
-    JsonCache,
-    JsonOutcome,
-    ask_json_cached,
-    cache_key,
-    require_keys,
-)
+from prour.eval.attention.strict_json import JsonCache, ask_json_cached, cache_key, require_keys
 from prour.llm.base import LLM, Message
 
 log = logging.getLogger(__name__)
@@ -198,11 +192,11 @@ def _request_class(message: str, answer: Any) -> RequestClass:
     """A cached label, the model's validated label, or the heuristic (no model, or it failed)."""
     if answer is None:
         return heuristic_classify(message)
-    if isinstance(answer, JsonOutcome):
-        if answer.failed:
-            return heuristic_classify(message, f"llm failed: {answer.errors[-1]}")
-        return answer.value
-    return RequestClass(**answer)
+    if isinstance(answer, dict):
+        return RequestClass(**answer)
+    if answer.failed:
+        return heuristic_classify(message, f"llm failed: {answer.errors[-1]}")
+    return answer.value
 
 
 class RequestClassifier:

@@ -26,16 +26,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prour.eval.attention.strict_json import (
-    JsonCache,
-    JsonOutcome,
-    ask_json_cached,
-    cache_key,
-    require_keys,
-)
+from prour.eval.attention.strict_json import JsonCache, ask_json_cached, cache_key, require_keys
 from prour.llm.base import LLM, Message
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.eval.attention.strict_json import JsonOutcome
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +151,7 @@ class RequestJudge:
         answers = ask_json_cached(self.llm, items, lambda item: self.prompt(*item),
                                   lambda item: self.key(*item), validate_judgment, self.cache,
                                   lambda outcome: asdict(_judged(outcome)), self.max_attempts)
-        return [_judged(a) if isinstance(a, JsonOutcome) else Judgment(**{**a, "cached": True})
+        return [Judgment(**{**a, "cached": True}) if isinstance(a, dict) else _judged(a)
                 for a in answers]
 
     def judge_one(self, request: str, context: str = "") -> Judgment:
