@@ -97,9 +97,10 @@ def probe(
     overrides: SetOpt = None,
 ) -> None:
     """Print the responder's answer, ℓ_prior, ℓ_post and R for one query on one state."""
+    from prour.data.schema import state_from_row
     from prour.llm.base import SamplingParams
     from prour.llm.registry import build_llm
-    from prour.rewards import InfoGainReward, state_from_row
+    from prour.rewards import InfoGainReward
     from prour.rollout import StrictUserSimulator, Verifier
 
     loaded = _load_recipe(recipe, list(overrides or [])) if recipe else None

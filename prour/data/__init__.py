@@ -3,7 +3,8 @@ and write/check/describe the parquet dataset the trainers read.
 
 Modules: ``collect`` (teacher-augmented episodes), ``normalize`` (G* and the value check),
 ``extract`` (split, decision states, routing, targets), ``truncate`` (prompt budget),
-``decisions`` (decomposer cache), ``dataset`` (row schema, parquet, schema check), ``card``
+``decisions`` (decomposer cache), ``schema`` (the training row: instance → row → reward state,
+the verifier's environment), ``dataset`` (parquet files, dataset check), ``card``
 (dataset card), ``pipeline`` (recipe sections, ``prour extract``), ``config`` (``DataConfig``).
 Nothing heavy is imported here.
 """

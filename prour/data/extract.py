@@ -13,6 +13,9 @@
    says whether the state is dropped (default: the target is defined as a *tool call*) or gets the
    decomposer's ``respond`` action. Malformed tool calls give no target and are dropped.
 5. Left-truncate the history to the prompt budget measured with the policy tokenizer.
+6. Keep the untruncated tool traffic before the decision (every tool call and its result, the
+   agent's and the user's) and the DB hash of the environment it leads to: the verifier's
+   environment is rebuilt from it and checked against that hash (:mod:`prour.data.schema`).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from typing import Any
 from prour.data.card import EXTRACT_SUMMARY, write_card
 from prour.data.collect import stable_seed, trajectory_id
 from prour.data.config import DataConfig
-from prour.data.dataset import SPLITS, Instance, split_path, write_rows
+from prour.data.dataset import SPLITS, split_path, write_rows
 from prour.data.decisions import DecisionCache, decision_key, decomposer_calls
 from prour.data.normalize import Goal
+from prour.data.schema import Instance, tool_traffic_hash
 from prour.data.truncate import PolicyTokens, truncate_history
 from prour.env.trajectory import Trajectory, agent_view
 from prour.llm.base import Message
@@ -86,6 +90,7 @@ class DecisionState:
     successful: bool
     key: str = ""
     seed: int = 0
+    env_history: list[Message] = field(default_factory=list)  # tool traffic before the decision
 
 
 def is_agent_decision(step: Any) -> bool:
@@ -120,8 +125,17 @@ def decision_states(traj: Trajectory, cfg: DataConfig) -> list[DecisionState]:
         is_reply = step.kind == "agent_message"
         action = None if is_reply else call_action(message)
         states.append(DecisionState(tid, traj.domain, traj.task_id, t, history, action, is_reply,
-                                    ok, seed=stable_seed(tid, t)))
+                                    ok, seed=stable_seed(tid, t),
+                                    env_history=tool_traffic(traj, step.message_index)))
     return states
+
+
+def tool_traffic(traj: Trajectory, before: int) -> list[Message]:
+    """Every tool call message and tool result before message ``before``, verbatim and in order
+    (agent's and user's), except the task's initial history, which ``make_env`` applies itself."""
+    initial = {s.message_index for s in traj.steps if s.initial}
+    return [m for i, m in enumerate(traj.messages[:before])
+            if i not in initial and (m.get("tool_calls") or m.get("role") == "tool")]
 
 
 # ---------------------------------------------------------------- routing
@@ -225,6 +239,14 @@ def target_of(state: DecisionState, mode: str, goals: dict[tuple[str, str], Goal
     return (state.action, None) if state.action else (None, "verify_bad_call")
 
 
+def decision_hash(state: DecisionState) -> str:
+    """DB hash of the environment at the state's decision (its tool traffic replayed)."""
+    try:
+        return tool_traffic_hash(state.domain, state.task_id, state.env_history)
+    except ValueError as exc:
+        raise ValueError(f"trajectory {state.trajectory_id} decision {state.step}: {exc}") from exc
+
+
 def build_instance(state: DecisionState, routed: Routed, target: str, tokens: PolicyTokens,
                    budget: int) -> Instance:
     """Truncate the history to the budget and assemble the instance for the routed mode."""
@@ -236,7 +258,8 @@ def build_instance(state: DecisionState, routed: Routed, target: str, tokens: Po
         target=target, au=routed.au, eu=routed.eu, total=routed.total, truncated=cut.truncated,
         dropped_messages=cut.dropped, prompt_tokens=cut.tokens,
         target_tokens=max(1, tokens.text(target)), decomposer_calls=routed.calls,
-        prompts_version=PROMPTS_VERSION,
+        prompts_version=PROMPTS_VERSION, env_history=state.env_history,
+        db_hash=decision_hash(state),
     )
 
 

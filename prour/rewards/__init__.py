@@ -13,9 +13,11 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "prour.rewards.reward": (
             "InfoGainReward",
-            "RewardState",
             "SampleReward",
             "info_gain",
+        ),
+        "prour.data.schema": (
+            "RewardState",
             "state_from_row",
         ),
     },

@@ -12,18 +12,17 @@ until :meth:`InfoGainReward.policy_updated`), and one batched score call for all
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prour.llm.base import LLM, Completion, Message, ScoreRequest, ScoreResult
-from prour.rewards.belief import Mode, belief_prompt
+from prour.data.schema import EnvironmentMismatch, RewardState, decision_environment
+from prour.llm.base import LLM, Completion, ScoreRequest, ScoreResult
+from prour.rewards.belief import belief_prompt
 from prour.rewards.config import RewardConfig
 from prour.rollout.query import ParsedQuery, parse_query
 from prour.rollout.strict_user import StrictUserSimulator
@@ -35,41 +34,6 @@ logger = logging.getLogger(__name__)
 def info_gain(prior_logprob: float, post_logprob: float) -> float:
     """R = ℓ_post − ℓ_prior in nats: how much the answer raised the policy's log-belief in Y."""
     return float(post_logprob) - float(prior_logprob)
-
-
-@dataclass
-class RewardState:
-    """One training state: what the reward needs to answer and score a group of queries.
-
-    ``target`` is G* (clarify) or the canonical JSON of the reference action (verify); it reaches
-    only the strict user simulator and the scored target, never a policy prompt. ``env`` is an
-    optional live tau2 environment at this state for the verifier; without it the environment is
-    rebuilt from ``domain``, ``task_id`` and the tool calls of ``env_history`` (the untruncated
-    history; ``history`` itself when not given).
-    """
-
-    mode: Mode
-    history: list[Message]
-    target: str
-    domain: str
-    task_id: str | None = None
-    state_id: str = ""
-    env: Any = None
-    env_history: list[Message] | None = None
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("clarify", "verify"):
-            raise ValueError(f"RewardState.mode must be 'clarify' or 'verify', got {self.mode!r}")
-        if not isinstance(self.target, str) or not self.target.strip():
-            raise ValueError(f"RewardState.target must be non-empty text (state {self.state_id!r})")
-        if not self.state_id:
-            self.state_id = content_id(self.mode, self.domain, self.history, self.target)
-
-
-def content_id(mode: str, domain: str, history: Sequence[Message], target: str) -> str:
-    """A stable id for a state from its content (used when the dataset gives none)."""
-    payload = json.dumps([mode, domain, list(history), target], sort_keys=True, default=str)
-    return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -208,6 +172,8 @@ class InfoGainReward:
                     functools.partial(self._responder_call, state, batch),
                     self.config.responder_timeout_s,
                 )
+            except EnvironmentMismatch:  # a wrong environment is an error, never a failed sample
+                raise
             except Exception as exc:  # noqa: BLE001 - BackendError, timeouts, HTTP errors: retry, then fail
                 logger.warning("responder call failed (state %s): %s", state.state_id, exc)
                 replies = [(None, f"{type(exc).__name__}: {exc}")] * len(batch)
@@ -241,14 +207,9 @@ class InfoGainReward:
         return self._verifiers[domain]
 
     def _private_environment(self, state: RewardState) -> Any:
-        """The environment at a verify state, rebuilt from task and history (last state cached)."""
-        from prour.rollout.verifier import environment_at
-
+        """The environment at a verify state, rebuilt and hash-checked (last state cached)."""
         if self._env_cache is None or self._env_cache[0] != state.state_id:
-            self._env_cache = (
-                state.state_id,
-                environment_at(state.domain, state.task_id, state.env_history or state.history),
-            )
+            self._env_cache = (state.state_id, decision_environment(state))
         return self._env_cache[1]
 
 
@@ -277,52 +238,3 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
 def _text(completion: str | Completion | Any) -> Any:
     """The raw text of a sampled output (think block included), or the object itself."""
     return completion.text if isinstance(completion, Completion) else completion
-
-
-def _plain(value: Any) -> Any:
-    """Nested lists/dicts from parquet values (numpy arrays become lists, nulls are dropped)."""
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        value = value.tolist()
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def state_from_row(row: Mapping[str, Any]) -> RewardState:
-    """A :class:`RewardState` from a dataset row.
-
-    Reads ``reward_model.ground_truth`` (the target) and ``extra_info`` with ``mode``, ``domain``,
-    ``task_id``, ``history`` (message list or its JSON text) and optionally ``state_id`` and
-    ``env_history`` (the untruncated history, to rebuild the environment of a truncated row).
-    """
-    extra = _plain(row.get("extra_info") or {})
-    target = _plain(row.get("reward_model") or {}).get("ground_truth")
-    missing = [f"extra_info.{k}" for k in ("mode", "domain") if not extra.get(k)]
-    missing += [] if target else ["reward_model.ground_truth"]
-    if missing:
-        raise ValueError(f"dataset row lacks {', '.join(missing)}")
-    history, env_history = _messages(extra.get("history")), _messages(extra.get("env_history"))
-    if extra.get("mode") == "verify" and extra.get("truncated") and not env_history:
-        logger.warning(
-            "verify row %s has a truncated history and no env_history: tool calls dropped by the "
-            "truncation are missing from the verifier's environment",
-            extra.get("index"),
-        )
-    return RewardState(
-        mode=extra["mode"],
-        history=history,
-        target=str(target),
-        domain=extra["domain"],
-        task_id=None if extra.get("task_id") is None else str(extra["task_id"]),
-        state_id=str(extra.get("state_id") or ""),
-        env_history=env_history or None,
-    )
-
-
-def _messages(value: Any) -> list[Message]:
-    """A message list from a row field (a list or its JSON text; missing → empty)."""
-    if isinstance(value, str):
-        value = json.loads(value) if value.strip() else []
-    return [dict(m) for m in value or []]

@@ -129,7 +129,7 @@ class LocalTrainer:
 
     def _setup_reward(self) -> None:
         if self._make_state is None:
-            from prour.rewards.reward import state_from_row
+            from prour.data.schema import state_from_row
 
             self._make_state = state_from_row
         if self._reward_fn is None:

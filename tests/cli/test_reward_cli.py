@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -19,23 +18,23 @@ runner = CliRunner()
 
 
 def write_dataset(path, rows: int = 2) -> None:
-    """A parquet in the row format the reward reads (prompt, data_source, reward_model, extra_info)."""
-    records = [
-        {
-            "prompt": [{"role": "user", "content": "query-generator prompt"}],
-            "data_source": "prour/retail",
-            "reward_model": {"ground_truth": GOAL, "style": "info_gain"},
-            "extra_info": {
-                "mode": "clarify",
-                "domain": "retail",
-                "task_id": "0",
-                "state_id": f"s{i}",
-                "history": json.dumps(HISTORY),
-            },
-        }
+    """A parquet of clarify rows as the data stage writes them (schema.Instance → write_rows)."""
+    from prour.data.dataset import write_rows
+    from prour.data.schema import Instance, tool_traffic_hash
+    from prour.rollout.query import PROMPTS_VERSION, query_prompt
+
+    db_hash = tool_traffic_hash("retail", "0", [])
+    instances = [
+        Instance(
+            mode="clarify", domain="retail", task_id="0", trajectory_id="t", step=i,
+            history=HISTORY, prompt=query_prompt("clarify", HISTORY), target=GOAL, au=0.4,
+            eu=0.1, total=0.5, truncated=False, dropped_messages=0, prompt_tokens=90,
+            target_tokens=20, decomposer_calls=3, prompts_version=PROMPTS_VERSION,
+            env_history=[], db_hash=db_hash,
+        )
         for i in range(rows)
     ]
-    pd.DataFrame(records).to_parquet(path)
+    write_rows([instance.to_row(i) for i, instance in enumerate(instances)], path)
 
 
 def values(output: str) -> dict[str, str]:
@@ -88,7 +87,7 @@ def test_probe_with_scripted_models(tmp_path):
             GOAL,
         )
     )
-    assert out["state"] == "s1 (clarify)" and out["answer"] == "Cancel order #W1234567."
+    assert out["state"] == "t#1:clarify (clarify)" and out["answer"] == "Cancel order #W1234567."
     assert float(out["l_prior"]) == pytest.approx(prior, abs=1e-4)
     assert float(out["l_post"]) == pytest.approx(post, abs=1e-4)
     assert float(out["R"]) == pytest.approx(post - prior, abs=1e-4) and post > prior

@@ -104,7 +104,8 @@ def scontrol(cluster: Any, job: str) -> str:
 
 def smoke_inputs(tmp_path: Path, model_dir: Path) -> list[str]:
     """A two-state dataset and overrides pointing the smoke recipe at it and at the tiny model."""
-    from prour.data.dataset import Instance, write_rows
+    from prour.data.dataset import write_rows
+    from prour.data.schema import Instance, tool_traffic_hash
 
     rows = []
     for i, mode in enumerate(("clarify", "verify")):
@@ -132,6 +133,8 @@ def smoke_inputs(tmp_path: Path, model_dir: Path) -> list[str]:
             12,
             0,
             "v1",
+            env_history=[],
+            db_hash=tool_traffic_hash("retail", str(i), []),
         )
         rows.append(instance.to_row(i))
     train_file = write_rows(rows, tmp_path / "data" / "train.parquet")

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 
 import pytest
 
 from prour.data.card import EXTRACT_SUMMARY, card_markdown, percentiles, write_card
-from prour.data.dataset import (
-    Instance,
-    check_dataset,
-    check_row,
-    load_split,
-    read_rows,
-    split_path,
-    write_rows,
-)
+from prour.data.dataset import check_dataset, load_split, read_rows, split_path, write_rows
 from prour.data.extract import split_keys
+from prour.data.schema import Instance, check_row, tool_traffic_hash
 from prour.rollout.query import PROMPTS_VERSION, query_prompt
 
 HISTORY = [{"role": "system", "content": "policy"}, {"role": "user", "content": "Hi, order #W1"}]
 ACTION = '{"arguments":{"order_id":"#W1"},"tool":"get_order_details"}'
+
+
+@functools.cache
+def initial_hash() -> str:
+    """DB hash of retail task 0 before any tool call (the history below calls none)."""
+    return tool_traffic_hash("retail", "0", [])
 
 
 def make_instance(mode: str = "clarify", trajectory: str = "retail/0/s0/t", step: int = 0,
@@ -32,7 +32,7 @@ def make_instance(mode: str = "clarify", trajectory: str = "retail/0/s0/t", step
         target="I want my order #W1 refunded." if mode == "clarify" else ACTION,
         au=0.3, eu=0.2, total=0.5, truncated=truncated, dropped_messages=int(truncated),
         prompt_tokens=prompt_tokens, target_tokens=7, decomposer_calls=3,
-        prompts_version=PROMPTS_VERSION,
+        prompts_version=PROMPTS_VERSION, env_history=[], db_hash=initial_hash(),
     )
 
 
@@ -42,7 +42,9 @@ def test_row_has_the_verl_layout() -> None:
     assert row["reward_model"] == {"style": "rule", "ground_truth": ACTION}
     assert row["prompt"] == query_prompt("verify", HISTORY)
     assert row["extra_info"]["index"] == 4 and row["extra_info"]["mode"] == "verify"
+    assert row["extra_info"]["state_id"] == "retail/0/s0/t#0:verify"
     assert json.loads(row["extra_info"]["history"]) == HISTORY
+    assert json.loads(row["extra_info"]["env_history"]) == []
     assert check_row(row) == []
 
 
@@ -55,6 +57,10 @@ def test_row_has_the_verl_layout() -> None:
         (("extra_info", "total"), 0.9, "must equal au + eu"),
         (("extra_info", "history"), "[{oops", "JSON string"),
         (("extra_info", "prompt_tokens"), 0, "prompt_tokens"),
+        (("extra_info", "state_id"), "retail/0/s0/t#1:clarify", "state_id"),
+        (("extra_info", "db_hash"), "abc", "db_hash"),
+        (("extra_info", "env_history"), '[{"role": "user", "content": "hi"}]',
+         "only tool calls and tool results"),
         (("prompt",), [{"role": "assistant", "content": "x"}], "last prompt message"),
     ],
 )
@@ -154,7 +160,7 @@ def test_split_keys_deterministic_disjoint_and_ratio() -> None:
 
 def test_an_empty_split_is_a_clear_schema_error_not_a_crash(tmp_path):
     """Every state routed to act leaves a split empty; the check names the file and the cause."""
-    from prour.data.dataset import SPLITS, check_dataset, split_path, write_rows
+    from prour.data.dataset import SPLITS
 
     for split in SPLITS:
         write_rows([], split_path(tmp_path, split))

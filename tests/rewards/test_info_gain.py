@@ -262,35 +262,32 @@ def test_verify_mode_uses_the_verifier_on_a_rebuilt_environment():
 
 
 def test_state_from_a_parquet_row(tmp_path):
+    """The row as the writer makes it (schema.Instance → write_rows), read back with pandas as
+    ``prour reward probe`` does."""
     pd = pytest.importorskip("pandas")
-    row = {
-        "prompt": [{"role": "user", "content": "ignored here"}],
-        "data_source": "prour/retail",
-        "reward_model": {"ground_truth": GOAL, "style": "info_gain"},
-        "extra_info": {
-            "mode": "clarify",
-            "domain": "retail",
-            "task_id": "0",
-            "state_id": "s1",
-            "history": json.dumps(HISTORY),
-        },
-    }
-    path = tmp_path / "d.parquet"
-    pd.DataFrame([row]).to_parquet(path)
+    from prour.data.dataset import write_rows
+    from prour.data.schema import Instance, tool_traffic_hash
+    from prour.rollout.query import PROMPTS_VERSION, query_prompt
+
+    instance = Instance(
+        mode="clarify", domain="retail", task_id="0", trajectory_id="retail/0/s0/t", step=2,
+        history=HISTORY, prompt=query_prompt("clarify", HISTORY), target=GOAL, au=0.4, eu=0.1,
+        total=0.5, truncated=False, dropped_messages=0, prompt_tokens=90, target_tokens=20,
+        decomposer_calls=3, prompts_version=PROMPTS_VERSION, env_history=[],
+        db_hash=tool_traffic_hash("retail", "0", []),
+    )
+    path = write_rows([instance.to_row(0)], tmp_path / "d.parquet")
     st = state_from_row(pd.read_parquet(path).iloc[0].to_dict())
     assert (st.mode, st.target, st.domain, st.task_id, st.state_id, st.history) == (
         "clarify",
         GOAL,
         "retail",
         "0",
-        "s1",
+        "retail/0/s0/t#2:clarify",
         HISTORY,
     )
-    assert st.env_history is None
-    full = [{"role": "user", "content": "earlier turn"}, *HISTORY]
-    row["extra_info"]["env_history"] = full  # a list (not JSON text) is read as well
-    assert state_from_row(row).env_history == full
-    with pytest.raises(ValueError, match="extra_info.mode"):
+    assert (st.env_history, st.db_hash) == ([], instance.db_hash)
+    with pytest.raises(ValueError, match="schema_version is None"):
         state_from_row({"reward_model": {"ground_truth": GOAL}, "extra_info": {"domain": "retail"}})
 
 

@@ -268,7 +268,8 @@ def _tau2_rows() -> list[dict[str, Any]]:
     """
     import json
 
-    from prour.env import execute_tool_call, get_task, make_env
+    from prour.data.schema import state_id_of
+    from prour.env import db_hash, execute_tool_call, get_task, make_env
 
     task = get_task("retail", "0")
     env = make_env("retail", task)
@@ -288,7 +289,11 @@ def _tau2_rows() -> list[dict[str, Any]]:
     rows = instance_rows(2)
     for row, mode in zip(rows, ("clarify", "verify")):
         row["reward_model"]["ground_truth"] = targets[mode]
-        row["extra_info"].update(mode=mode, task_id="0", history=json.dumps(history))
+        row["extra_info"].update(
+            mode=mode, task_id="0", history=json.dumps(history),
+            state_id=state_id_of(row["extra_info"]["trajectory_id"], 0, mode),
+            env_history=json.dumps(history[1:]), db_hash=db_hash(env),
+        )
     return rows
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +22,28 @@ BAD = (
 PROMPT = "Ask me one question."
 
 
+@functools.cache
+def initial_hash(task_id: str) -> str:
+    """DB hash of a retail task before any tool call."""
+    from prour.data.schema import tool_traffic_hash
+
+    return tool_traffic_hash("retail", task_id, [])
+
+
 def instance_rows(n: int, prompt: str = PROMPT) -> list[dict[str, Any]]:
     """Dataset rows (the data stage's schema) with a short prompt, so tiny-model steps stay fast."""
+    from prour.data.schema import Instance
+
+    history = [{"role": "user", "content": "hi"}]
     return [
-        {
-            "prompt": [{"role": "user", "content": prompt}],
-            "data_source": "prour/retail",
-            "reward_model": {
-                "style": "rule",
-                "ground_truth": f"I want to return order #W{1000 + i}.",
-            },
-            "extra_info": {
-                "mode": "clarify",
-                "domain": "retail",
-                "task_id": str(i),
-                "index": i,
-                "history": '[{"role": "user", "content": "hi"}]',
-            },
-        }
+        Instance(
+            mode="clarify", domain="retail", task_id=str(i), trajectory_id=f"retail/{i}/s0/t",
+            step=0, history=history, prompt=[{"role": "user", "content": prompt}],
+            target=f"I want to return order #W{1000 + i}.", au=0.4, eu=0.1, total=0.5,
+            truncated=False, dropped_messages=0, prompt_tokens=16, target_tokens=8,
+            decomposer_calls=3, prompts_version="test", env_history=[],
+            db_hash=initial_hash(str(i)),
+        ).to_row(i)
         for i in range(n)
     ]
 

@@ -63,7 +63,7 @@ class QueryAgentLoop(AgentLoopBase):
         )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        from prour.rewards.reward import state_from_row
+        from prour.data.schema import state_from_row
 
         prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
         output = await self._generate(prompt_ids, sampling_params)
