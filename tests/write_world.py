@@ -171,15 +171,19 @@ def decision_message(traj: Trajectory, step: int) -> int:
 
 def replayed_hash(traj: Trajectory, step: int) -> str:
     """DB hash after replaying, with tau2's API, every tool call before the decision."""
+    calls = [call["function"] for message in traj.messages[1:decision_message(traj, step)]
+             for call in message.get("tool_calls") or []]
+    return tau2_hash([{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in calls])
+
+
+def tau2_hash(calls: list[dict]) -> str:
+    """DB hash of a fresh retail environment after ``calls``, with tau2's API only."""
     from tau2.data_model.message import ToolCall
     from tau2.domains.retail.environment import get_environment
 
     env = get_environment()
-    for message in traj.messages[1:decision_message(traj, step)]:
-        for call in message.get("tool_calls") or []:
-            fn = call["function"]
-            env.get_response(ToolCall(id=call["id"], name=fn["name"],
-                                      arguments=json.loads(fn["arguments"]), requestor="assistant"))
+    for i, call in enumerate(calls):
+        env.get_response(ToolCall(id=f"c{i}", requestor="assistant", **call))
     return hashlib.sha256(f"{env.get_db_hash()}|{env.get_user_db_hash()}".encode()).hexdigest()
 
 

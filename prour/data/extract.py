@@ -131,11 +131,21 @@ def decision_states(traj: Trajectory, cfg: DataConfig) -> list[DecisionState]:
 
 
 def tool_traffic(traj: Trajectory, before: int) -> list[Message]:
-    """Every tool call message and tool result before message ``before``, verbatim and in order
-    (agent's and user's), except the task's initial history, which ``make_env`` applies itself."""
+    """Every tool call that reached the environment before message ``before`` and its result,
+    verbatim and in order (agent's and user's). Left out: the task's initial history, which
+    ``make_env`` applies itself, and malformed calls, which never reached tau2."""
     initial = {s.message_index for s in traj.steps if s.initial}
-    return [m for i, m in enumerate(traj.messages[:before])
-            if i not in initial and (m.get("tool_calls") or m.get("role") == "tool")]
+    unsent = {s.tool_call_id for s in traj.steps if s.kind == "tool_result" and not s.executed}
+    traffic = []
+    for i, message in enumerate(traj.messages[:before]):
+        if i in initial:
+            continue
+        if message.get("role") == "tool" and message.get("tool_call_id") not in unsent:
+            traffic.append(message)
+        calls = [c for c in message.get("tool_calls") or [] if c.get("id") not in unsent]
+        if calls:
+            traffic.append({**message, "tool_calls": calls})
+    return traffic
 
 
 # ---------------------------------------------------------------- routing

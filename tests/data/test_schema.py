@@ -81,7 +81,13 @@ def test_rows_carry_the_untruncated_tool_traffic_and_its_db_hash(world) -> None:
                          "get_product_details"]
 
 
-def test_a_version_1_parquet_is_refused_with_the_fix(world, tmp_path) -> None:
+def test_a_version_1_parquet_is_refused_with_the_fix(world, tmp_path, tiny_model_dir) -> None:
+    """By the local trainer's reader, the reward's row reader and verl's dataset."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+
+    from prour.train.verl_ext.dataset import ProurRLDataset
+
     old = [json.loads(json.dumps(r)) for r in world.rows[:1]]
     for key in ("state_id", "env_history", "db_hash"):
         del old[0]["extra_info"][key]
@@ -94,9 +100,41 @@ def test_a_version_1_parquet_is_refused_with_the_fix(world, tmp_path) -> None:
     with pytest.raises(ValueError, match="rebuild the dataset with `prour extract`"):
         state_from_row(pq.read_table(path).to_pylist()[0])
     assert "schema_version is 1" in check_row(old[0])[0]
+    config = OmegaConf.create({"max_prompt_length": 4096, "filter_overlong_prompts": False,
+                               "cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(ValueError, match="rebuild the dataset with `prour extract`"):
+        ProurRLDataset(str(path), AutoTokenizer.from_pretrained(str(tiny_model_dir)), config)
     assert SCHEMA_VERSION == 2
 
 
 def test_writer_and_reader_agree_on_a_rewritten_split(world, tmp_path) -> None:
     path = write_rows(world.rows, tmp_path / "again.parquet")
     assert read_rows(path) == world.rows
+
+
+def test_a_malformed_call_never_reached_tau2_and_is_not_replayed(tmp_path) -> None:
+    """The agent's first call is unreadable (recorded, answered with an error, not executed);
+    the tool traffic of a later decision holds only the call that reached the environment."""
+    from prour.data.collect import EpisodeFactories, collect_trajectories
+    from prour.data.config import DataConfig
+    from prour.data.extract import decision_hash, decision_states
+    from prour.env.agents import LLMAgent
+    from prour.env.domains import load_tasks
+    from prour.env.users import LLMUser
+    from prour.llm.scripted import ScriptedLLM
+
+    find = json.dumps(world_lib.FIND_CALL)
+    agent = ScriptedLLM([("returned: yusuf_rossi_9620", world_lib.WRAP_UP),
+                         ("malformed tool call", f"<tool_call>{find}</tool_call>")],
+                        default='<tool_call>{"name": "find_user_id_by_name_zip", oops}</tool_call>')
+    cfg = DataConfig(num_trajectories=1, trial_seeds=[0], concurrency=1, teacher=False)
+    factories = EpisodeFactories(lambda: LLMAgent(agent), lambda: LLMUser(world_lib.user_llm()),
+                                 None, cfg)
+    [traj] = collect_trajectories(load_tasks("retail", "train")[:1], factories, cfg,
+                                  tmp_path / "traj.jsonl", progress=False)
+    results = [m["content"] for m in traj.messages if m["role"] == "tool"]
+    assert results[0].startswith("Error: malformed tool call") and len(results) == 2
+    state = decision_states(traj, cfg)[2]
+    assert [m["role"] for m in state.env_history] == ["assistant", "tool"]
+    assert state.env_history[1]["content"] == "yusuf_rossi_9620"
+    assert decision_hash(state) == world_lib.tau2_hash([world_lib.FIND_CALL])
