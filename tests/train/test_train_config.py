@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from prour.config import ConfigError
 from prour.data.config import DataConfig
@@ -92,26 +91,6 @@ def test_bad_batch_arithmetic_is_refused_with_the_numbers(overrides, key, number
     message = str(info.value)
     for number in numbers:
         assert number in message, message
-
-
-def test_cli_refuses_at_load_and_dry_run_prints_the_verl_command(tmp_path):
-    from prour.cli.main import app
-
-    runner = CliRunner()
-    bad = runner.invoke(
-        app, ["train", "--recipe", str(PAPER), "--dry-run", "--set", "train.rollout.keep=9"]
-    )
-    assert bad.exit_code == 2
-    assert "train.rollout.keep: keeps 9 samples per state but only 8 are sampled" in bad.output
-    out = tmp_path / "out"
-    ok = runner.invoke(
-        app, ["train", "--recipe", str(PAPER), "--dry-run", "--set", f"train.output_dir={out}"]
-    )
-    assert ok.exit_code == 0, ok.output
-    assert "-m verl.trainer.main_ppo" in ok.output and "actor_rollout_ref.rollout.n=6" in ok.output
-    assert not out.exists()  # a dry run writes nothing
-    local = runner.invoke(app, ["train", "--recipe", str(PAPER), "--backend", "local", "--dry-run"])
-    assert local.exit_code == 0 and "2010 steps x 16 states x 8 samples (keep 6)" in local.output
 
 
 def test_unknown_section_key_names_the_dotted_path(tmp_path):
