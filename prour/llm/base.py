@@ -7,8 +7,23 @@ share work between requests (one prefill for a shared prefix, one HTTP round of 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from prour.llm.toolcalls import ToolCall, parse_tool_calls, split_thinking
+
+__all__ = [
+    "LLM",
+    "BackendError",
+    "ChatRequest",
+    "Completion",
+    "Message",
+    "SamplingParams",
+    "ScoreRequest",
+    "ScoreResult",
+    "ToolCall",
+]
 
 Message = dict[str, Any]
 """An OpenAI-style chat message: ``{"role": ..., "content": ...}``; assistant messages may carry
@@ -62,17 +77,6 @@ class ChatRequest:
     enable_thinking: bool = False
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    """One parsed tool call. ``error`` is set (and ``arguments`` may be empty) when malformed."""
-
-    name: str
-    arguments: dict[str, Any]
-    id: str = ""
-    raw: str = ""
-    error: str | None = None
-
-
 @dataclass
 class Completion:
     """One generated reply.
@@ -92,6 +96,43 @@ class Completion:
     completion_tokens: int = 0
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+
+    @classmethod
+    def from_text(
+        cls,
+        text: str,
+        finish_reason: str = "stop",
+        *,
+        stop: Iterable[str] = (),
+        prompt_tokens: int = 0,
+        completion_tokens: int | None = None,
+        token_ids: list[int] | None = None,
+        logprobs: list[float] | None = None,
+    ) -> Completion:
+        """The completion of generated ``text``, as every backend builds it.
+
+        The text is cut before the first ``stop`` string it contains; the think block is split
+        off as ``reasoning`` and the ``<tool_call>`` blocks of the rest are parsed. Without
+        ``completion_tokens`` the count is that of ``token_ids`` (else of ``logprobs``, else 0).
+        """
+        cuts = [text.find(s) for s in stop if s and s in text]
+        if cuts:
+            text = text[: min(cuts)]
+        reasoning, rest = split_thinking(text)
+        content, calls = parse_tool_calls(rest)
+        if completion_tokens is None:
+            completion_tokens = len(token_ids if token_ids is not None else logprobs or [])
+        return cls(
+            text=text,
+            content=content,
+            reasoning=reasoning,
+            tool_calls=calls,
+            finish_reason=finish_reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            token_ids=token_ids,
+            logprobs=logprobs,
+        )
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 import torch
 
+from prour.llm import chat as chat_rules
 from prour.llm.base import ChatRequest, Completion, SamplingParams, ScoreRequest, ScoreResult
 from prour.llm.token_tree import MAX_TREE_QUERIES, TokenTree, runs_within, supports_token_tree
-from prour.llm.toolcalls import parse_tool_calls, split_thinking
 
 logger = logging.getLogger(__name__)
 
@@ -215,18 +215,12 @@ class HFLLM:
         tools: Sequence[dict[str, Any]] | None,
         enable_thinking: bool,
     ) -> str:
-        """The prompt text of a chat: the tokenizer's chat template with the generation prompt."""
-        return self.tokenizer.apply_chat_template(
-            list(messages),
-            tools=list(tools) if tools else None,
-            tokenize=False,
-            add_generation_prompt=True,
-            enable_thinking=enable_thinking,
-        )
+        """The prompt text of a chat (:func:`prour.llm.chat.render_chat` with this tokenizer)."""
+        return chat_rules.render_chat(self.tokenizer, messages, tools, enable_thinking)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without any added special tokens."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return chat_rules.encode(self.tokenizer, text)
 
     def _encode_once(self, text: str, memo: dict[str, list[int]]) -> list[int]:
         """``encode`` through a per-call memo: equal texts of one call are tokenized once."""
@@ -238,11 +232,7 @@ class HFLLM:
         self, index: int, request: ScoreRequest, memo: dict[str, list[int]]
     ) -> list[int]:
         """Token ids of a score request's context (chat contexts end with the generation prompt)."""
-        if isinstance(request.context, str):
-            ids = self._encode_once(request.context, memo)
-        else:
-            text = self.render_chat(request.context, None, request.enable_thinking)
-            ids = self._encode_once(text, memo)
+        ids = self._encode_once(chat_rules.context_text(self.tokenizer, request), memo)
         if not ids:
             raise ValueError(
                 f"score request {index}: the context is empty; the first target token "
@@ -394,22 +384,13 @@ class HFLLM:
         return any(s and s in tail for s in row.params.stop)
 
     def _completion(self, row: _Row, prompt_tokens: int) -> Completion:
-        """Decode a finished row and split it into reasoning, content and tool calls."""
+        """Decode a finished row (eos dropped) into a :class:`Completion`."""
         ids = row.tokens[:-1] if row.hit_eos else row.tokens
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        cuts = [text.find(s) for s in row.params.stop if s and s in text]
-        if cuts:
-            text = text[: min(cuts)]
-        reasoning, rest = split_thinking(text)
-        content, calls = parse_tool_calls(rest)
-        return Completion(
-            text=text,
-            content=content,
-            reasoning=reasoning,
-            tool_calls=calls,
-            finish_reason=row.finish or "length",
+        return Completion.from_text(
+            self.tokenizer.decode(ids, skip_special_tokens=True),
+            row.finish or "length",
+            stop=row.params.stop,
             prompt_tokens=prompt_tokens,
-            completion_tokens=len(row.tokens),
             token_ids=list(row.tokens),
             logprobs=list(row.logprobs),
         )

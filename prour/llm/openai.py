@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from prour.llm import chat as chat_rules
 from prour.llm.base import (
     BackendError,
     ChatRequest,
@@ -139,33 +140,23 @@ def completion_from_choice(choice: dict[str, Any], prompt_tokens: int) -> Comple
     Without server-side parsers the content is the raw text; with them the server's
     ``reasoning`` (``reasoning_content`` in older vLLM) and ``tool_calls`` are used as well.
     """
-    from prour.llm.toolcalls import parse_tool_calls, split_thinking
-
     message = choice.get("message") or {}
     raw_content = message.get("content") or ""
-    server_reasoning = message.get("reasoning") or message.get("reasoning_content")
-    reasoning, rest = split_thinking(raw_content)
-    if server_reasoning is not None:
-        reasoning = server_reasoning if reasoning is None else server_reasoning + reasoning
-        text = f"<think>{server_reasoning}</think>{raw_content}"
-    else:
-        text = raw_content
-    content, calls = parse_tool_calls(rest)
-    calls = [_tool_call_from_server(c) for c in message.get("tool_calls") or []] + calls
-    token_ids = choice.get("token_ids")
-    logprobs = _sampled_logprobs(choice.get("logprobs"))
-    finish = choice.get("finish_reason") or "stop"
-    return Completion(
-        text=text,
-        content=content,
-        reasoning=reasoning,
-        tool_calls=calls,
-        finish_reason="length" if finish == "length" else "stop",
+    finish = "length" if choice.get("finish_reason") == "length" else "stop"
+    completion = Completion.from_text(
+        raw_content,
+        finish,
         prompt_tokens=prompt_tokens,
-        completion_tokens=len(token_ids) if token_ids is not None else len(logprobs or []),
-        token_ids=token_ids,
-        logprobs=logprobs,
+        token_ids=choice.get("token_ids"),
+        logprobs=_sampled_logprobs(choice.get("logprobs")),
     )
+    server_reasoning = message.get("reasoning") or message.get("reasoning_content")
+    if server_reasoning is not None:
+        completion.text = f"<think>{server_reasoning}</think>{raw_content}"
+        completion.reasoning = server_reasoning + (completion.reasoning or "")
+    server_calls = [_tool_call_from_server(c) for c in message.get("tool_calls") or []]
+    completion.tool_calls = server_calls + completion.tool_calls
+    return completion
 
 
 def _sampled_logprobs(logprobs: dict[str, Any] | None) -> list[float] | None:
@@ -363,12 +354,14 @@ class OpenAILLM:
         return [int(t) for t in tokens]
 
     async def _context_ids(self, request: ScoreRequest) -> list[int]:
-        """Token ids of a score context: text as is, messages through the chat template.
+        """Token ids of a score context by :mod:`prour.llm.chat`'s rule: text as is, messages
+        through the chat template with the generation prompt, no special tokens added.
 
-        No special tokens are added (as the ``hf`` backend does); chat templates add their own.
+        With ``tokenizer_path`` a local tokenizer applies the rule; otherwise the server's
+        ``/tokenize`` does, given the same inputs.
         """
         if self.tokenizer_path:
-            return self._local_ids(request)
+            return self.local_score_ids(request)[0]
         if isinstance(request.context, str):
             return await self._tokenize({"prompt": request.context, "add_special_tokens": False})
         return await self._tokenize(
@@ -381,7 +374,7 @@ class OpenAILLM:
 
     async def _target_ids(self, target: str) -> list[int]:
         if self.tokenizer_path:
-            return list(self._tokenizer()(target, add_special_tokens=False)["input_ids"])
+            return chat_rules.encode(self._tokenizer(), target)
         return await self._tokenize({"prompt": target, "add_special_tokens": False})
 
     def _tokenizer(self) -> Any:
@@ -391,18 +384,9 @@ class OpenAILLM:
             self._local_tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
         return self._local_tokenizer
 
-    def _local_ids(self, request: ScoreRequest) -> list[int]:
-        """Context ids from a local tokenizer (servers without ``/tokenize``)."""
-        tok = self._tokenizer()
-        if isinstance(request.context, str):
-            return list(tok(request.context, add_special_tokens=False)["input_ids"])
-        text = tok.apply_chat_template(
-            list(request.context),
-            tokenize=False,
-            add_generation_prompt=True,
-            enable_thinking=request.enable_thinking,
-        )
-        return list(tok(text, add_special_tokens=False)["input_ids"])
+    def local_score_ids(self, request: ScoreRequest) -> tuple[list[int], list[int]]:
+        """(context ids, target ids) from the local tokenizer (servers without ``/tokenize``)."""
+        return chat_rules.score_ids(self._tokenizer(), request)
 
     async def _prompt_logprobs(self, context: list[int], target: list[int]) -> ScoreResult:
         """Score ``target`` after ``context`` in one /v1/completions call with prompt log-probs."""

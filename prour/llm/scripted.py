@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prour.llm.base import BackendError, ChatRequest, Completion, Message, ScoreRequest, ScoreResult
-from prour.llm.toolcalls import parse_tool_calls, split_thinking
 from prour.registry import Registry, unknown_name
 
 Reply = str | Sequence[str] | Callable[[list[Message]], str]
@@ -86,23 +85,6 @@ def word_overlap_logprobs(context: str, target: str) -> list[float]:
             fraction = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 16**8
             scores.append(-2.0 - fraction)
     return scores
-
-
-def completion_from_text(text: str, stop: Iterable[str] = ()) -> Completion:
-    """A :class:`Completion` as a real backend would build it from generated ``text``."""
-    cuts = [text.find(s) for s in stop if s and s in text]
-    if cuts:
-        text = text[: min(cuts)]
-    reasoning, rest = split_thinking(text)
-    content, calls = parse_tool_calls(rest)
-    return Completion(
-        text=text,
-        content=content,
-        reasoning=reasoning,
-        tool_calls=calls,
-        finish_reason="stop",
-        completion_tokens=len(text.split()),
-    )
 
 
 class ScriptedLLM:
@@ -176,7 +158,7 @@ class ScriptedLLM:
                 messages = list(request.messages)
                 prompt = render_prompt(messages)
                 texts = [self._reply(messages, prompt) for _ in range(request.sampling.n)]
-                out.append([completion_from_text(t, request.sampling.stop) for t in texts])
+                out.append([_completion(t, request.sampling.stop) for t in texts])
             return out
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
@@ -199,6 +181,13 @@ class ScriptedLLM:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _completion(text: str, stop: Iterable[str]) -> Completion:
+    """A scripted reply as a backend returns it; its token count is its word count."""
+    completion = Completion.from_text(text, stop=stop)
+    completion.completion_tokens = len(completion.text.split())
+    return completion
 
 
 SCRIPTS: Registry[Callable[[], ScriptedLLM]] = Registry("script")

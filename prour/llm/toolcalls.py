@@ -10,14 +10,24 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from prour.llm.base import ToolCall
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _BLOCK = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 _NAME_GUESS = re.compile(r'"name"\s*:\s*"([^"\\]*)"')
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed tool call. ``error`` is set (and ``arguments`` may be empty) when malformed."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+    raw: str = ""
+    error: str | None = None
 
 
 def _call_id(index: int, raw: str) -> str:

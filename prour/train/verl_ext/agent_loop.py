@@ -22,9 +22,11 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from prour.llm.base import Completion
-from prour.llm.toolcalls import parse_tool_calls, split_thinking
-from prour.train.verl_ext.logic import RolloutServerLLM, reward_extra_info
+from prour.train.verl_ext.logic import (
+    RolloutServerLLM,
+    completion_from_output,
+    reward_extra_info,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +70,9 @@ class QueryAgentLoop(AgentLoopBase):
         prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
         output = await self._generate(prompt_ids, sampling_params)
         response_ids = list(output.token_ids)[: self.response_length]
-        completion = _completion(self.tokenizer, response_ids, output.stop_reason, len(prompt_ids))
+        completion = completion_from_output(
+            self.tokenizer, response_ids, output.stop_reason, len(prompt_ids)
+        )
         state = state_from_row(
             {"reward_model": kwargs["reward_model"], "extra_info": kwargs["extra_info"]}
         )
@@ -90,21 +94,3 @@ class QueryAgentLoop(AgentLoopBase):
                 **output.extra_fields,
             },
         )
-
-
-def _completion(
-    tokenizer: Any, response_ids: list[int], stop_reason: str | None, prompt_tokens: int
-) -> Completion:
-    text = tokenizer.decode(response_ids, skip_special_tokens=True)
-    reasoning, rest = split_thinking(text)
-    content, calls = parse_tool_calls(rest)
-    return Completion(
-        text=text,
-        content=content,
-        reasoning=reasoning,
-        tool_calls=calls,
-        finish_reason="stop" if stop_reason == "completed" else "length",
-        prompt_tokens=prompt_tokens,
-        completion_tokens=len(response_ids),
-        token_ids=list(response_ids),
-    )

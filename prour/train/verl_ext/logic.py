@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prour.llm import chat as chat_rules
 from prour.llm.base import ChatRequest, Completion, ScoreRequest, ScoreResult
-from prour.llm.toolcalls import parse_tool_calls, split_thinking
 from prour.train.algorithm import select_kept
 
 SCORE_SAMPLING = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "detokenize": False}
@@ -127,6 +127,24 @@ def target_logprobs(
     return [float(prompt_logprobs[n_context + k - 1][0]) for k in range(n_target)]
 
 
+def completion_from_output(
+    tokenizer: Any,
+    token_ids: list[int],
+    stop_reason: str | None,
+    prompt_tokens: int,
+    logprobs: list[float] | None = None,
+) -> Completion:
+    """A :class:`Completion` of a rollout server's sampled ids (``stop_reason`` is verl's:
+    ``"completed"`` when the reply ended, anything else means it was cut at its length)."""
+    return Completion.from_text(
+        tokenizer.decode(token_ids, skip_special_tokens=True),
+        "stop" if stop_reason == "completed" else "length",
+        prompt_tokens=prompt_tokens,
+        token_ids=list(token_ids),
+        logprobs=logprobs,
+    )
+
+
 Generate = Callable[[list[int], dict[str, Any]], Awaitable[Any]]
 """``generate(prompt_ids, sampling_params)`` of verl's rollout server manager: returns an object
 with ``token_ids`` and ``extra_fields`` (``prompt_logprobs`` when asked for)."""
@@ -165,28 +183,9 @@ class RolloutServerLLM:
             )
         return asyncio.run_coroutine_threadsafe(make(), self.loop).result(self.timeout_s)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def render(
-        self, messages: Sequence[Mapping[str, Any]], tools: Any, enable_thinking: bool
-    ) -> str:
-        return self.tokenizer.apply_chat_template(
-            list(messages),
-            tools=list(tools) if tools else None,
-            tokenize=False,
-            add_generation_prompt=True,
-            enable_thinking=enable_thinking,
-        )
-
-    def _context_ids(self, request: ScoreRequest) -> list[int]:
-        if isinstance(request.context, str):
-            return self.encode(request.context)
-        return self.encode(self.render(request.context, None, request.enable_thinking))
-
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Teacher-forced log-probs of each target, one prompt-log-prob pass per request."""
-        pairs = [(self._context_ids(r), self.encode(r.target)) for r in requests]
+        pairs = [chat_rules.score_ids(self.tokenizer, r) for r in requests]
 
         async def all_scores() -> list[Any]:
             return await asyncio.gather(
@@ -206,7 +205,11 @@ class RolloutServerLLM:
     def chat(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
         """``n`` sampled replies per request (one server call per sample)."""
         prompts = [
-            self.encode(self.render(r.messages, r.tools, r.enable_thinking)) for r in requests
+            chat_rules.encode(
+                self.tokenizer,
+                chat_rules.render_chat(self.tokenizer, r.messages, r.tools, r.enable_thinking),
+            )
+            for r in requests
         ]
 
         async def all_samples() -> list[Any]:
@@ -224,20 +227,12 @@ class RolloutServerLLM:
         ]
 
     def _completion(self, output: Any, prompt_tokens: int) -> Completion:
-        text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
-        reasoning, rest = split_thinking(text)
-        content, calls = parse_tool_calls(rest)
-        stopped = getattr(output, "stop_reason", None) == "completed"
-        return Completion(
-            text=text,
-            content=content,
-            reasoning=reasoning,
-            tool_calls=calls,
-            finish_reason="stop" if stopped else "length",
-            prompt_tokens=prompt_tokens,
-            completion_tokens=len(output.token_ids),
-            token_ids=list(output.token_ids),
-            logprobs=getattr(output, "log_probs", None),
+        return completion_from_output(
+            self.tokenizer,
+            list(output.token_ids),
+            getattr(output, "stop_reason", None),
+            prompt_tokens,
+            getattr(output, "log_probs", None),
         )
 
     def close(self) -> None:
