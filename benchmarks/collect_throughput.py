@@ -26,7 +26,7 @@ from prour.env.domains import load_tasks
 from prour.env.users import LLMUser
 from prour.llm.openai import OpenAILLM
 from prour.llm.tiny import build_tiny_model
-from prour.llm.vllm_server import VLLMServer
+from prour.cluster.vllm_server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 16384

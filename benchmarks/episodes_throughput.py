@@ -62,7 +62,7 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         yield args.base_url, args.model
         return
     from prour.llm.tiny import build_tiny_model
-    from prour.llm.vllm_server import VLLMServer
+    from prour.cluster.vllm_server import VLLMServer
 
     python = os.environ.get("PROUR_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
     with tempfile.TemporaryDirectory(prefix="prour-episodes-bench-") as tmp:

@@ -105,7 +105,7 @@ def status(run_dir: Path = RunArg, tail: int = TailOpt) -> None:
 
 def _print_report(report: RunStatus, tail: int) -> None:
     """A table of units, then the failed stage with its log and the stages it kept from running."""
-    from prour.llm.vllm_server import log_tail
+    from prour.cluster.vllm_server import log_tail
 
     manifest = report.manifest
     typer.echo(

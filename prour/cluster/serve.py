@@ -23,7 +23,7 @@ from prour.cluster.config import ServedModel
 from prour.cluster.endpoints import endpoints_path, read_endpoints, write_endpoints
 from prour.cluster.recipe import ClusterRecipe, served_roles
 from prour.config import MODEL_ROLES
-from prour.llm.vllm_server import VLLMServer, free_port, log_tail
+from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 
 if TYPE_CHECKING:
     from prour.llm.openai import OpenAILLM
-    from prour.llm.vllm_server import VLLMServer
+    from prour.cluster.vllm_server import VLLMServer
 
 SERVED_NAME = "tiny"
 START_TIMEOUT_S = float(os.environ.get("PROUR_VLLM_START_TIMEOUT", "600"))
@@ -31,7 +31,7 @@ def pid_alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def vllm_server(vllm_python: Path, tiny_model_dir: Path) -> Iterator[VLLMServer]:
     """The tiny model served by vLLM on 127.0.0.1 (float32, eager); one per module."""
-    from prour.llm.vllm_server import VLLMServer
+    from prour.cluster.vllm_server import VLLMServer
 
     server = VLLMServer(
         tiny_model_dir,

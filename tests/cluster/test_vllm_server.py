@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from prour.llm.vllm_server import VLLMServer
+from prour.cluster.vllm_server import VLLMServer
 
 FAKE_SERVER = """#!{python}
 import json, os, signal, subprocess, sys, time
