@@ -25,7 +25,7 @@ from prour.env.agents import LLMAgent
 from prour.env.domains import load_tasks
 from prour.env.users import LLMUser
 from prour.llm.openai import OpenAILLM
-from prour.llm.tiny import build_tiny_model
+from prour.demo.tiny import build_tiny_model
 from prour.cluster.vllm_server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -200,7 +200,7 @@ def main() -> None:
 
     from prour.env.history import render_history
     from prour.llm.hf import HFLLM
-    from prour.llm.tiny import build_tiny_model
+    from prour.demo.tiny import build_tiny_model
 
     torch.set_num_threads(args.threads)
     model_dir = build_tiny_model(

@@ -61,7 +61,7 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if not args.start_server:
         yield args.base_url, args.model
         return
-    from prour.llm.tiny import build_tiny_model
+    from prour.demo.tiny import build_tiny_model
     from prour.cluster.vllm_server import VLLMServer
 
     python = os.environ.get("PROUR_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")

@@ -17,7 +17,7 @@ from pathlib import Path
 from prour.llm.base import ScoreRequest
 from prour.llm.hf import HFLLM
 from prour.llm.scripted import ScriptedLLM
-from prour.llm.tiny import default_tiny_dir
+from prour.demo.tiny import default_tiny_dir
 from prour.rewards import InfoGainReward, RewardConfig, RewardState, belief_prompt
 from prour.rollout import StrictUserSimulator
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from prour.llm import ScoreRequest
 from prour.llm.hf import HFLLM
-from prour.llm.tiny import build_tiny_model
+from prour.demo.tiny import build_tiny_model
 
 TOOLS = (
     "get_order_details",

@@ -20,7 +20,7 @@ import torch
 
 from prour.config import ModelConfig, Recipe
 from prour.llm.base import ScoreRequest
-from prour.llm.tiny import default_tiny_dir
+from prour.demo.tiny import default_tiny_dir
 from prour.rewards.belief import belief_prompt
 from prour.rollout.query import clarify_prompt
 from prour.train.config import TrainConfig

@@ -21,7 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-init Qwen3 with a local BPE tokenizer and Qwen-style chat template."""
-    from prour.llm.tiny import build_tiny_model
+    from prour.demo.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 

@@ -40,8 +40,8 @@ def _stage(title: str, args: list[str]) -> float:
 
 def _tiny_model(path: Path, warm: bool, seed: int) -> None:
     """Build the tiny Qwen3 (and warm-start it) where the recipe's models point."""
-    from prour.llm.tiny import build_tiny_model
-    from prour.llm.warmstart import warm_start
+    from prour.demo.tiny import build_tiny_model
+    from prour.demo.warmstart import warm_start
 
     if (path / "config.json").is_file():
         typer.echo(f"tiny model: reusing {path}")

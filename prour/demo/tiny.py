@@ -14,10 +14,10 @@ import json
 import logging
 import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from prour.demo.folders import build_folder, save_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -351,14 +351,6 @@ def _tiny_args(seed: int, **kwargs: int) -> dict[str, Any]:
     }
 
 
-def _read_marker(out_dir: Path) -> dict[str, Any] | None:
-    """The build arguments stored in ``out_dir``, or None when it holds no tiny model."""
-    try:
-        return json.loads((out_dir / MARKER_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
 def build_tiny_model(
     out_dir: str | Path,
     seed: int = 0,
@@ -383,38 +375,17 @@ def build_tiny_model(
         head_dim=head_dim,
         max_position=max_position,
     )
-    marker = _read_marker(out_dir)
-    if marker == args:
-        return out_dir
-    if out_dir.exists() and any(out_dir.iterdir()) and marker is None:
-        raise FileExistsError(
-            f"{out_dir} is not empty and holds no tiny model ({MARKER_FILE} missing); "
-            "pick an empty or new folder"
-        )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
-        _write_tiny(staging, args)
-        _publish(staging, out_dir, args)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out_dir
+    return build_folder(
+        out_dir, MARKER_FILE, args, lambda folder: _write_tiny(folder, args), "tiny model"
+    )
 
 
 def _write_tiny(folder: Path, args: dict[str, Any]) -> None:
     """Train the tokenizer, init the model and save both (plus the marker) into ``folder``."""
-    from transformers.utils import logging as hf_logging
-
     tokenizer = _fast_tokenizer(args["vocab_size"], args["max_position"])
     model = _init_model(args, tokenizer)
     model.generation_config = _generation_config(tokenizer)
-    bars_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        if bars_on:
-            hf_logging.enable_progress_bar()
+    save_quietly(model, folder)
     tokenizer.save_pretrained(folder)
     _portable_tokenizer_class(folder / "tokenizer_config.json")
     (folder / MARKER_FILE).write_text(json.dumps(args, indent=2, sort_keys=True) + "\n")
@@ -426,19 +397,6 @@ def _portable_tokenizer_class(config_path: Path) -> None:
     config = json.loads(config_path.read_text())
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-
-def _publish(staging: Path, out_dir: Path, args: dict[str, Any]) -> None:
-    """Move the finished build into place; a concurrent builder that won the race is kept."""
-    if out_dir.exists():
-        if _read_marker(out_dir) == args:
-            return
-        shutil.rmtree(out_dir)
-    try:
-        os.rename(staging, out_dir)
-    except OSError:
-        if _read_marker(out_dir) != args:
-            raise
 
 
 def default_tiny_path(seed: int = 0, **kwargs: int) -> Path:

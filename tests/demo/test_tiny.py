@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from prour.llm.tiny import (
+from prour.demo.tiny import (
     MARKER_FILE,
     SPECIAL_TOKENS,
     TAG_TOKENS,
