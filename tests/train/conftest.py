@@ -21,7 +21,8 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def format_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model after the warm start: emits the answer format some of the time."""
+    """The tiny model after the demo's warm start on one prompt: emits the answer format some of
+    the time."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

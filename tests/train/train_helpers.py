@@ -6,8 +6,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import torch
-
 GOOD = (
     "YES [QUESTION]Which size do you want?[/QUESTION]",
     "YES [QUESTION]Which order is it?[/QUESTION]",
@@ -53,49 +51,33 @@ def warm_start(
     out_dir: Path,
     good_share: int = 2,
     bad_share: int = 8,
-    steps: int = 25,
+    steps: int = 30,
     seed: int = 0,
+    lr: float = 5e-3,
 ) -> Path:
-    """Supervised pass so the tiny model answers the prompt with a mix of well-formed and broken
-    outputs (about good_share : bad_share); RL then has something to reinforce."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """The demo's warm start (:func:`prour.demo.warmstart.fine_tune`) on one prompt answered by a
+    mix of well-formed and broken outputs (about good_share : bad_share), all in every step, so
+    the tiny model emits the format some of the time; RL then has something to reinforce."""
+    from transformers import AutoTokenizer
 
-    torch.manual_seed(seed)
+    from prour.demo.corpus import SFTExample
+    from prour.demo.training import encode_example
+    from prour.demo.warmstart import fine_tune
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     targets = [GOOD[i % len(GOOD)] for i in range(good_share)] + [
         BAD[i % len(BAD)] for i in range(bad_share)
     ]
-    seqs, starts = [], []
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPT}],
-        tokenize=False,
-        add_generation_prompt=True,
-        enable_thinking=True,
-    )
-    for target in targets:
-        p_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        t_ids = tokenizer.encode(target + "<|im_end|>", add_special_tokens=False)
-        seqs.append(p_ids + t_ids)
-        starts.append(len(p_ids))
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-    labels = torch.full((len(seqs), width), -100)
-    for row, (seq, start) in enumerate(zip(seqs, starts)):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        labels[row, start : len(seq)] = torch.tensor(seq[start:])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
-    model.train()
-    for _ in range(steps):
-        loss = model(
-            input_ids=ids,
-            attention_mask=(labels != -100) | (ids != tokenizer.pad_token_id),
-            labels=labels,
-        ).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    examples = [
+        SFTExample(
+            "format",
+            [{"role": "user", "content": PROMPT}],
+            {"role": "assistant", "content": target},
+            enable_thinking=True,
+        )
+        for target in targets
+    ]
+    batch = [[encode_example(tokenizer, example, 256)] for example in examples]
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    fine_tune(Path(model_dir), out_dir, [batch] * steps, lr, seed)
     return out_dir
