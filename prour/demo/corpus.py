@@ -16,30 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prour.demo.actions import (
-    as_sampled,
-    is_simple,
-    next_action,
-    respond_action,
-    value_pool,
-    variant_action,
-)
-from prour.demo.targets import (
-    ANNOTATION_LABELS,
-    VAGUE_QUESTIONS,
-    query_question,
-    query_target,
-    strict_user_reply,
-    verifier_answer,
-)
-from prour.demo.transcripts import (
-    DecisionPoint,
-    TaskText,
-    corpus_task_ids,
-    decision_points,
-    oracle_transcript,
-    task_text,
-)
+from prour.demo import actions, targets
+from prour.demo.transcripts import DecisionPoint, TaskText, corpus_task_ids, replay
 from prour.llm.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +71,7 @@ def domain_context(domain: str, points: Sequence[DecisionPoint]) -> DomainContex
         tools=tools,
         tools_text={d: render_tools(catalog, d) for d in ("full", "brief")},
         kinds=tool_types(domain),
-        pool=value_pool(points),
+        pool=actions.value_pool(points),
         # Only the prompt builders of the two responders are used; no model is attached.
         verifier=Verifier(None, domain),  # type: ignore[arg-type]
         strict_user=StrictUserSimulator(None),  # type: ignore[arg-type]
@@ -121,7 +99,7 @@ def query_examples(
     for mode in ("clarify", "verify"):
         thinking = rng.random() < 0.5
         think = thinking and rng.random() < 0.4
-        target = query_target(mode, point, ctx.kinds, rng, think)
+        target = targets.query_target(mode, point, ctx.kinds, rng, think)
         out.append(
             SFTExample(
                 f"query_{mode}",
@@ -142,13 +120,13 @@ def candidate_target(reference: str, ctx: DomainContext, rng: random.Random) -> 
     """
     draw = rng.random()
     if draw < 0.08:
-        return respond_action()
-    if draw < 0.3 or not is_simple(reference):
+        return actions.respond_action()
+    if draw < 0.3 or not actions.is_simple(reference):
         reads = [name for name in ctx.catalog.names if ctx.kinds.get(name) == "read"]
-        variant = variant_action(ctx.catalog, ctx.pool, rng, reads)
-        if variant is not None and is_simple(variant):
+        variant = actions.variant_action(ctx.catalog, ctx.pool, rng, reads)
+        if variant is not None and actions.is_simple(variant):
             return variant
-        return reference if is_simple(reference) else respond_action()
+        return reference if actions.is_simple(reference) else actions.respond_action()
     return reference
 
 
@@ -174,7 +152,7 @@ def decomposer_examples(
 
     history = render_history(point.history)
     tools_text = ctx.tools_text[rng.choice(("full", "brief"))]
-    scored = next_action(point)
+    scored = actions.next_action(point)
     action = candidate_target(scored, ctx, rng)
     reading = garbled(text.goal, history, rng) if rng.random() < 0.4 else text.goal
     return [
@@ -182,7 +160,7 @@ def decomposer_examples(
         SFTExample(
             "action",
             _user_turn(action_prompt(history, tools_text, reading)),
-            _text(as_sampled(action)),
+            _text(actions.as_sampled(action)),
         ),
         SFTExample(
             "score", _user_turn(score_prompt(history, tools_text, text.goal)), _text(scored)
@@ -202,7 +180,9 @@ def belief_examples(point: DecisionPoint, text: TaskText) -> list[SFTExample]:
     if point.call is not None:
         out.append(
             SFTExample(
-                "belief_verify", belief_prompt("verify", point.history), _text(next_action(point))
+                "belief_verify",
+                belief_prompt("verify", point.history),
+                _text(actions.next_action(point)),
             )
         )
     return out
@@ -214,13 +194,15 @@ def responder_examples(
     """A strict-user reply and, before a READ lookup, the verifier's call and grounded answer."""
     call = point.call
     question = (
-        query_question("clarify", call[0], call[1], rng)
+        targets.query_question("clarify", call[0], call[1], rng)
         if call is not None and rng.random() < 0.7
-        else rng.choice(VAGUE_QUESTIONS)
+        else rng.choice(targets.VAGUE_QUESTIONS)
     )
     strict = ctx.strict_user.messages(text.normalized_goal, question)
     out = [
-        SFTExample("strict_user", strict, _text(strict_user_reply(text.normalized_goal, question)))
+        SFTExample(
+            "strict_user", strict, _text(targets.strict_user_reply(text.normalized_goal, question))
+        )
     ]
     if call is not None and ctx.kinds.get(call[0]) == "read" and point.observation:
         out += verifier_examples(point, ctx, rng)
@@ -234,11 +216,11 @@ def verifier_examples(
     from prour.rollout.grounding import ToolEvidence, grounding
 
     tool, arguments = point.call or ("", {})
-    answer = verifier_answer(tool, arguments, point.observation or "")
+    answer = targets.verifier_answer(tool, arguments, point.observation or "")
     evidence = [ToolEvidence(tool, point.observation or "")]
     if answer is None or grounding(answer, evidence, "") is None:
         return []
-    question = query_question("verify", tool, arguments, rng)
+    question = targets.query_question("verify", tool, arguments, rng)
     opening = ctx.verifier.messages(question, point.history)
     call = {**point.message, "content": ""}
     result = {
@@ -260,7 +242,7 @@ def annotation_example(point: DecisionPoint, ctx: DomainContext) -> SFTExample:
 
     call = point.call
     kind = ctx.kinds.get(call[0], "reply") if call is not None else "reply"
-    label = ANNOTATION_LABELS.get(kind, ANNOTATION_LABELS["reply"])
+    label = targets.ANNOTATION_LABELS.get(kind, targets.ANNOTATION_LABELS["reply"])
     prompt = ANNOTATION_PROMPT.format(history=render_history(point.history))
     return SFTExample("annotate", _user_turn(prompt), _text(label))
 
@@ -338,25 +320,18 @@ def build_corpus(
     tasks_per_domain: int | None = DEFAULT_TASKS_PER_DOMAIN,
 ) -> Corpus:
     """The synthetic supervised corpus from oracle replays of (a seeded subset of) train tasks."""
-    from prour.env.domains import get_task
-
     start = time.perf_counter()
     corpus = Corpus()
     for domain in domains:
         ids = corpus_task_ids(domain, split, seed, tasks_per_domain)
         corpus.tasks[domain] = ids
-        texts, trajs = {}, {}
-        for task_id in ids:
-            task = get_task(domain, task_id)
-            texts[task_id] = task_text(domain, task)
-            trajs[task_id] = oracle_transcript(domain, task, texts[task_id].request)
-        points = {t: decision_points(traj, get_task(domain, t)) for t, traj in trajs.items()}
-        ctx = domain_context(domain, [p for ps in points.values() for p in ps])
-        for task_id in ids:
+        replays = {task_id: replay(domain, task_id) for task_id in ids}
+        ctx = domain_context(domain, [p for _, _, points in replays.values() for p in points])
+        for task_id, (text, traj, points) in replays.items():
             rng = random.Random(f"warmstart-corpus:{seed}:{domain}:{task_id}")
-            corpus.add(transcript_examples(trajs[task_id], ctx, texts[task_id]), domain, task_id)
-            for point in points[task_id]:
-                corpus.add(point_examples(point, ctx, texts[task_id], rng), domain, task_id)
+            corpus.add(transcript_examples(traj, ctx, text), domain, task_id)
+            for point in points:
+                corpus.add(point_examples(point, ctx, text, rng), domain, task_id)
         logger.info("warm-start corpus: %s, %d tasks", domain, len(ids))
     corpus.seconds = time.perf_counter() - start
     return corpus

@@ -206,6 +206,17 @@ def decision_points(traj: Trajectory, task: Task | None = None) -> list[Decision
     return points
 
 
+def replay(domain: str, task_id: str) -> tuple[TaskText, Trajectory, list[DecisionPoint]]:
+    """A task's texts, its oracle transcript (opened with the first-person request) and the
+    transcript's decision points."""
+    from prour.env.domains import get_task
+
+    task = get_task(domain, task_id)
+    text = task_text(domain, task)
+    traj = oracle_transcript(domain, task, text.request)
+    return text, traj, decision_points(traj, task)
+
+
 def corpus_task_ids(
     domain: str, split: str = "train", seed: int = 0, tasks_per_domain: int | None = None
 ) -> list[str]:

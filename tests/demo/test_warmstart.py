@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prour.demo import corpus as corpus_mod
-from prour.demo.corpus import Corpus, build_corpus
+from prour.demo.corpus import Corpus, build_corpus, domain_context, query_examples
 from prour.demo.targets import query_target
 from prour.demo.training import (
     KIND_WEIGHTS,
@@ -20,7 +19,7 @@ from prour.demo.training import (
     reply_loss,
     reply_text,
 )
-from prour.demo.transcripts import DecisionPoint, corpus_task_ids, first_person
+from prour.demo.transcripts import DecisionPoint, corpus_task_ids, first_person, replay
 from prour.demo.warmstart import MARKER_FILE, warm_start
 
 DOMAINS = ("retail", "airline", "telecom")
@@ -342,21 +341,15 @@ def test_a_short_warm_start_teaches_the_query_format(
     tiny_model_dir: Path, tmp_path: Path, tokenizer
 ):
     """Query-generator replies of a train task the corpus did not use score far better after it."""
-    from prour.env.domains import get_task
-
     warm = _small_warm_start(tiny_model_dir, tmp_path / "w", steps=100, row_tokens=512)
     curve = _marker(warm)["stats"]["loss"]
     assert curve["last_mean"] < 0.5 * curve["first_mean"]
 
     used = corpus_task_ids("telecom", "train", 0, 1)
     held = next(t for t in corpus_task_ids("telecom", "train", 0, None) if t not in used)
-    task = get_task("telecom", held)
-    text = corpus_mod.task_text("telecom", task)
-    points = corpus_mod.decision_points(
-        corpus_mod.oracle_transcript("telecom", task, text.request), task
-    )
-    ctx = corpus_mod.domain_context("telecom", points)
-    examples = [e for p in points[:3] for e in corpus_mod.query_examples(p, ctx, random.Random(0))]
+    _, _, points = replay("telecom", held)
+    ctx = domain_context("telecom", points)
+    examples = [e for p in points[:3] for e in query_examples(p, ctx, random.Random(0))]
     rows = batch_tensors(
         [[encode_example(tokenizer, e, 256)] for e in examples], tokenizer.pad_token_id
     )
