@@ -257,7 +257,7 @@ def tiny_tokenizer() -> Any:
     try:
         from prour.demo.tiny import build_tiny_model
     except ImportError:
-        from prour.llm.tiny import build_tiny_model
+        from prour.demo.tiny import build_tiny_model
     folder = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", seed=0)
     return AutoTokenizer.from_pretrained(folder)
 
