@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.eval.attention.judge import RequestJudge
     from prour.eval.attention.strict_json import JsonCache
     from prour.llm.base import LLM, SamplingParams
-    from prour.router.decomposer import Decomposer
-    from prour.router.llm_router import LLMRouter
     from prour.rollout.strict_user import StrictUserSimulator
     from prour.rollout.verifier import Verifier
+    from prour.router.decomposer import Decomposer
+    from prour.router.llm_router import LLMRouter
 
 Wrap = Callable[[str, "LLM"], "LLM"]
 """``wrap(role, shared_llm)``: how a metered view sees a role's backend (e.g. a call counter)."""

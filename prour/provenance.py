@@ -1,7 +1,9 @@
 """What a run directory records about how it was made: resolved recipe, git commit, versions, seed.
 
-Every stage that writes a run folder calls :func:`write_provenance` once at start, so a result can
-be traced back to the exact code, packages and settings that produced it.
+Every stage that writes a run folder calls :func:`write_provenance` once at start with the
+resolved :class:`~prour.config.Recipe` (command-line flags are overrides applied before
+validation, so the recipe already holds them), so a result can be traced back to the exact code,
+packages and settings that produced it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import time
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -83,16 +88,14 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_provenance(
-    run_dir: str | Path,
-    recipe_dict: Mapping[str, Any],
-    seed: int,
-    extra: Mapping[str, Any] | None = None,
+    run_dir: str | Path, recipe: Recipe, extra: Mapping[str, Any] | None = None
 ) -> Path:
     """Write the resolved recipe and ``provenance.json`` into ``run_dir``; returns the JSON path."""
     run_dir = Path(run_dir)
-    _atomic_write(run_dir / RECIPE_FILE, yaml.safe_dump(dict(recipe_dict), sort_keys=False))
+    resolved = recipe.model_dump(mode="json")
+    _atomic_write(run_dir / RECIPE_FILE, yaml.safe_dump(resolved, sort_keys=False))
     record = {
-        "seed": seed,
+        "seed": recipe.seed,
         "git": git_state(),
         "packages": package_versions(),
         "python": sys.version.split()[0],

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
-
-if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import Recipe
-    from prour.eval.config import EvalConfig
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -22,23 +18,6 @@ def _split(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
-def _eval_config(recipe: Recipe, updates: dict[str, Any]) -> tuple[EvalConfig, Any]:
-    """The recipe's eval section with command-line values applied (errors name ``eval.<key>``)."""
-    from pydantic import ValidationError
-
-    from prour.config import first_error
-    from prour.eval.config import EvalConfig, recipe_sections
-
-    eval_cfg, router_cfg = recipe_sections(recipe)
-    data = {**eval_cfg.model_dump(exclude_unset=True), **updates}
-    try:
-        return EvalConfig.model_validate(data), router_cfg
-    except ValidationError as exc:
-        error = first_error(exc)
-        _fail(f"eval.{error}")
-        raise AssertionError from None  # unreachable: _fail exits
 
 
 RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
@@ -84,31 +63,19 @@ def eval_command(
     progress: bool = ProgressOpt,
 ) -> None:
     """Evaluate methods on tau2; reruns finish only the missing episodes."""
-    from prour.cluster.endpoints import resolve_endpoints
-    from prour.config import ConfigError, load_recipe
+    from prour.cli.recipe import load_cli_recipe
     from prour.eval.harness import Evaluation, with_checkpoint
 
-    try:
-        loaded = load_recipe(recipe, list(overrides or []))
-    except ConfigError as exc:
-        _fail(str(exc))
-    updates: dict[str, Any] = {}
-    for key, value in (("methods", _split(method)), ("domains", _split(domains)),
-                       ("seeds", _split(seeds)), ("attention_policies", _split(attention_policy)),
-                       ("max_tasks", max_tasks), ("concurrency", concurrency)):
-        if value is not None:
-            updates[key] = value
-    eval_cfg, router_cfg = _eval_config(loaded, updates)
-    try:
-        loaded = resolve_endpoints(loaded)
-    except RuntimeError as exc:
-        _fail(str(exc))
+    loaded = load_cli_recipe(recipe, overrides, {
+        "eval.methods": _split(method), "eval.domains": _split(domains),
+        "eval.seeds": _split(seeds), "eval.attention_policies": _split(attention_policy),
+        "eval.max_tasks": max_tasks, "eval.concurrency": concurrency})
     try:
         loaded = with_checkpoint(loaded, checkpoint)
     except (OSError, ValueError) as exc:
         _fail(f"--checkpoint {checkpoint}: {exc}")
     run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
-    evaluation = Evaluation(loaded, eval_cfg, router_cfg, run_dir, progress=progress)
+    evaluation = Evaluation(loaded, run_dir, progress=progress)
     try:
         results = evaluation.run()
     except (ValueError, LookupError) as exc:

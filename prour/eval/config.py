@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from prour.env.domains import DomainName, SplitName
 from prour.eval.attention.config import AttentionConfig
 from prour.eval.attention.policies import check_policy_options
-from prour.env.domains import DomainName, SplitName
 from prour.section import Section
 
 if TYPE_CHECKING:  # pragma: no cover

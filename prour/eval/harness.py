@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prour.build import Builder
 from prour.config import Recipe
 from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl
-from prour.eval.config import EvalConfig, variant_name
+from prour.eval.config import variant_name
 from prour.eval.methods import MethodKit, checkpoint_model
 
 logger = logging.getLogger(__name__)
@@ -67,20 +68,20 @@ def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:
 class Evaluation:
     """Runs and resumes one evaluation; :meth:`run` returns the result lines in job order."""
 
-    def __init__(self, recipe: Recipe, eval_cfg: EvalConfig, router_cfg: Any, run_dir: str | Path,
-                 progress: bool = True, llms: dict[str, Any] | None = None):
+    def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True,
+                 builder: Builder | None = None):
         from prour.eval.attention.strict_json import JsonCache
 
-        self.recipe, self.cfg, self.router_cfg = recipe, eval_cfg, router_cfg
+        self.recipe, self.cfg = recipe, recipe.eval
         self.run_dir = Path(run_dir)
         self.progress = progress
-        attention = eval_cfg.attention
+        attention = self.cfg.attention
         cache_root = Path(attention.cache_dir) if attention is not None and attention.cache_dir \
             else self.run_dir / "attention"
         caches = {"classifier": JsonCache(cache_root / "classifier_cache.jsonl"),
                   "judge": JsonCache(cache_root / "judge_cache.jsonl")}
-        self.kit = MethodKit(recipe, eval_cfg, router_cfg, caches, llms)
-        self.arms = [Arm(m, a) for m in eval_cfg.methods for a in eval_cfg.variants()]
+        self.kit = MethodKit(builder or Builder(recipe), caches)
+        self.arms = [Arm(m, a) for m in self.cfg.methods for a in self.cfg.variants()]
 
     # -- setup --
 
@@ -99,7 +100,7 @@ class Evaluation:
         if self.cfg.generator_temperature is None:
             decoding["train.rollout.temperature"] = rollout.temperature
         return {"models": models, "eval": eval_part, "env": self.recipe.env.model_dump(mode="json"),
-                "decoding": decoding, "router": self.router_cfg.model_dump(mode="json")}
+                "decoding": decoding, "router": self.recipe.router.model_dump(mode="json")}
 
     def check_run_dir(self) -> None:
         """Refuse to mix results of different settings in one folder (names the keys)."""
@@ -120,10 +121,7 @@ class Evaluation:
 
         endpoints = {role: cfg.base_url or cfg.path or cfg.script
                      for role, cfg in self.recipe.models.items()}
-        recipe = self.recipe.model_dump(mode="json")
-        recipe["eval"] = self.cfg.model_dump(mode="json")
-        recipe["router"] = self.router_cfg.model_dump(mode="json")
-        write_provenance(self.run_dir, recipe, self.recipe.seed, extra={
+        write_provenance(self.run_dir, self.recipe, extra={
             "seeds": self.cfg.seeds, "endpoints": endpoints,
             "arms": [arm.key for arm in self.arms], "domains": self.cfg.domains,
             "split": self.cfg.split})
@@ -184,10 +182,7 @@ class Evaluation:
     def _judge(self) -> Any:
         if not self.cfg.judge or self.cfg.attention is None:
             return None
-        from prour.eval.attention.judge import RequestJudge
-
-        return RequestJudge(self.kit.llm("judge"), self.cfg.attention.judge_attempts,
-                            cache=self.kit.caches["judge"])
+        return self.kit.builder.judge(self.cfg.attention.judge_attempts, self.kit.caches["judge"])
 
     def close(self) -> None:
         self.kit.close()

@@ -17,11 +17,10 @@ merged verl checkpoint, found by :func:`resolve_checkpoint`.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prour.config import ModelConfig, Recipe
 from prour.eval.config import EvalConfig
@@ -30,13 +29,12 @@ from prour.router.routing import ROUTES
 from prour.train.config import RolloutSettings
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prour.build import Builder
     from prour.env.agents import Agent
     from prour.env.users import UserSimulator
     from prour.eval.agent import CallCounts, Router
     from prour.eval.attention.config import AttentionConfig
     from prour.eval.attention.strict_json import JsonCache
-    from prour.llm.base import LLM
-    from prour.router.config import RouterConfig
 
 
 @dataclass(frozen=True)
@@ -149,63 +147,28 @@ def generator_rollout(recipe: Recipe) -> RolloutSettings:
 
 
 class MethodKit:
-    """Shared backends (one per distinct model config, built on first use) and the factories
-    that build a fresh agent and user for every episode of a method.
+    """The factories that build a fresh agent and user for every episode of a method, on the
+    backends of one :class:`~prour.build.Builder` (roles on equal models share one backend).
 
     Decoding comes from where the recipe holds it once: ``env`` (agent, user), ``train.rollout``
     and ``eval.generator_temperature`` (generator), ``reward`` (verifier)."""
 
-    def __init__(self, recipe: Recipe, eval_cfg: EvalConfig,
-                 router_cfg: RouterConfig, caches: dict[str, JsonCache] | None = None,
-                 llms: dict[str, LLM] | None = None):
-        self.models, self.cfg, self.router_cfg = dict(recipe.models), eval_cfg, router_cfg
-        self.env, self.reward, self.rollout = recipe.env, recipe.reward, generator_rollout(recipe)
+    def __init__(self, builder: Builder, caches: dict[str, JsonCache] | None = None):
+        self.builder = builder
+        self.cfg: EvalConfig = builder.recipe.eval
+        self.rollout = generator_rollout(builder.recipe)
         self.caches = caches or {}
-        self._given = dict(llms or {})
-        self._built: dict[str, LLM] = {}
-        self._thresholds: tuple[float, float] | None = None
-        self._lock = threading.Lock()
-
-    # -- models --
-
-    def llm(self, role: str) -> LLM:
-        """The shared backend of a role (roles with equal configs share one backend)."""
-        if role in self._given:
-            return self._given[role]
-        if role not in self.models:
-            raise ValueError(f"models.{role} is needed but the recipe does not define it")
-        key = self.models[role].model_dump_json()
-        with self._lock:
-            if key not in self._built:
-                from prour.llm.registry import build_llm
-
-                self._built[key] = build_llm(self.models[role])
-            return self._built[key]
 
     def close(self) -> None:
-        for llm in self._built.values():
-            llm.close()
-        self._built.clear()
-
-    def thresholds(self) -> tuple[float, float]:
-        """(τ_AU, τ_EU) for the decomposer model (explicit in the recipe, or calibrated)."""
-        if self._thresholds is None:
-            from prour.router.thresholds import decomposer_model_id
-
-            model_id = decomposer_model_id(self.models["decomposer"]) \
-                if "decomposer" in self.models else "decomposer"
-            self._thresholds = self.router_cfg.thresholds(model_id)
-        return self._thresholds
+        self.builder.close()
 
     def check(self, method: str, attention: AttentionConfig | None) -> None:
         """Raise before any episode when a method lacks a model role or thresholds."""
         spec = check_method(method)
         needed = list(spec.roles)
-        if attention is not None and self.cfg.classifier == "judge":
+        if attention is not None and (self.cfg.classifier == "judge" or self.cfg.judge):
             needed.append("judge")
-        if attention is not None and self.cfg.judge:
-            needed.append("judge")
-        missing = sorted({r for r in needed if r not in self.models and r not in self._given})
+        missing = sorted({r for r in needed if not self.builder.has(r)})
         if missing:
             raise ValueError(f"method {method!r} needs models.{', models.'.join(missing)} in the "
                              "recipe" + (" (or --checkpoint for the generator)"
@@ -214,7 +177,7 @@ class MethodKit:
             raise ValueError(f"attention policy {attention.policy!r} reviews drafts with the "
                              "agent's model; the oracle has none")
         if spec.router == "decomposer":
-            self.thresholds()
+            self.builder.thresholds()
 
     @staticmethod
     def _spec_needs_review(attention: AttentionConfig) -> bool:
@@ -223,6 +186,12 @@ class MethodKit:
         return policy_spec(attention.policy).needs_llm
 
     # -- agents and users --
+
+    def _episode(self, counts: CallCounts) -> Builder:
+        """The builder as one episode sees it: every model call counted in ``counts``."""
+        from prour.eval.agent import CountingLLM
+
+        return self.builder.metered(lambda role, llm: CountingLLM(llm, counts, role))
 
     def agent_factory(self, method: str, domain: str,
                       attention: AttentionConfig | None) -> Callable[[], Agent]:
@@ -233,9 +202,10 @@ class MethodKit:
             from prour.eval.agent import CallCounts, MeteredAgent
 
             counts = CallCounts()
-            agent = self._core_agent(spec, domain, counts)
+            episode = self._episode(counts)
+            agent = self._core_agent(spec, domain, episode)
             if attention is not None:
-                agent = self._attentive(agent, domain, attention, counts)
+                agent = self._attentive(agent, domain, attention, episode)
             return MeteredAgent(agent, counts, name=method)
 
         return build
@@ -244,86 +214,57 @@ class MethodKit:
         spec = check_method(method)
 
         def build() -> UserSimulator:
-            from prour.env.users import LLMUser, OracleUser
+            from prour.env.users import OracleUser
             from prour.eval.agent import CallCounts, MeteredUser
 
             if spec.oracle:
                 return OracleUser()
             counts = CallCounts()
-            user = LLMUser(self._counted("user", counts), temperature=self.env.user_temperature,
-                           max_tokens=self.env.user_max_tokens)
-            return MeteredUser(user, counts)
+            return MeteredUser(self._episode(counts).user_simulator(), counts)
 
         return build
 
-    def _counted(self, role: str, counts: CallCounts) -> LLM:
-        from prour.eval.agent import CountingLLM
-
-        return CountingLLM(self.llm(role), counts, role)
-
-    def _core_agent(self, spec: MethodSpec, domain: str, counts: CallCounts) -> Agent:
-        from prour.env.agents import LLMAgent, OracleAgent
+    def _core_agent(self, spec: MethodSpec, domain: str, episode: Builder) -> Agent:
+        from prour.env.agents import OracleAgent
 
         if spec.oracle:
             return OracleAgent()
-        task_agent = LLMAgent(self._counted("agent", counts),
-                              temperature=self.env.agent_temperature,
-                              max_tokens=self.env.agent_max_tokens)
+        task_agent = episode.task_agent()
         if not spec.proactive:
             return task_agent
-        return self._proactive(spec, domain, task_agent, counts)
+        return self._proactive(spec, domain, task_agent, episode)
 
     def _proactive(self, spec: MethodSpec, domain: str, task_agent: Agent,
-                   counts: CallCounts) -> Agent:
-        from prour.eval.agent import ProactiveAgent, QueryGenerator
+                   episode: Builder) -> Agent:
+        from prour.eval.agent import (
+            DecomposerRouter,
+            ProactiveAgent,
+            PromptedRouter,
+            QueryGenerator,
+        )
 
         temperature = self.cfg.generator_temperature
-        generator = QueryGenerator(self._counted("generator", counts),
+        generator = QueryGenerator(episode.llm("generator"),
                                    temperature=self.rollout.temperature if temperature is None
                                    else temperature,
                                    max_tokens=self.rollout.max_response_tokens,
                                    enable_thinking=self.rollout.enable_thinking)
-        verifier = self._verifier(domain, counts) if "verify" in spec.routes else None
-        return ProactiveAgent(task_agent, self._router(spec, domain, counts), generator, verifier,
-                              spec.routes, self.router_cfg.new_budget)
-
-    def _router(self, spec: MethodSpec, domain: str, counts: CallCounts) -> Router:
-        from prour.env.environment import tool_schemas
-        from prour.eval.agent import DecomposerRouter, PromptedRouter
-
-        if spec.router == "llm":
-            from prour.router.llm_router import LLMRouter
-
-            cfg = self.router_cfg
-            names = [s["function"]["name"] for s in tool_schemas(domain)]
-            return PromptedRouter(LLMRouter(self._counted("router", counts), names,
-                                            cfg.llm_router_fallback, cfg.llm_router_temperature,
-                                            cfg.llm_router_max_tokens))
-        from prour.router.decomposer import Decomposer
-
-        return DecomposerRouter(Decomposer(self._counted("decomposer", counts),
-                                           tool_schemas(domain), self.router_cfg,
-                                           self.thresholds()))
-
-    def _verifier(self, domain: str, counts: CallCounts) -> Any:
-        from prour.llm.base import SamplingParams
-        from prour.rollout.verifier import Verifier
-
-        sampling = SamplingParams(temperature=self.reward.responder_temperature,
-                                  max_tokens=self.reward.responder_max_tokens)
-        return Verifier(self._counted("verifier", counts), domain,
-                        max_steps=self.reward.verifier_max_steps, sampling=sampling)
+        router: Router = PromptedRouter(episode.llm_router(domain)) if spec.router == "llm" \
+            else DecomposerRouter(episode.decomposer(domain))
+        verifier = episode.verifier(domain) if "verify" in spec.routes else None
+        return ProactiveAgent(task_agent, router, generator, verifier, spec.routes,
+                              episode.recipe.router.new_budget)
 
     def _attentive(self, agent: Agent, domain: str, attention: AttentionConfig,
-                   counts: CallCounts) -> Agent:
+                   episode: Builder) -> Agent:
         from prour.env.domains import domain_policy
         from prour.eval.attention.agent import AttentiveAgent
         from prour.eval.attention.classifier import RequestClassifier
 
-        labeller = self._counted("judge", counts) if self.cfg.classifier == "judge" else None
+        labeller = episode.llm("judge") if self.cfg.classifier == "judge" else None
         classifier = RequestClassifier(labeller, domain_policy(domain),
                                        attention.classifier_attempts,
                                        cache=self.caches.get("classifier"))
-        reviewer = self._counted("agent", counts) if self._spec_needs_review(attention) else None
+        reviewer = episode.llm("agent") if self._spec_needs_review(attention) else None
         policy = attention.build(classifier, reviewer)
         return AttentiveAgent(agent, policy, attention.max_redrafts)

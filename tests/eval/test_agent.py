@@ -22,6 +22,7 @@ from eval_world import (
     scripted_llms,
 )
 
+from prour.build import Builder
 from prour.config import Recipe
 from prour.env.domains import get_task
 from prour.env.runner import run_episode
@@ -29,14 +30,12 @@ from prour.env.scoring import to_tau2_messages
 from prour.env.trajectory import Trajectory, user_view
 from prour.eval.agent import (
     EVIDENCE_PREFIX,
-    CallCounts,
     ProactiveAgent,
     QueryGenerator,
     RouteChoice,
     turn_labels,
 )
-from prour.eval.config import EvalConfig
-from prour.eval.methods import MethodKit, check_method
+from prour.eval.methods import MethodKit
 from prour.router.config import RouterConfig
 from prour.router.routing import DecomposerBudget
 
@@ -48,7 +47,8 @@ def _kit(**router: object) -> tuple[MethodKit, dict]:
     llms = scripted_llms()
     cfg = RouterConfig(n_interpretations=2, n_actions=2, tau_au=TAU_AU, tau_eu=TAU_EU,
                        tool_detail="brief", **router)
-    return MethodKit(SHORT_GENERATOR, EvalConfig(), cfg, llms=llms), llms
+    recipe = SHORT_GENERATOR.model_copy(update={"router": cfg})
+    return MethodKit(Builder(recipe, llms)), llms
 
 
 def _run(kit: MethodKit, method: str, domain: str = "retail", task: str = RETAIL_OK,
@@ -151,7 +151,7 @@ def test_methods_use_only_their_branches(method: str, labels: list[str]) -> None
 def test_generator_no_or_invalid_falls_back_to_act(reply: str, kind: str) -> None:
     kit, llms = _kit()
     llms["generator"] = generator_llm(clarify=reply, verify=reply)
-    kit = MethodKit(SHORT_GENERATOR, kit.cfg, kit.router_cfg, llms=llms)
+    kit = MethodKit(Builder(kit.builder.recipe, llms))
     traj = _run(kit, "prour")
     assert set(turn_labels(traj)) == {"act"}
     first = _agent_steps(traj)[0]
@@ -177,7 +177,7 @@ def test_decomposer_budget_and_frequency(every_n: int, budget: int | None,
     kit, llms = _kit()
     router = CountingRouter()
     generator = QueryGenerator(llms["generator"], max_tokens=64)
-    task_agent = kit._core_agent(check_method("base"), "retail", CallCounts())
+    task_agent = kit.builder.task_agent()
     agent = ProactiveAgent(task_agent, router, generator, routes=("act", "clarify"),
                            new_budget=lambda: DecomposerBudget(budget, every_n))
     user = kit.user_factory("base")()

@@ -23,6 +23,7 @@ from eval_world import (
     scripted_llms,
 )
 
+from prour.build import Builder
 from prour.config import Recipe
 from prour.env.trajectory import read_trajectories
 from prour.eval.attention.agent import budget_respected, delivered_messages
@@ -79,14 +80,14 @@ def answering_user() -> ScriptedLLM:
 
 def _evaluate(tmp_path, policies: list[str], methods: list[str], llms: dict,
               **attention: object) -> tuple[list[dict], list]:
-    recipe = Recipe(name="attention-test", env={"max_steps": 24},
-                    train={"rollout": {"max_response_tokens": 64}})
     cfg = EvalConfig(methods=methods, seeds=[0], domains=["retail"], tasks=TASKS,
                      concurrency=2, classifier="heuristic",
                      attention=AttentionConfig(**attention), attention_policies=policies)
     router = RouterConfig(n_interpretations=2, n_actions=2, tau_au=TAU_AU, tau_eu=TAU_EU,
                           tool_detail="brief")
-    evaluation = Evaluation(recipe, cfg, router, tmp_path, progress=False, llms=llms)
+    recipe = Recipe(name="attention-test", env={"max_steps": 24}, eval=cfg, router=router,
+                    train={"rollout": {"max_response_tokens": 64}})
+    evaluation = Evaluation(recipe, tmp_path, progress=False, builder=Builder(recipe, llms))
     results = evaluation.run()
     return results, list(read_trajectories(tmp_path / EPISODES_FILE))
 

@@ -130,8 +130,8 @@ def test_report_table_equals_a_direct_computation(all_methods_run) -> None:
 def test_oracle_scores_one_on_every_test_task(tmp_path) -> None:
     domains = ["retail", "airline", "telecom"]
     cfg = EvalConfig(methods=["oracle"], seeds=[0], domains=domains, concurrency=2)
-    evaluation = Evaluation(Recipe(name="oracle", env={"max_steps": 200}), cfg, RouterConfig(),
-                            tmp_path, progress=False)
+    evaluation = Evaluation(Recipe(name="oracle", env={"max_steps": 200}, eval=cfg), tmp_path,
+                            progress=False)
     results = evaluation.run()
     assert len(results) == sum(split_sizes(d)["test"] for d in domains)
     failed = [(r["domain"], r["task_id"], r["reward"], r["errors"]) for r in results
@@ -284,8 +284,8 @@ def test_unknown_method_lists_the_valid_ones() -> None:
 def test_rerun_with_other_settings_is_refused(tmp_path) -> None:
     def evaluation(temperature: float) -> Evaluation:
         cfg = EvalConfig(methods=["oracle"], seeds=[0])
-        recipe = Recipe(name="x", env={"agent_temperature": temperature})
-        return Evaluation(recipe, cfg, RouterConfig(), tmp_path, progress=False)
+        recipe = Recipe(name="x", env={"agent_temperature": temperature}, eval=cfg)
+        return Evaluation(recipe, tmp_path, progress=False)
 
     evaluation(0.01).check_run_dir()
     evaluation(0.01).check_run_dir()
@@ -297,5 +297,5 @@ def test_missing_model_role_is_reported_before_any_episode(tmp_path) -> None:
     cfg = EvalConfig(methods=["prour"], seeds=[0])
     router = RouterConfig(tau_au=0.2, tau_eu=0.2)
     with pytest.raises(ValueError, match=r"models\.agent"):
-        Evaluation(Recipe(name="x"), cfg, router, tmp_path, progress=False).run()
+        Evaluation(Recipe(name="x", eval=cfg, router=router), tmp_path, progress=False).run()
     assert not (tmp_path / EPISODES_FILE).exists()

@@ -1,0 +1,42 @@
+"""How every command reads its recipe: the YAML file, the ``--set key.sub=value`` overrides, then
+the command's own flags as overrides of the keys they stand for (``prour eval --max-tasks 3`` is
+``--set eval.max_tasks=3``), validated once. Stages get that one resolved recipe, and provenance
+records it as it is; an error exits 2 naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+
+
+def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
+    """``{"eval.max_tasks": 3}`` → ``["eval.max_tasks=3"]``; flags left unset (None) are skipped."""
+    return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+
+
+def load_cli_recipe(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    served: bool = True,
+) -> Recipe:
+    """The resolved recipe of a command; with ``served``, ``openai`` roles without a ``base_url``
+    take it from the endpoints file of ``prour serve`` (the cluster commands decide that)."""
+    from prour.cluster.endpoints import resolve_endpoints
+    from prour.config import ConfigError, load_recipe
+
+    items = [*(overrides or []), *flag_overrides(flags or {})]
+    try:
+        recipe = load_recipe(path, items)
+        return resolve_endpoints(recipe) if served else recipe
+    except (ConfigError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
