@@ -60,7 +60,7 @@ class Builder:
         self._wrap: Wrap | None = None
 
     def metered(self, wrap: Wrap) -> Builder:
-        """A view on the same backends whose components see each role's LLM as ``wrap(role, llm)``."""
+        """A view on the same backends whose components see a role's LLM as ``wrap(role, llm)``."""
         view = Builder.__new__(Builder)
         view.recipe, view._instances, view._wrap = self.recipe, self._instances, wrap
         return view
@@ -132,7 +132,7 @@ class Builder:
                           thresholds=thresholds)
 
     def llm_router(self, domain: str) -> LLMRouter:
-        """The prompted router ablation on ``models.router`` with the ``router`` section's decoding."""
+        """The prompted router ablation on ``models.router``, decoding as ``router`` says."""
         from prour.env.environment import tool_schemas
         from prour.router.llm_router import LLMRouter
 
@@ -156,7 +156,8 @@ class Builder:
         """The read-only ReAct verifier on ``models.verifier`` for a domain."""
         from prour.rollout.verifier import Verifier
 
-        return Verifier(self.llm("verifier"), domain, max_steps=self.recipe.reward.verifier_max_steps,
+        max_steps = self.recipe.reward.verifier_max_steps
+        return Verifier(self.llm("verifier"), domain, max_steps=max_steps,
                         sampling=self.responder_sampling())
 
     def strict_user(self) -> StrictUserSimulator:

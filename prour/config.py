@@ -17,9 +17,9 @@ from pydantic import Field, ValidationError, field_validator
 from prour.cluster.config import ServeConfig, SlurmConfig
 from prour.data.config import DataConfig
 from prour.eval.config import EvalConfig
+from prour.registry import unknown_name
 from prour.rewards.config import RewardConfig
 from prour.router.config import RouterConfig
-from prour.registry import unknown_name
 from prour.section import ConfigError, Section
 from prour.train.config import TrainConfig
 

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import Recipe
+    from prour.build import Builder
     from prour.router.calibration import RoutingScores
-    from prour.router.config import RouterConfig
 
 STAGES = ("label", "search", "evaluate", "all")
 
@@ -18,14 +17,6 @@ STAGES = ("label", "search", "evaluate", "all")
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
-
-
-def load_router_recipe(path: str) -> tuple[Recipe, RouterConfig]:
-    """The recipe and its ``router`` section."""
-    from prour.cluster.endpoints import load_run_recipe
-
-    recipe = load_run_recipe(path)
-    return recipe, recipe.router
 
 
 def scores_table(title: str, scores: RoutingScores):
@@ -42,51 +33,54 @@ def scores_table(title: str, scores: RoutingScores):
     return table
 
 
-def _stage_label(run, console) -> None:
-    from prour.router.pipeline import label_split
+def _stage_label(builder: Builder, console) -> None:
+    from prour.router.pipeline import label_split, labels_path
 
+    recipe = builder.recipe
     for split in ("dev", "test"):
-        if getattr(run.router.calibration, f"{split}_states"):
-            new = label_split(run, split)
-            console.print(f"labelled {len(new)} new {split} states -> {run.labels_path(split)}")
+        if getattr(recipe.router.calibration, f"{split}_states"):
+            new = label_split(builder, split)
+            console.print(f"labelled {len(new)} new {split} states -> "
+                          f"{labels_path(recipe, split)}")
 
 
-def _measure(run, split: str, console) -> None:
+def _measure(builder: Builder, split: str, console) -> None:
     from rich.progress import track
 
-    from prour.router.pipeline import measure_split
+    from prour.router.pipeline import cache_path, measure_split
 
     count = measure_split(
-        run, split, progress=lambda xs: track(xs, description=f"decomposer ({split})")
+        builder, split, progress=lambda xs: track(xs, description=f"decomposer ({split})")
     )
-    console.print(f"decomposer ran on {count} new {split} states -> {run.cache_path(split)}")
+    console.print(f"decomposer ran on {count} new {split} states -> "
+                  f"{cache_path(builder.recipe, split)}")
 
 
-def _stage_search(run, console) -> None:
+def _stage_search(builder: Builder, console) -> None:
     from prour.router.calibration import RoutingScores
-    from prour.router.pipeline import search_thresholds
+    from prour.router.pipeline import search_thresholds, thresholds_path
 
-    _measure(run, "dev", console)
-    result, stored, joined = search_thresholds(run)
+    _measure(builder, "dev", console)
+    result, stored, joined = search_thresholds(builder)
     scores = RoutingScores(result.macro_f1, result.per_class_f1, result.confusion)
     console.print(scores_table(f"dev ({result.n_states} states)", scores))
     if joined.empty:
         console.print(f"{len(joined.empty)} dev states had no valid candidate (left out)")
     console.print(
         f"τ_AU = {stored.tau_au:.2f}, τ_EU = {stored.tau_eu:.2f} ({result.n_ties} tied pairs) "
-        f"stored for {stored.model_id} in {run.thresholds_path}"
+        f"stored for {stored.model_id} in {thresholds_path(builder.recipe)}"
     )
 
 
-def _stage_evaluate(run, console) -> None:
+def _stage_evaluate(builder: Builder, console) -> None:
     from prour.router.pipeline import evaluate_llm_router, evaluate_split
 
-    _measure(run, "test", console)
-    scores, stored = evaluate_split(run, "test")
+    _measure(builder, "test", console)
+    scores, stored = evaluate_split(builder, "test")
     title = f"held-out, τ_AU={stored.tau_au:.2f} τ_EU={stored.tau_eu:.2f}"
     console.print(scores_table(title, scores))
-    if "router" in run.recipe.models:
-        llm_scores, invalid = evaluate_llm_router(run, "test")
+    if "router" in builder.recipe.models:
+        llm_scores, invalid = evaluate_llm_router(builder, "test")
         console.print(scores_table(f"held-out, LLM router ({invalid} invalid replies)", llm_scores))
 
 
@@ -97,22 +91,18 @@ def calibrate(
     """Label decision states, grid-search (τ_AU, τ_EU) for the decomposer, evaluate held-out."""
     from rich.console import Console
 
-    from prour.config import ConfigError
-    from prour.router.pipeline import CalibrationRun
+    from prour.build import Builder
+    from prour.cli.recipe import load_cli_recipe
 
     if stage not in STAGES:
         _fail(f"--stage must be one of {', '.join(STAGES)}; got {stage!r}")
-    try:
-        loaded, router = load_router_recipe(recipe)
-    except ConfigError as exc:
-        _fail(str(exc))
-    run = CalibrationRun(loaded, router)
+    builder = Builder(load_cli_recipe(recipe))
     console = Console()
     steps = {"label": _stage_label, "search": _stage_search, "evaluate": _stage_evaluate}
     try:
         for name in steps if stage == "all" else (stage,):
-            steps[name](run, console)
+            steps[name](builder, console)
     except (ValueError, LookupError) as exc:
         _fail(str(exc))
     finally:
-        run.close()
+        builder.close()

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.data.pipeline import DataRecipe
+    from prour.build import Builder
+    from prour.config import Recipe
 
 data_app = typer.Typer(help="Inspect training datasets.", no_args_is_help=True)
 
@@ -22,34 +23,28 @@ BadLineOpt = typer.Option(
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="Show progress bars.")
 
 
-def _recipe(path: str, overrides: list[str] | None, on_bad_line: str | None
-            ) -> DataRecipe:
-    """Load the recipe (exit 2 with the dotted key on an error) and apply ``--on-bad-line``."""
-    from prour.config import ConfigError
-    from prour.data.pipeline import load_data_recipe
+def _recipe(path: str, overrides: list[str] | None, on_bad_line: str | None = None) -> Recipe:
+    """The resolved recipe, ``--on-bad-line`` being ``data.on_bad_line``."""
+    from prour.cli.recipe import load_cli_recipe
 
-    extra = list(overrides or [])
-    if on_bad_line is not None:
-        extra.append(f"data.on_bad_line={on_bad_line}")
-    try:
-        return load_data_recipe(path, extra)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    return load_cli_recipe(path, overrides, {"data.on_bad_line": on_bad_line})
 
 
-def _model(run: DataRecipe, role: str, command: str) -> Any:
-    """The recipe's model config for ``role``, or exit naming the missing key."""
-    if role not in run.recipe.models:
-        typer.echo(f"error: `prour {command}` needs models.{role} in the recipe", err=True)
-        raise typer.Exit(2)
-    return run.recipe.models[role]
+def _builder(recipe: Recipe, command: str, *roles: str) -> Builder:
+    """The recipe's builder, or exit naming the first role the command needs and lacks."""
+    from prour.build import Builder
+
+    for role in roles:
+        if role not in recipe.models:
+            typer.echo(f"error: `prour {command}` needs models.{role} in the recipe", err=True)
+            raise typer.Exit(2)
+    return Builder(recipe)
 
 
-def _tasks(run: DataRecipe) -> list[Any]:
+def _tasks(recipe: Recipe) -> list[Any]:
     from prour.env.domains import select_tasks
 
-    cfg = run.data
+    cfg = recipe.data
     return select_tasks(cfg.domain, cfg.split, max_tasks=cfg.max_tasks)
 
 
@@ -64,24 +59,14 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     """Run task agent + teacher + user episodes on the data split; resumable (reruns skip done)."""
     from prour.data.collect import EpisodeFactories, collect_trajectories, teacher_exchanges
     from prour.data.pipeline import record_provenance
-    from prour.env.agents import LLMAgent
-    from prour.env.users import LLMUser
-    from prour.llm.registry import build_llm
 
-    loaded = _recipe(recipe, overrides, None)
-    cfg, env, run_dir = loaded.data, loaded.recipe.env, loaded.run_dir
-    agent_llm = build_llm(_model(loaded, "agent", "collect"))
-    user_llm = build_llm(_model(loaded, "user", "collect"))
-    teacher_llm = build_llm(_model(loaded, "teacher", "collect")) if cfg.teacher else None
+    loaded = _recipe(recipe, overrides)
+    cfg, env = loaded.data, loaded.env
+    builder = _builder(loaded, "collect", "agent", "user", *(["teacher"] if cfg.teacher else []))
     factories = EpisodeFactories(
-        make_agent=lambda: LLMAgent(
-            agent_llm, temperature=env.agent_temperature, max_tokens=env.agent_max_tokens
-        ),
-        make_user=lambda: LLMUser(
-            user_llm, temperature=env.user_temperature, max_tokens=env.user_max_tokens
-        ),
-        teacher=teacher_llm, cfg=cfg)
-    out = cfg.path("trajectories", run_dir)
+        make_agent=builder.task_agent, make_user=builder.user_simulator,
+        teacher=builder.llm("teacher") if cfg.teacher else None, cfg=cfg)
+    out = cfg.path("trajectories", loaded.resolved_run_dir())
     record_provenance(loaded, "collect")
     trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,
                                  max_steps=env.max_steps, max_errors=env.max_errors)
@@ -98,16 +83,16 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     """Rewrite each task's instruction into the first-person goal G*; flags lost values."""
     from prour.data.normalize import normalize_tasks
     from prour.data.pipeline import record_provenance
-    from prour.llm.registry import build_llm
     from prour.router.thresholds import decomposer_model_id
 
     loaded = _recipe(recipe, overrides, on_bad_line)
     cfg = loaded.data
-    model = _model(loaded, "normalizer", "normalize")
-    path = cfg.path("goals", loaded.run_dir)
+    builder = _builder(loaded, "normalize", "normalizer")
+    path = cfg.path("goals", loaded.resolved_run_dir())
     record_provenance(loaded, "normalize")
-    goals = normalize_tasks(_tasks(loaded), cfg.domain, build_llm(model), path,
-                            model=decomposer_model_id(model), max_tokens=cfg.normalizer_max_tokens,
+    goals = normalize_tasks(_tasks(loaded), cfg.domain, builder.llm("normalizer"), path,
+                            model=decomposer_model_id(loaded.models["normalizer"]),
+                            max_tokens=cfg.normalizer_max_tokens,
                             on_bad_line=cfg.on_bad_line)
     flagged = [g for g in goals if g.flagged]
     for goal in flagged:
@@ -122,11 +107,10 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     from prour.data.pipeline import run_extract
 
     loaded = _recipe(recipe, overrides, on_bad_line)
-    _model(loaded, "decomposer", "extract")
-    if not loaded.data.tokenizer:
-        _model(loaded, "generator", "extract")
+    tokenizer_role = [] if loaded.data.tokenizer else ["generator"]
+    builder = _builder(loaded, "extract", "decomposer", *tokenizer_role)
     try:
-        result = run_extract(loaded, progress=progress)
+        result = run_extract(loaded, builder, progress=progress)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
-    """``{"eval.max_tasks": 3}`` → ``["eval.max_tasks=3"]``; flags left unset (None) are skipped."""
+    """``{"eval.max_tasks": 3}`` → ``["eval.max_tasks=3"]``; unset flags (None) are skipped."""
     return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
 
 

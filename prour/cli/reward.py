@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import ModelConfig, Recipe
-    from prour.rewards import RewardConfig
+    from prour.config import Recipe
 
 reward_app = typer.Typer(help="Inspect the information-gain reward.", no_args_is_help=True)
 
@@ -19,41 +18,27 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _load_recipe(path: str, overrides: list[str]) -> Recipe:
-    from prour.cluster.endpoints import load_run_recipe
-    from prour.config import ConfigError
-
-    try:
-        return load_run_recipe(path, overrides)
-    except ConfigError as exc:
-        _fail(str(exc))
-        raise  # unreachable: _fail exits
+REWARD_ROLES = ("generator", "strict_user", "verifier")
 
 
-def _model_configs(recipe: Recipe | None, model_path: str | None) -> dict[str, ModelConfig]:
-    """Policy, strict user and verifier configs: ``--model`` for all three, else the recipe's roles."""
-    from prour.config import ModelConfig
+def _probe_recipe(path: str | None, overrides: list[str], model_path: str | None) -> Recipe:
+    """The recipe whose generator, strict user and verifier score the probe: ``--model`` for all
+    three, else the recipe's roles (a missing responder role uses ``models.generator``)."""
+    from prour.cli.recipe import load_cli_recipe
+    from prour.config import ModelConfig, Recipe
 
+    if path is None and model_path is None:
+        _fail("give --recipe (models.generator, models.strict_user, models.verifier) or "
+              "--model PATH")
+    loaded = load_cli_recipe(path, overrides) if path else Recipe(name="probe")
     if model_path:
         cfg = ModelConfig(backend="hf", path=model_path, dtype="float32", device="cpu")
-        return {"generator": cfg, "strict_user": cfg, "verifier": cfg}
-    if recipe is None:
-        _fail(
-            "give --recipe (models.generator, models.strict_user, models.verifier) or --model PATH"
-        )
-    if "generator" not in recipe.models:
+        models = {**loaded.models, **dict.fromkeys(REWARD_ROLES, cfg)}
+        return loaded.model_copy(update={"models": models})
+    if "generator" not in loaded.models:
         _fail("the recipe needs models.generator (the policy that scores the reward)")
-    return {
-        role: recipe.models.get(role, recipe.models["generator"])
-        for role in ("generator", "strict_user", "verifier")
-    }
-
-
-def _reward_config(recipe: Recipe | None) -> RewardConfig:
-    from prour.rewards import RewardConfig
-
-    section = getattr(recipe, "reward", None) if recipe is not None else None
-    return section if isinstance(section, RewardConfig) else RewardConfig()
+    defaults = dict.fromkeys(REWARD_ROLES, loaded.models["generator"])
+    return loaded.model_copy(update={"models": {**defaults, **loaded.models}})
 
 
 def _read_row(dataset: Path, row: int) -> dict[str, Any]:
@@ -97,36 +82,17 @@ def probe(
     overrides: SetOpt = None,
 ) -> None:
     """Print the responder's answer, ℓ_prior, ℓ_post and R for one query on one state."""
+    from prour.build import Builder
     from prour.data.schema import state_from_row
-    from prour.llm.base import SamplingParams
-    from prour.llm.registry import build_llm
-    from prour.rewards import InfoGainReward
-    from prour.rollout import StrictUserSimulator, Verifier
+    from prour.train.reward import info_gain_reward
 
-    loaded = _load_recipe(recipe, list(overrides or [])) if recipe else None
+    loaded = _probe_recipe(recipe, list(overrides or []), model)
     try:
         state = state_from_row(_read_row(dataset, row))
     except ValueError as exc:
         _fail(f"{dataset} row {row}: {exc}")
-    configs, settings = _model_configs(loaded, model), _reward_config(loaded)
-    built: dict[str, Any] = {}  # roles with the same model config share one backend
-
-    def llm(role: str) -> Any:
-        key = configs[role].model_dump_json()
-        if key not in built:
-            built[key] = build_llm(configs[role])
-        return built[key]
-
-    responders = SamplingParams(
-        temperature=settings.responder_temperature, max_tokens=settings.responder_max_tokens
-    )
-    reward = InfoGainReward(
-        llm("generator"),
-        StrictUserSimulator(llm("strict_user"), responders),
-        lambda domain: Verifier(llm("verifier"), domain, settings.verifier_max_steps, responders),
-        settings,
-    )
-    sample = reward.score_group(state, [_as_output(query)])[0]
+    builder = Builder(loaded)  # roles on one model share one backend
+    sample = info_gain_reward(builder).score_group(state, [_as_output(query)])[0]
     _print(state.mode, state.state_id, sample)
 
 

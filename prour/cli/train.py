@@ -16,16 +16,17 @@ TargetOpt = typer.Option(None, "--target", help="Output folder (default: <output
 
 
 def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Any, Any]:
-    """Recipe and train section (exit 2 naming the dotted key on any error)."""
+    """Recipe (``--backend`` is ``train.backend``) and its train section; exit 2 naming the key."""
+    from prour.cli.recipe import load_cli_recipe
     from prour.config import ConfigError
-    from prour.train.recipe import load_train_recipe
+    from prour.train.recipe import train_section
 
     if recipe is None:
         typer.echo("error: --recipe is required", err=True)
         raise typer.Exit(2)
-    extra = list(overrides or []) + ([f"train.backend={backend}"] if backend else [])
+    loaded = load_cli_recipe(recipe, overrides, {"train.backend": backend})
     try:
-        return load_train_recipe(recipe, extra)
+        return loaded, train_section(loaded)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -78,7 +79,7 @@ def _run_local(recipe: Any, cfg: Any, dry_run: bool, resume: bool) -> None:
     from prour.train.local import LocalTrainer
 
     try:
-        last = LocalTrainer(recipe, cfg).run(resume=resume)
+        last = LocalTrainer(recipe).run(resume=resume)
     except (FileExistsError, FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -1,5 +1,5 @@
-"""The data stage from a recipe: its sections, and ``prour extract`` (inputs, decomposer, tokenizer,
-outputs)."""
+"""``prour extract`` from a recipe (inputs, decomposer, tokenizer, outputs) and the data stages'
+provenance."""
 
 from __future__ import annotations
 
@@ -17,32 +17,10 @@ from prour.data.normalize import load_goals
 from prour.data.truncate import PolicyTokens
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prour.build import Builder
     from prour.config import Recipe
-    from prour.data.config import DataConfig
-    from prour.router.config import RouterConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DataRecipe:
-    """A recipe with the two sections the data stage reads."""
-
-    recipe: Recipe
-    data: DataConfig
-    router: RouterConfig
-
-    @property
-    def run_dir(self) -> Path:
-        return self.recipe.resolved_run_dir()
-
-
-def load_data_recipe(path: str | Path, overrides: list[str] | None = None) -> DataRecipe:
-    """Load a recipe with the ``data`` and ``router`` sections the data stage reads."""
-    from prour.cluster.endpoints import load_run_recipe
-
-    recipe = load_run_recipe(path, overrides)
-    return DataRecipe(recipe, recipe.data, recipe.router)
 
 
 @dataclass
@@ -56,35 +34,29 @@ class ExtractResult:
     skipped_lines: list[int] = field(default_factory=list)
 
 
-def build_router(run: DataRecipe) -> Router:
+def build_router(builder: Builder) -> Router:
     """The decomposer of ``models.decomposer`` with the recipe's router settings and thresholds."""
-    from prour.env.environment import tool_schemas
-    from prour.llm.registry import build_llm
-    from prour.router.decomposer import Decomposer
     from prour.router.thresholds import decomposer_model_id
 
-    model = run.recipe.models["decomposer"]
-    model_id = decomposer_model_id(model)
-    thresholds = run.router.thresholds(model_id)
-    llm = build_llm(model)
-
-    @functools.cache
-    def decomposer_for(domain: str) -> Decomposer:
-        return Decomposer(llm, tool_schemas(domain), run.router, thresholds=thresholds)
-
-    return Router(decomposer_for, model_id, decomposer_fingerprint(run.router), thresholds,
-                  run.router.empty_route)
+    recipe = builder.recipe
+    decomposer_for = functools.cache(builder.decomposer)
+    return Router(decomposer_for, decomposer_model_id(builder.model_config("decomposer")),
+                  decomposer_fingerprint(recipe.router), builder.thresholds(),
+                  recipe.router.empty_route)
 
 
-def run_extract(run: DataRecipe, progress: bool = True) -> ExtractResult:
+def run_extract(recipe: Recipe, builder: Builder | None = None,
+                progress: bool = True) -> ExtractResult:
     """Extract the dataset of a recipe's run directory and check it."""
-    cfg, run_dir = run.data, run.run_dir
+    from prour.build import Builder
+
+    cfg, run_dir = recipe.data, recipe.resolved_run_dir()
     source = cfg.path("trajectories", run_dir)
     trajectories = load_trajectories(source, cfg.on_bad_line)
     goals = load_goals(cfg.path("goals", run_dir), cfg.on_bad_line)
-    router = build_router(run)
+    router = build_router(builder or Builder(recipe))
     cache = DecisionCache(cfg.path("decisions", run_dir), cfg.on_bad_line)
-    tokenizer = cfg.tokenizer or run.recipe.models["generator"].path
+    tokenizer = cfg.tokenizer or recipe.models["generator"].path
     tokens = PolicyTokens(tokenizer)
     instances, summary = extract_instances(trajectories, goals, router, cache, tokens, cfg,
                                            progress=progress)
@@ -95,16 +67,14 @@ def run_extract(run: DataRecipe, progress: bool = True) -> ExtractResult:
              "skipped_lines": {str(source): list(trajectories.skipped),
                                str(cache.path): cache.skipped_lines}}
     card = write_dataset(instances, summary, out_dir, extra)
-    record_provenance(run, "extract", out_dir)
+    record_provenance(recipe, "extract", out_dir)
     return ExtractResult(out_dir, source, card, check_dataset(out_dir), list(trajectories.skipped))
 
 
-def record_provenance(run: DataRecipe, stage: str, folder: Path | None = None) -> Path:
-    """Resolved recipe (with the data and router sections), git commit, versions and seed of a
-    stage, in ``folder`` (default ``<run_dir>/provenance/<stage>``)."""
+def record_provenance(recipe: Recipe, stage: str, folder: Path | None = None) -> Path:
+    """Resolved recipe, git commit, versions and seed of a data stage, in ``folder`` (default
+    ``<run_dir>/provenance/<stage>``)."""
     from prour.provenance import write_provenance
 
-    resolved = run.recipe.model_dump(mode="json")
-    resolved.update(data=run.data.model_dump(mode="json"), router=run.router.model_dump(mode="json"))
-    target = folder or run.run_dir / "provenance" / stage
-    return write_provenance(target, resolved, run.recipe.seed, extra={"stage": stage})
+    target = folder or recipe.resolved_run_dir() / "provenance" / stage
+    return write_provenance(target, recipe, extra={"stage": stage})

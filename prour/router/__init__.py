@@ -18,7 +18,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "prour.router.decomposer": (
             "Decision",
             "Decomposer",
-            "build_decomposer",
         ),
         "prour.router.llm_router": (
             "LLMRouter",

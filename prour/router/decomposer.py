@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from prour.config import ModelConfig
 from prour.env.history import render_history
 from prour.llm.base import LLM, ChatRequest, Completion, Message, SamplingParams, ScoreRequest
 from prour.router.candidates import ToolCatalog, answer_text, collect_candidates, render_tools
@@ -261,19 +260,3 @@ class Decomposer:
         decision.empty = False
         decision.route = route_of(uncertainty, *self.thresholds) if self.thresholds else None
 
-
-def build_decomposer(
-    model: ModelConfig,
-    router: RouterConfig,
-    domain: str,
-    llm: LLM | None = None,
-    need_thresholds: bool = True,
-) -> Decomposer:
-    """A routing decomposer for a domain: the model's backend (or ``llm``), the domain's tools and
-    the thresholds calibrated for this model (explicit ``router.tau_*`` win)."""
-    from prour.env.environment import tool_schemas
-    from prour.llm import build_llm
-    from prour.router.thresholds import decomposer_model_id
-
-    thresholds = router.thresholds(decomposer_model_id(model)) if need_thresholds else None
-    return Decomposer(llm or build_llm(model), tool_schemas(domain), router, thresholds=thresholds)

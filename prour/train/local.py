@@ -62,8 +62,10 @@ class LocalTrainer:
         make_state: StateFn | None = None,
         rows: Sequence[dict[str, Any]] | None = None,
     ):
+        if train is not None:  # a train section given apart: the run's recipe holds it
+            recipe = recipe.model_copy(update={"train": train})
         self.recipe = recipe
-        self.cfg = train or train_section(recipe)
+        self.cfg = train_section(recipe)
         self.output_dir = Path(resolve_output_dir(self.cfg, recipe.name))
         self._reward_fn = reward_fn
         self._make_state = make_state
@@ -133,9 +135,11 @@ class LocalTrainer:
 
             self._make_state = state_from_row
         if self._reward_fn is None:
+            from prour.build import Builder
             from prour.train.reward import info_gain_reward
 
-            self._reward_fn = info_gain_reward(self.recipe, self.policy.llm)
+            builder = Builder(self.recipe, {"generator": self.policy.llm})
+            self._reward_fn = info_gain_reward(builder)
 
     def _setup_metrics(self) -> None:
         self.metrics = MetricsLog(
@@ -180,11 +184,9 @@ class LocalTrainer:
     def _write_provenance(self, resumed_from: Path | None) -> None:
         from prour.provenance import write_provenance
 
-        data = recipe_dict(self.recipe) | {"train": self.cfg.model_dump(mode="json")}
         write_provenance(
             self.output_dir,
-            data,
-            self.recipe.seed,
+            self.recipe,
             extra={
                 "resumed_from": str(resumed_from) if resumed_from else None,
                 "start_step": self.step,

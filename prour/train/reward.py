@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from prour.llm.base import Completion
 from prour.rewards.reward import SampleReward
 from prour.rollout.query import parse_query
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.build import Builder
+    from prour.rollout import StrictUserSimulator, Verifier
 
 
 @runtime_checkable
@@ -53,49 +57,31 @@ class VerifiableFormatReward:
 
 @dataclass
 class Responders:
-    """The frozen side of the reward: strict user, verifier per domain, and reward settings."""
+    """The frozen side of the reward: the strict user and a verifier per domain (None: no
+    ``models.verifier``, so verify queries cannot be answered)."""
 
-    strict_user: Any
-    verifier_factory: Callable[[str], Any] | None
-    config: Any
+    strict_user: StrictUserSimulator
+    verifier_factory: Callable[[str], Verifier] | None
 
 
-def build_responders(recipe: Any) -> Responders:
-    """Responders from the recipe: clarify queries go to ``models.strict_user``, verify queries
-    to a read-only verifier on ``models.verifier`` (one per domain, built once)."""
+def build_responders(builder: Builder) -> Responders:
+    """Clarify queries go to ``models.strict_user``, verify queries to a read-only verifier on
+    ``models.verifier`` (one per domain, built once); both decode as ``reward`` says."""
     from prour.config import ConfigError
-    from prour.llm import SamplingParams, build_llm
-    from prour.rewards import RewardConfig
-    from prour.rollout import StrictUserSimulator, Verifier
 
-    config = getattr(recipe, "reward", None) or RewardConfig()
-    if "strict_user" not in recipe.models:
+    if "strict_user" not in builder.recipe.models:
         raise ConfigError(
             "models.strict_user", "the information-gain reward needs the strict user simulator"
         )
-    sampling = SamplingParams(
-        temperature=config.responder_temperature, max_tokens=config.responder_max_tokens
-    )
-    strict_user = StrictUserSimulator(build_llm(recipe.models["strict_user"]), sampling)
-    verifier_factory = None
-    if "verifier" in recipe.models:
-        verifier_llm = build_llm(recipe.models["verifier"])
-
-        @cache
-        def verifier_factory(domain: str) -> Verifier:
-            return Verifier(
-                verifier_llm, domain, max_steps=config.verifier_max_steps, sampling=sampling
-            )
-
-    return Responders(strict_user, verifier_factory, config)
+    verifier_factory = cache(builder.verifier) if "verifier" in builder.recipe.models else None
+    return Responders(builder.strict_user(), verifier_factory)
 
 
-def info_gain_reward(
-    recipe: Any, policy_llm: Any, responders: Responders | None = None
-) -> RewardFn:
-    """The paper's reward: ``policy_llm`` (the live policy) scores beliefs, the frozen responders
-    answer; settings from the recipe's ``reward`` section (defaults when it has none)."""
+def info_gain_reward(builder: Builder, responders: Responders | None = None) -> RewardFn:
+    """The paper's reward: the builder's ``generator`` (the live policy, given to the builder by
+    the trainer) scores beliefs, the frozen responders answer; settings from ``reward``."""
     from prour.rewards import InfoGainReward
 
-    r = responders or build_responders(recipe)
-    return InfoGainReward(policy_llm, r.strict_user, r.verifier_factory, r.config)
+    r = responders or build_responders(builder)
+    return InfoGainReward(builder.llm("generator"), r.strict_user, r.verifier_factory,
+                          builder.recipe.reward)

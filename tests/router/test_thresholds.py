@@ -57,22 +57,24 @@ def test_router_config_reads_thresholds_for_its_model(tmp_path: Path) -> None:
         RouterConfig().thresholds(model_id)
 
 
-def test_build_decomposer_reads_the_thresholds_of_its_model(tmp_path: Path) -> None:
+def test_built_decomposer_reads_the_thresholds_of_its_model(tmp_path: Path) -> None:
+    from prour.build import Builder
+    from prour.config import Recipe
     from prour.llm.scripted import ScriptedLLM
-    from prour.router import build_decomposer
 
     path = tmp_path / "t.json"
-    model = ModelConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="qwen3-8b")
     save_thresholds(
         path, "openai:qwen3-8b", calibrate([0.3, 0.0], [0.0, 0.0], ["clarify", "act"]), "d"
     )
-    decomposer = build_decomposer(
-        model, RouterConfig(thresholds_file=str(path)), "retail", llm=ScriptedLLM()
-    )
+
+    def decomposer_of(served: str):
+        model = ModelConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model=served)
+        recipe = Recipe(name="t", models={"decomposer": model},
+                        router=RouterConfig(thresholds_file=str(path)))
+        return Builder(recipe, {"decomposer": ScriptedLLM()}).decomposer("retail")
+
+    decomposer = decomposer_of("qwen3-8b")
     assert decomposer.thresholds == (0.01, 0.01)  # act needs EU < τ_EU, so τ_EU > 0
     assert "get_order_details" in decomposer.catalog.names
-    other = ModelConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="glm-4-32b")
     with pytest.raises(ThresholdsNotFound, match="glm-4-32b"):
-        build_decomposer(
-            other, RouterConfig(thresholds_file=str(path)), "retail", llm=ScriptedLLM()
-        )
+        decomposer_of("glm-4-32b")

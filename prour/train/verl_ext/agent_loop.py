@@ -36,11 +36,12 @@ AGENT_NAME = "prour_query"
 @lru_cache(maxsize=2)
 def _run_context(recipe_path: str) -> tuple[Any, Any]:
     """The run's recipe and frozen responders (clients), built once per worker process."""
+    from prour.build import Builder
     from prour.train.recipe import load_train_recipe
     from prour.train.reward import build_responders
 
     recipe, _train = load_train_recipe(recipe_path)
-    return recipe, build_responders(recipe)
+    return recipe, build_responders(Builder(recipe))
 
 
 @register(AGENT_NAME)
@@ -54,10 +55,11 @@ class QueryAgentLoop(AgentLoopBase):
 
     def _reward(self) -> Any:
         """The reward with the rollout servers as the policy LLM (per loop; responders shared)."""
+        from prour.build import Builder
         from prour.train.reward import info_gain_reward
 
         policy = RolloutServerLLM(self._generate, self.tokenizer, self.loop)
-        return info_gain_reward(self.recipe, policy, self.responders)
+        return info_gain_reward(Builder(self.recipe, {"generator": policy}), self.responders)
 
     async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Any:
         return await self.server_manager.generate(
