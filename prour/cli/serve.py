@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.cluster.recipe import ClusterRecipe
+    from prour.config import Recipe
 
 RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
 SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
@@ -21,7 +21,7 @@ EndpointsOpt = typer.Option(
 )
 
 
-def _load(recipe: str, overrides: list[str] | None) -> ClusterRecipe:
+def _load(recipe: str, overrides: list[str] | None) -> Recipe:
     """Load the recipe with its serve/slurm sections; exit 2 naming the dotted key on an error."""
     from prour.cluster.recipe import load_cluster_recipe
     from prour.config import ConfigError
@@ -97,7 +97,7 @@ def endpoints(
     )
 
     loaded = _load(recipe, overrides)
-    path = file or endpoints_path(loaded.recipe)
+    path = file or endpoints_path(loaded)
     try:
         record = wait_for_endpoints(path, wait) if wait > 0 else read_endpoints(path)
     except EndpointsError as exc:

@@ -57,7 +57,7 @@ def submit(
     items = list(overrides or [])
     try:
         loaded = load_cluster_recipe(recipe, items)
-        folder = (run_dir or loaded.run_dir).resolve()
+        folder = (run_dir or loaded.resolved_run_dir()).resolve()
         request = SubmitRequest(
             Path(recipe).resolve(),
             [s.strip() for s in stages.split(",")],

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.recipe import ClusterRecipe
 from prour.cluster.slurm import MANIFEST, StagePlan, SubmitRequest
+from prour.config import Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +58,10 @@ def sbatch_command(plan: StagePlan, dependency_id: str | None, kill_on_invalid: 
 
 
 def stop_serve_command(
-    loaded: ClusterRecipe, serve_id: str, after_ids: Sequence[str], log: Path
+    recipe: Recipe, serve_id: str, after_ids: Sequence[str], log: Path
 ) -> list[str]:
     """A small job that SIGTERMs the serve job once every dependent stage has ended (any state)."""
-    res = loaded.slurm.resources("serve")
+    res = recipe.slurm.resources("serve")
     site = [
         f"--{key}={value}"
         for key, value in (("partition", res.partition), ("account", res.account), ("qos", res.qos))
@@ -70,7 +70,7 @@ def stop_serve_command(
     return [
         "sbatch",
         "--parsable",
-        f"--job-name=prour-{loaded.recipe.name}-serve-stop",
+        f"--job-name=prour-{recipe.name}-serve-stop",
         f"--dependency=afterany:{':'.join(after_ids)}",
         f"--output={log}",
         "--time=00:10:00",
@@ -82,7 +82,7 @@ def stop_serve_command(
     ]
 
 
-def dry_run_text(plans: Sequence[StagePlan], loaded: ClusterRecipe) -> str:
+def dry_run_text(plans: Sequence[StagePlan], recipe: Recipe) -> str:
     """The sbatch commands as a runnable shell snippet, followed by every rendered script."""
     lines = [
         "# prour slurm submit --dry-run: nothing was written or submitted.",
@@ -90,7 +90,7 @@ def dry_run_text(plans: Sequence[StagePlan], loaded: ClusterRecipe) -> str:
     ]
     for plan in plans:
         dep = f"${JOB_VARS[plan.after]}" if plan.after else None
-        cmd = shlex.join(sbatch_command(plan, "DEP", loaded.slurm.kill_on_invalid_dep))
+        cmd = shlex.join(sbatch_command(plan, "DEP", recipe.slurm.kill_on_invalid_dep))
         if dep:
             cmd = cmd.replace(":DEP", f":{dep}")
         lines.append(f"{JOB_VARS[plan.stage]}=$({cmd} | cut -d';' -f1)")
@@ -130,7 +130,7 @@ def _job_id(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def submit(
-    loaded: ClusterRecipe,
+    recipe: Recipe,
     request: SubmitRequest,
     plans: Sequence[StagePlan],
     runner: Runner = run_command,
@@ -139,7 +139,7 @@ def submit(
     write_scripts(plans)
     ids: dict[str, str] = {}
     for plan in plans:
-        cmd = sbatch_command(plan, ids.get(plan.after or ""), loaded.slurm.kill_on_invalid_dep)
+        cmd = sbatch_command(plan, ids.get(plan.after or ""), recipe.slurm.kill_on_invalid_dep)
         done = runner(cmd)
         if done.returncode != 0 or not done.stdout.strip():
             cancel_jobs(list(ids.values()), runner)
@@ -155,11 +155,11 @@ def submit(
     entries = [manifest_entry(plan, ids) for plan in plans]
     serve = next((p for p in plans if p.long_running), None)
     if serve and len(plans) > 1:
-        entries.append(submit_stop_serve(loaded, request, ids, runner))
+        entries.append(submit_stop_serve(recipe, request, ids, runner))
     manifest = {
         "schema": SCHEMA,
         "recipe": str(request.recipe_path),
-        "name": loaded.recipe.name,
+        "name": recipe.name,
         "run_dir": str(request.run_dir),
         "workdir": str(request.workdir),
         "overrides": request.overrides,
@@ -168,33 +168,28 @@ def submit(
     }
     path = request.run_dir / MANIFEST
     path.write_text(json.dumps(manifest, indent=2) + "\n")
-    record_provenance(loaded, request)
+    record_provenance(recipe, request)
     return manifest
 
 
-def record_provenance(loaded: ClusterRecipe, request: SubmitRequest) -> None:
+def record_provenance(recipe: Recipe, request: SubmitRequest) -> None:
     """Resolved recipe, commit and versions of the submission, in ``<run_dir>/slurm``."""
     from prour.provenance import write_provenance
 
-    resolved = loaded.recipe.model_dump(mode="json")
-    resolved.update(
-        serve=loaded.serve.model_dump(mode="json"), slurm=loaded.slurm.model_dump(mode="json")
-    )
     write_provenance(
         request.run_dir / "slurm",
-        resolved,
-        loaded.recipe.seed,
+        recipe,
         extra={"stages": request.stages, "overrides": request.overrides},
     )
 
 
 def submit_stop_serve(
-    loaded: ClusterRecipe, request: SubmitRequest, ids: dict[str, str], runner: Runner
+    recipe: Recipe, request: SubmitRequest, ids: dict[str, str], runner: Runner
 ) -> dict[str, Any]:
     """Submit the job that ends the serve stage after the others; its manifest entry."""
     log = request.run_dir / "slurm" / "logs" / "serve_stop-%j.out"
     others = [job for stage, job in ids.items() if stage != "serve"]
-    done = runner(stop_serve_command(loaded, ids["serve"], others, log))
+    done = runner(stop_serve_command(recipe, ids["serve"], others, log))
     if done.returncode != 0:
         raise SubmitError(
             f"sbatch refused the serve-stop job: {done.stderr.strip()} (the serve "

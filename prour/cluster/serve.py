@@ -21,9 +21,9 @@ from typing import Any
 
 from prour.cluster.config import ServedModel
 from prour.cluster.endpoints import endpoints_path, read_endpoints, write_endpoints
-from prour.cluster.recipe import ClusterRecipe, served_roles
-from prour.config import MODEL_ROLES
+from prour.cluster.recipe import served_roles
 from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
+from prour.config import MODEL_ROLES, Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -51,36 +51,36 @@ class ServerPlan:
         return socket.gethostname() if self.host in WILDCARD_HOSTS else self.host
 
 
-def plan_servers(loaded: ClusterRecipe, roles: Sequence[str] | None = None) -> list[ServerPlan]:
+def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[ServerPlan]:
     """The servers the recipe asks for, restricted to those used by ``roles`` when given."""
-    users = served_roles(loaded.recipe, loaded.serve)
+    users = served_roles(recipe)
     wanted = list(users)
     if roles:
-        check_roles(loaded, roles, users)
+        check_roles(recipe, roles, users)
         wanted = [model_id for model_id, used in users.items() if set(used) & set(roles)]
-    log_dir = Path(loaded.serve.log_dir)
+    log_dir = Path(recipe.serve.log_dir)
     if not log_dir.is_absolute():
-        log_dir = loaded.run_dir / log_dir
+        log_dir = recipe.resolved_run_dir() / log_dir
     return [
         ServerPlan(
             model_id=model_id,
-            spec=loaded.serve.models[model_id],
+            spec=recipe.serve.models[model_id],
             roles=tuple(users[model_id]),
-            host=loaded.serve.models[model_id].host or loaded.serve.host,
+            host=recipe.serve.models[model_id].host or recipe.serve.host,
             log_path=log_dir / f"{safe_name(model_id)}.log",
         )
         for model_id in wanted
     ]
 
 
-def check_roles(loaded: ClusterRecipe, roles: Sequence[str], users: dict[str, list[str]]) -> None:
+def check_roles(recipe: Recipe, roles: Sequence[str], users: dict[str, list[str]]) -> None:
     """Each requested role exists and is served by this recipe."""
     served = {role for used in users.values() for role in used}
     for role in roles:
         if role not in MODEL_ROLES:
             raise ServeError(f"--roles: unknown role {role!r}; valid: {', '.join(MODEL_ROLES)}")
         if role not in served:
-            cfg = loaded.recipe.models.get(role)
+            cfg = recipe.models.get(role)
             why = (
                 "is not in the recipe's models"
                 if cfg is None
@@ -274,7 +274,7 @@ def refuse_if_serving(path: Path) -> None:
 
 
 def serve(
-    loaded: ClusterRecipe,
+    recipe: Recipe,
     stop: threading.Event,
     roles: Sequence[str] | None = None,
     endpoints: Path | None = None,
@@ -282,10 +282,10 @@ def serve(
     poll_s: float = 1.0,
 ) -> Path:
     """Start the recipe's servers, publish the endpoints, hold until ``stop``; raise on failure."""
-    path = endpoints or endpoints_path(loaded.recipe)
+    path = endpoints or endpoints_path(recipe)
     refuse_if_serving(path)
-    plans = plan_servers(loaded, roles)
-    group = ServerGroup(plans, loaded.serve.python, loaded.serve.startup_timeout_s)
+    plans = plan_servers(recipe, roles)
+    group = ServerGroup(plans, recipe.serve.python, recipe.serve.startup_timeout_s)
     if not plans:
         write_endpoints(path, group.record("ready"))
         on_ready(group.record("ready"))

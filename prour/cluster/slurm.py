@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.cluster.config import SlurmResources
-from prour.cluster.recipe import ClusterRecipe
-from prour.config import ConfigError
+from prour.config import ConfigError, Recipe
 from prour.train.config import TrainConfig
 from prour.train.recipe import resolve_output_dir
 
@@ -180,15 +179,15 @@ def default_setup() -> list[str]:
     return [f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"']
 
 
-def _train(loaded: ClusterRecipe) -> TrainConfig:
+def _train(recipe: Recipe) -> TrainConfig:
     """The recipe's ``train`` section (its defaults when the recipe has none)."""
-    return loaded.recipe.train if loaded.recipe.train is not None else TrainConfig()
+    return recipe.train if recipe.train is not None else TrainConfig()
 
 
-def train_layout(loaded: ClusterRecipe) -> tuple[str, int | None, int | None, list[str]]:
+def train_layout(recipe: Recipe) -> tuple[str, int | None, int | None, list[str]]:
     """(template, nodes, GPUs per node, extra train args) from the recipe's train section."""
-    train = _train(loaded)
-    res = loaded.slurm.resources("train")
+    train = _train(recipe)
+    res = recipe.slurm.resources("train")
     if train.backend == "verl":
         nnodes, gpus = train.verl.nnodes, train.verl.n_gpus_per_node
         if res.nodes is not None and res.nodes != nnodes:
@@ -203,22 +202,22 @@ def train_layout(loaded: ClusterRecipe) -> tuple[str, int | None, int | None, li
     return "train", res.nodes or 1, gpus, []
 
 
-def train_output_dir(loaded: ClusterRecipe) -> str:
+def train_output_dir(recipe: Recipe) -> str:
     """Where training writes ``step_N`` folders (``train.output_dir`` with the recipe name)."""
-    return resolve_output_dir(_train(loaded), loaded.recipe.name)
+    return resolve_output_dir(_train(recipe), recipe.name)
 
 
-def serve_gpus(loaded: ClusterRecipe) -> int | None:
+def serve_gpus(recipe: Recipe) -> int | None:
     """GPUs the serve job needs: one past the highest GPU index any server lists (None: unknown)."""
-    listed = [gpu for spec in loaded.serve.models.values() for gpu in (spec.gpus or [])]
-    if not loaded.serve.models:
+    listed = [gpu for spec in recipe.serve.models.values() for gpu in (spec.gpus or [])]
+    if not recipe.serve.models:
         return 0
     return max(listed) + 1 if listed else None
 
 
-def eval_matrix(loaded: ClusterRecipe) -> list[tuple[int, str]]:
+def eval_matrix(recipe: Recipe) -> list[tuple[int, str]]:
     """(seed, domain) per array task, seed-major: the eval section's seeds x domains."""
-    cfg = loaded.recipe.eval
+    cfg = recipe.eval
     return [(seed, domain) for seed in cfg.seeds for domain in cfg.domains]
 
 
@@ -255,26 +254,26 @@ class StageLayout:
     array: str | None = None
 
 
-def serve_stage(loaded: ClusterRecipe, slurm_dir: Path) -> StageLayout:
-    return StageLayout("serve", str(slurm_dir / "logs" / "serve-%j.out"), gpus=serve_gpus(loaded))
+def serve_stage(recipe: Recipe, slurm_dir: Path) -> StageLayout:
+    return StageLayout("serve", str(slurm_dir / "logs" / "serve-%j.out"), gpus=serve_gpus(recipe))
 
 
-def train_stage(loaded: ClusterRecipe, slurm_dir: Path, wait: int) -> StageLayout:
-    template, nodes, gpus, train_args = train_layout(loaded)
+def train_stage(recipe: Recipe, slurm_dir: Path, wait: int) -> StageLayout:
+    template, nodes, gpus, train_args = train_layout(recipe)
     variables: dict[str, Any] = {"PROUR_TRAIN_ARGS": train_args, "PROUR_WAIT_ENDPOINTS": wait}
     if template == "train_multinode":
         variables.update(
-            PROUR_GPUS_PER_NODE=gpus, RAY_PORT=loaded.slurm.ray_port, RAY_START_TIMEOUT=600
+            PROUR_GPUS_PER_NODE=gpus, RAY_PORT=recipe.slurm.ray_port, RAY_START_TIMEOUT=600
         )
     log = str(slurm_dir / "logs" / "train-%j.out")
     return StageLayout(template, log, nodes, gpus, variables)
 
 
 def eval_stage(
-    loaded: ClusterRecipe, request: SubmitRequest, slurm_dir: Path, wait: int
+    recipe: Recipe, request: SubmitRequest, slurm_dir: Path, wait: int
 ) -> StageLayout:
-    matrix = eval_matrix(loaded)
-    throttle = f"%{loaded.slurm.eval_max_parallel}" if loaded.slurm.eval_max_parallel else ""
+    matrix = eval_matrix(recipe)
+    throttle = f"%{recipe.slurm.eval_max_parallel}" if recipe.slurm.eval_max_parallel else ""
     variables = {
         "PROUR_SEEDS": list(dict.fromkeys(seed for seed, _ in matrix)),
         "PROUR_DOMAINS": list(dict.fromkeys(domain for _, domain in matrix)),
@@ -297,17 +296,17 @@ def eval_stage(
 
 
 def plan_stage(
-    loaded: ClusterRecipe, request: SubmitRequest, stage: str, serves: bool
+    recipe: Recipe, request: SubmitRequest, stage: str, serves: bool
 ) -> StagePlan:
     """Render the script of one stage."""
     slurm_dir = request.run_dir / "slurm"
-    wait = int(loaded.slurm.endpoints_wait_s) if serves else 0
+    wait = int(recipe.slurm.endpoints_wait_s) if serves else 0
     if stage == "serve":
-        layout = serve_stage(loaded, slurm_dir)
+        layout = serve_stage(recipe, slurm_dir)
     elif stage == "train":
-        layout = train_stage(loaded, slurm_dir, wait)
+        layout = train_stage(recipe, slurm_dir, wait)
     else:
-        layout = eval_stage(loaded, request, slurm_dir, wait)
+        layout = eval_stage(recipe, request, slurm_dir, wait)
     variables: dict[str, Any] = {
         "PROUR_STAGE": stage,
         "PROUR_WORKDIR": str(request.workdir),
@@ -316,25 +315,25 @@ def plan_stage(
         "PROUR_SETS": stage_overrides(request),
         **layout.variables,
     }
-    res = loaded.slurm.resources(stage)
-    name = f"prour-{loaded.recipe.name}-{stage}"
+    res = recipe.slurm.resources(stage)
+    name = f"prour-{recipe.name}-{stage}"
     values = directive_values(res, name, layout.log, layout.nodes, layout.gpus)
     if layout.array:
         values["array"] = layout.array
-    folder = loaded.slurm.templates_dir
+    folder = recipe.slurm.templates_dir
     template_path = (Path(folder) if folder else default_templates_dir()) / TEMPLATES[
         layout.template
     ]
     if not template_path.is_file():
         raise RenderError(f"template {template_path} not found (slurm.templates_dir)")
-    setup = loaded.slurm.setup if loaded.slurm.setup is not None else default_setup()
+    setup = recipe.slurm.setup if recipe.slurm.setup is not None else default_setup()
     script, notes = render_script(
         template_path.read_text(),
         str(template_path),
         values,
         res.extra,
         variables,
-        loaded.slurm.env,
+        recipe.slurm.env,
         setup,
     )
     return StagePlan(
@@ -350,19 +349,19 @@ def plan_stage(
     )
 
 
-def plan_submission(loaded: ClusterRecipe, request: SubmitRequest) -> list[StagePlan]:
+def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
     """Scripts for the requested stages in pipeline order, each depending on the one before."""
     unknown = [s for s in request.stages if s not in ("serve", "train", "eval")]
     if unknown or not request.stages:
         raise ValueError(f"--stages: unknown {unknown or 'empty list'}; valid: serve, train, eval")
-    serves = bool(loaded.serve.models)
+    serves = bool(recipe.serve.models)
     if "train" in request.stages and "eval" in request.stages and not request.checkpoint:
-        request.checkpoint = str(request.workdir / train_output_dir(loaded))
+        request.checkpoint = str(request.workdir / train_output_dir(recipe))
     plans: list[StagePlan] = []
     for stage in ("serve", "train", "eval"):
         if stage not in request.stages:
             continue
-        plan = plan_stage(loaded, request, stage, serves)
+        plan = plan_stage(recipe, request, stage, serves)
         if plans:
             before = plans[-1]
             plan.after = before.stage
