@@ -22,15 +22,11 @@ from prour.env.trajectory import append_jsonl, read_jsonl
 from prour.router.annotation import annotate, read_labels, read_states
 from prour.router.calibration import Calibration, RoutingScores, calibrate, score_routes
 from prour.router.routing import route_many
-from prour.router.thresholds import (
-    Thresholds,
-    decomposer_model_id,
-    load_thresholds,
-    save_thresholds,
-)
+from prour.router.thresholds import decomposer_model_id, load_thresholds, save_thresholds
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
+    from prour.router.thresholds import Thresholds
 
 logger = logging.getLogger(__name__)
 
