@@ -77,6 +77,10 @@ def check_dataset(dataset_dir: str | Path) -> list[str]:
             )
             continue
         rows = [dict(row) for row in load_split(path)]
+        outdated = version_problem(rows[0]["extra_info"] or {})
+        if outdated:  # one error per file, not one per row
+            errors.append(f"{path}: {outdated[0]}")
+            continue
         errors.extend(check_rows(rows, where=f"{path}: "))
         trajectories[split] = {r["extra_info"]["trajectory_id"] for r in rows if r["extra_info"]}
     shared = set.intersection(*trajectories.values()) if len(trajectories) == 2 else set()

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import write_world as world_lib
 
-from prour.data.dataset import load_split, read_rows, split_path, write_rows
+from prour.data.dataset import check_dataset, load_split, read_rows, split_path, write_rows
 from prour.data.schema import SCHEMA_VERSION, check_row, state_from_row
 
 REWARD_FIELDS = ("mode", "history", "target", "domain", "task_id", "state_id", "env_history",
@@ -100,6 +100,11 @@ def test_a_version_1_parquet_is_refused_with_the_fix(world, tmp_path, tiny_model
     with pytest.raises(ValueError, match="rebuild the dataset with `prour extract`"):
         state_from_row(pq.read_table(path).to_pylist()[0])
     assert "schema_version is 1" in check_row(old[0])[0]
+    (tmp_path / "old").mkdir()
+    for split in ("train", "validation"):
+        pq.write_table(pa.Table.from_pylist(old * 3), split_path(tmp_path / "old", split))
+    errors = check_dataset(tmp_path / "old")
+    assert len(errors) == 2 and all("rebuild the dataset" in e for e in errors)
     config = OmegaConf.create({"max_prompt_length": 4096, "filter_overlong_prompts": False,
                                "cache_dir": str(tmp_path / "cache")})
     with pytest.raises(ValueError, match="rebuild the dataset with `prour extract`"):
