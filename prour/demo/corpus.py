@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from prour.demo import actions, targets
 from prour.demo.transcripts import DecisionPoint, TaskText, corpus_task_ids, replay
+from prour.env.domains import DOMAINS
 from prour.llm.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -314,7 +315,7 @@ class Corpus:
 
 
 def build_corpus(
-    domains: Sequence[str] = ("retail", "airline", "telecom"),
+    domains: Sequence[str] = DOMAINS,
     split: str = "train",
     seed: int = 0,
     tasks_per_domain: int | None = DEFAULT_TASKS_PER_DOMAIN,

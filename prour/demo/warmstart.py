@@ -37,6 +37,7 @@ from prour.demo.folders import build_folder, save_quietly
 from prour.demo.tiny import MARKER_FILE as TINY_MARKER_FILE
 from prour.demo.training import Row, RowPacker, loss_summary, torch_threads, train_replies
 from prour.demo.transcripts import check_split
+from prour.env.domains import DOMAINS
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def warm_start(
     *,
     steps: int = DEFAULT_STEPS,
     seed: int = 0,
-    domains: Sequence[str] = ("retail", "airline", "telecom"),
+    domains: Sequence[str] = DOMAINS,
     split: str = "train",
     tasks_per_domain: int | None = DEFAULT_TASKS_PER_DOMAIN,
     rows_per_step: int = 1,
