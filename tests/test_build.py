@@ -60,6 +60,19 @@ def test_one_model_shared_by_seven_roles_loads_once(tiny_model_dir: Path,
     builder.close()
 
 
+def test_the_smoke_recipe_loads_its_one_model_once_for_all_roles(tiny_model_dir: Path,
+                                                                  model_loads: list[str]) -> None:
+    from prour.config import load_recipe
+
+    smoke = Path(__file__).resolve().parents[1] / "recipes" / "smoke.yaml"
+    roles = list(load_recipe(smoke).models)
+    recipe = load_recipe(smoke, [f"models.{role}.path={tiny_model_dir}" for role in roles])
+    builder = Builder(recipe)
+    assert len({id(builder.llm(role)) for role in roles}) == 1
+    assert len(roles) == 9 and model_loads == [str(tiny_model_dir)]
+    builder.close()
+
+
 def test_a_role_with_another_dtype_loads_its_own_copy(tiny_model_dir: Path,
                                                        model_loads: list[str]) -> None:
     builder = Builder(_recipe(tiny_model_dir, verifier={"dtype": "bfloat16"}))
