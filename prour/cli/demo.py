@@ -62,15 +62,10 @@ def demo(
     recipe: str = RecipeOpt, warm: bool = WarmOpt, overrides: list[str] | None = SetOpt
 ) -> None:
     """Run the whole pipeline on tiny local models (CPU) and print where its outputs are."""
-    from prour.cluster.endpoints import load_run_recipe
-    from prour.config import ConfigError
+    from prour.cli.recipe import load_cli_recipe
 
     sets = [part for item in overrides or [] for part in ("--set", item)]
-    try:
-        loaded = load_run_recipe(recipe, list(overrides or []))
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    loaded = load_cli_recipe(recipe, overrides)
     if loaded.train is None:
         typer.echo(f"error: {recipe}: train: the demo recipe needs a `train` section", err=True)
         raise typer.Exit(2)

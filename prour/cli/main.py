@@ -16,13 +16,9 @@ app = typer.Typer(
 @app.command()
 def validate(recipe: str = typer.Argument(..., help="Path to a YAML recipe.")) -> None:
     """Check a recipe without loading any model; print the first error with its dotted key."""
-    from prour.config import ConfigError, load_recipe
+    from prour.cli.recipe import load_cli_recipe
 
-    try:
-        loaded = load_recipe(recipe)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    loaded = load_cli_recipe(recipe, served=False)
     typer.echo(f"ok: {recipe} (recipe {loaded.name!r})")
 
 
