@@ -10,18 +10,25 @@ differs here; the verifier answers as in training (``reward.verifier_max_steps``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from prour.env.domains import DomainName, SplitName
-from prour.eval.attention.config import AttentionConfig
-from prour.eval.attention.policies import check_policy_options
+from prour.eval.attention.config import AttentionConfig, check_policy_options
+from prour.registry import unknown_name
 from prour.section import Section
 
-if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import Recipe
-    from prour.router.config import RouterConfig
+# The names of prour.eval.methods.METHODS (a test keeps the two equal), known here so that a
+# recipe naming an unknown method fails when it loads.
+METHOD_NAMES = ("base", "prour", "clarify-only", "verify-only", "llm-router", "oracle")
+
+
+def check_method_name(name: str) -> str:
+    """``name`` if it is a method; else a ValueError listing the valid ones and the closest."""
+    if name not in METHOD_NAMES:
+        raise ValueError(unknown_name("method", name, METHOD_NAMES))
+    return name
 
 
 def parse_variant(text: str) -> tuple[str, int | None]:
@@ -41,7 +48,7 @@ def parse_variant(text: str) -> tuple[str, int | None]:
 class EvalConfig(Section):
     """Settings of ``prour eval`` (prour paper section 4 and A.2.1; ask-less paper protocol)."""
 
-    methods: list[str] = Field(default_factory=lambda: ["base", "prour"])  # eval.methods.METHODS
+    methods: list[str] = Field(default_factory=lambda: ["base", "prour"])  # from METHOD_NAMES
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])  # one trial per seed and task
     domains: list[DomainName] = Field(default_factory=lambda: ["retail", "airline"])
     split: SplitName = "test"
@@ -64,12 +71,10 @@ class EvalConfig(Section):
     @field_validator("methods")
     @classmethod
     def _known_methods(cls, value: list[str]) -> list[str]:
-        from prour.eval.methods import check_method
-
         if not value:
             raise ValueError("list at least one method")
         for name in value:
-            check_method(name)
+            check_method_name(name)
         return list(dict.fromkeys(value))
 
     @field_validator("seeds")
@@ -102,17 +107,3 @@ class EvalConfig(Section):
             name, budget = parse_variant(text)
             out.append(self.attention.model_copy(update={"policy": name, "budget": budget}))
         return out
-
-
-def variant_name(attention: AttentionConfig | None) -> str | None:
-    """``policy@N`` (or the bare policy) of an attention setting; None without one."""
-    if attention is None:
-        return None
-    from prour.eval.attention.analysis import method_name
-
-    return method_name(attention.policy, attention.budget)
-
-
-def recipe_sections(recipe: Recipe) -> tuple[EvalConfig, RouterConfig]:
-    """The recipe's ``eval`` and ``router`` sections."""
-    return recipe.eval, recipe.router

@@ -24,8 +24,7 @@ from typing import Any
 from prour.build import Builder
 from prour.config import Recipe
 from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl
-from prour.eval.config import variant_name
-from prour.eval.methods import MethodKit, checkpoint_model
+from prour.eval.methods import MethodKit, checkpoint_model, variant_name
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from prour.config import ModelConfig, Recipe
 from prour.eval.config import EvalConfig
 from prour.registry import Registry
-from prour.router.routing import ROUTES
+from prour.router.routing import ROUTES, episode_budget
 from prour.train.config import RolloutSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,6 +72,15 @@ METHODS: Registry[MethodSpec] = Registry("method", {
 def check_method(name: str) -> MethodSpec:
     """The registry entry of ``name``; unknown names list the valid ones."""
     return METHODS.get(name)
+
+
+def variant_name(attention: AttentionConfig | None) -> str | None:
+    """``policy@N`` (or the bare policy) of an attention setting; None without one."""
+    if attention is None:
+        return None
+    from prour.eval.attention.analysis import method_name
+
+    return method_name(attention.policy, attention.budget)
 
 
 # ---- checkpoints ---------------------------------------------------------------------------
@@ -181,7 +190,7 @@ class MethodKit:
 
     @staticmethod
     def _spec_needs_review(attention: AttentionConfig) -> bool:
-        from prour.eval.attention.policies import policy_spec
+        from prour.eval.attention.config import policy_spec
 
         return policy_spec(attention.policy).needs_llm
 
@@ -253,18 +262,19 @@ class MethodKit:
             else DecomposerRouter(episode.decomposer(domain))
         verifier = episode.verifier(domain) if "verify" in spec.routes else None
         return ProactiveAgent(task_agent, router, generator, verifier, spec.routes,
-                              episode.recipe.router.new_budget)
+                              lambda: episode_budget(episode.recipe.router))
 
     def _attentive(self, agent: Agent, domain: str, attention: AttentionConfig,
                    episode: Builder) -> Agent:
         from prour.env.domains import domain_policy
         from prour.eval.attention.agent import AttentiveAgent
         from prour.eval.attention.classifier import RequestClassifier
+        from prour.eval.attention.policies import configured_policy
 
         labeller = episode.llm("judge") if self.cfg.classifier == "judge" else None
         classifier = RequestClassifier(labeller, domain_policy(domain),
                                        attention.classifier_attempts,
                                        cache=self.caches.get("classifier"))
         reviewer = episode.llm("agent") if self._spec_needs_review(attention) else None
-        policy = attention.build(classifier, reviewer)
+        policy = configured_policy(attention, classifier, reviewer)
         return AttentiveAgent(agent, policy, attention.max_redrafts)

@@ -1,23 +1,27 @@
 """Model backends behind one protocol (:mod:`prour.llm.base`), chosen by name."""
 
-from prour._lazy import lazy_exports
-
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "prour.llm.base": (
-            "LLM",
-            "BackendError",
-            "ChatRequest",
-            "Completion",
-            "Message",
-            "SamplingParams",
-            "ScoreRequest",
-            "ScoreResult",
-            "ToolCall",
-        ),
-        "prour.llm.registry": (
-            "build_llm",
-        ),
-    },
+from prour.llm.base import (
+    LLM,
+    BackendError,
+    ChatRequest,
+    Completion,
+    Message,
+    SamplingParams,
+    ScoreRequest,
+    ScoreResult,
+    ToolCall,
 )
+from prour.llm.registry import build_llm
+
+__all__ = [
+    "LLM",
+    "BackendError",
+    "ChatRequest",
+    "Completion",
+    "Message",
+    "SamplingParams",
+    "ScoreRequest",
+    "ScoreResult",
+    "ToolCall",
+    "build_llm",
+]

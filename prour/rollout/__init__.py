@@ -1,26 +1,26 @@
 """Query generator (prompts, parser) and the frozen responders: strict user simulator, verifier."""
 
-from prour._lazy import lazy_exports
-
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "prour.rollout.query": (
-            "PROMPTS_VERSION",
-            "ParsedQuery",
-            "clarify_prompt",
-            "parse_query",
-            "query_prompt",
-            "verify_prompt",
-        ),
-        "prour.rollout.strict_user": (
-            "StrictUserSimulator",
-        ),
-        "prour.rollout.verifier": (
-            "ReadOnlyViolation",
-            "Verifier",
-            "VerifierCall",
-            "VerifierResult",
-        ),
-    },
+from prour.rollout.query import (
+    PROMPTS_VERSION,
+    ParsedQuery,
+    clarify_prompt,
+    parse_query,
+    query_prompt,
+    verify_prompt,
 )
+from prour.rollout.strict_user import StrictUserSimulator
+from prour.rollout.verifier import ReadOnlyViolation, Verifier, VerifierCall, VerifierResult
+
+__all__ = [
+    "PROMPTS_VERSION",
+    "ParsedQuery",
+    "ReadOnlyViolation",
+    "StrictUserSimulator",
+    "Verifier",
+    "VerifierCall",
+    "VerifierResult",
+    "clarify_prompt",
+    "parse_query",
+    "query_prompt",
+    "verify_prompt",
+]

@@ -1,43 +1,25 @@
-"""Uncertainty routing: the decomposer (AU/EU), AU-first routing, calibration, the LLM router."""
+"""Uncertainty routing: the decomposer (AU/EU), AU-first routing, calibration, the LLM router.
 
-from prour._lazy import lazy_exports
+Names load on first use (``from prour.router import decompose, route, calibrate``), so that
+:mod:`prour.config` can import the ``router`` section (:mod:`prour.router.config`) alone.
+"""
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "prour.router.calibration": (
-            "Calibration",
-            "RoutingScores",
-            "calibrate",
-            "evaluate_thresholds",
-        ),
-        "prour.router.config": (
-            "CalibrationConfig",
-            "RouterConfig",
-        ),
-        "prour.router.decomposer": (
-            "Decision",
-            "Decomposer",
-        ),
-        "prour.router.llm_router": (
-            "LLMRouter",
-            "RouterDecision",
-        ),
-        "prour.router.routing": (
-            "ROUTES",
-            "DecomposerBudget",
-            "route",
-        ),
-        "prour.router.thresholds": (
-            "Thresholds",
-            "ThresholdsNotFound",
-            "load_thresholds",
-            "save_thresholds",
-        ),
-        "prour.router.uncertainty": (
-            "Uncertainty",
-            "decompose",
-            "softmax_over_candidates",
-        ),
-    },
-)
+from importlib import import_module
+
+_EXPORTS = {
+    "prour.router.calibration": ("Calibration", "RoutingScores", "calibrate", "evaluate_thresholds"),
+    "prour.router.config": ("CalibrationConfig", "RouterConfig"),
+    "prour.router.decomposer": ("Decision", "Decomposer"),
+    "prour.router.llm_router": ("LLMRouter", "RouterDecision"),
+    "prour.router.routing": ("ROUTES", "DecomposerBudget", "route"),
+    "prour.router.thresholds": ("Thresholds", "ThresholdsNotFound", "load_thresholds", "save_thresholds"),
+    "prour.router.uncertainty": ("Uncertainty", "decompose", "softmax_over_candidates"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = [*_HOME]  # noqa: PLE0604 (the names of the table above)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_HOME[name]), name)

@@ -7,7 +7,6 @@ from typing import Any, Literal
 from pydantic import Field
 
 from prour.section import Section
-from prour.router.routing import DecomposerBudget
 
 RouteName = Literal["act", "clarify", "verify"]
 
@@ -65,21 +64,3 @@ class RouterConfig(Section):
             raise ValueError(
                 "set both tau_au and tau_eu, or neither (then thresholds_file is read)"
             )
-
-    def new_budget(self) -> DecomposerBudget:
-        """A fresh per-episode budget from ``budget`` and ``every_n``."""
-        return DecomposerBudget(max_calls=self.budget, every_n=self.every_n)
-
-    def thresholds(self, model_id: str) -> tuple[float, float]:
-        """(τ_AU, τ_EU): the explicit pair if set, else the calibrated pair for ``model_id``."""
-        if self.tau_au is not None and self.tau_eu is not None:
-            return self.tau_au, self.tau_eu
-        if not self.thresholds_file:
-            raise ValueError(
-                "router: no thresholds; set router.tau_au and router.tau_eu, or "
-                "router.thresholds_file (written by `prour calibrate`)"
-            )
-        from prour.router.thresholds import load_thresholds
-
-        found = load_thresholds(self.thresholds_file, model_id)
-        return found.tau_au, found.tau_eu

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.router.config import RouterConfig
 
 Route = Literal["act", "clarify", "verify"]
 ROUTES: tuple[str, ...] = ("act", "clarify", "verify")
@@ -72,3 +75,8 @@ class DecomposerBudget:
             return False
         self.calls += 1
         return True
+
+
+def episode_budget(router: RouterConfig) -> DecomposerBudget:
+    """A fresh per-episode budget from ``router.budget`` and ``router.every_n``."""
+    return DecomposerBudget(max_calls=router.budget, every_n=router.every_n)

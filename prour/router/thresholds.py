@@ -13,6 +13,7 @@ from typing import Any
 
 from prour.config import ModelConfig
 from prour.router.calibration import Calibration
+from prour.router.config import RouterConfig
 
 
 class ThresholdsNotFound(LookupError):
@@ -115,3 +116,17 @@ def save_thresholds(
 def load_thresholds(path: str | Path, model_id: str) -> Thresholds:
     """Thresholds for ``model_id``; :class:`ThresholdsNotFound` names the model and the file."""
     return ThresholdStore(path).get(model_id)
+
+
+def router_thresholds(router: RouterConfig, model_id: str) -> tuple[float, float]:
+    """(τ_AU, τ_EU): ``router.tau_au``/``tau_eu`` if set, else the pair calibrated for
+    ``model_id`` in ``router.thresholds_file``."""
+    if router.tau_au is not None and router.tau_eu is not None:
+        return router.tau_au, router.tau_eu
+    if not router.thresholds_file:
+        raise ValueError(
+            "router: no thresholds; set router.tau_au and router.tau_eu, or "
+            "router.thresholds_file (written by `prour calibrate`)"
+        )
+    found = load_thresholds(router.thresholds_file, model_id)
+    return found.tau_au, found.tau_eu

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from prour.router import RouterConfig
+from prour.router.routing import episode_budget
 
 
 def test_defaults_follow_the_paper() -> None:
@@ -13,7 +14,7 @@ def test_defaults_follow_the_paper() -> None:
     assert (cfg.n_interpretations, cfg.n_actions) == (5, 4)
     assert (cfg.calibration.lo, cfg.calibration.hi, cfg.calibration.step) == (0.0, 0.8, 0.01)
     assert cfg.empty_route == "act" and cfg.every_n == 1 and cfg.budget is None
-    budget = RouterConfig(budget=1, every_n=2).new_budget()
+    budget = episode_budget(RouterConfig(budget=1, every_n=2))
     assert [budget.allow() for _ in range(3)] == [True, False, False]
 
 

@@ -15,7 +15,7 @@ from prour.router import (
     load_thresholds,
     save_thresholds,
 )
-from prour.router.thresholds import decomposer_model_id
+from prour.router.thresholds import decomposer_model_id, router_thresholds
 
 
 def test_save_and_load_per_model(tmp_path: Path) -> None:
@@ -48,13 +48,11 @@ def test_router_config_reads_thresholds_for_its_model(tmp_path: Path) -> None:
     model_id = decomposer_model_id(model)
     assert model_id == "hf:/models/tiny"
     save_thresholds(path, model_id, calibrate([0.05, 0.5], [0.05, 0.0], ["act", "clarify"]), "d")
-    assert RouterConfig(thresholds_file=str(path)).thresholds(model_id) == (0.06, 0.06)
-    assert RouterConfig(tau_au=0.3, tau_eu=0.1, thresholds_file=str(path)).thresholds(model_id) == (
-        0.3,
-        0.1,
-    )
+    assert router_thresholds(RouterConfig(thresholds_file=str(path)), model_id) == (0.06, 0.06)
+    explicit = RouterConfig(tau_au=0.3, tau_eu=0.1, thresholds_file=str(path))
+    assert router_thresholds(explicit, model_id) == (0.3, 0.1)
     with pytest.raises(ValueError, match="no thresholds"):
-        RouterConfig().thresholds(model_id)
+        router_thresholds(RouterConfig(), model_id)
 
 
 def test_built_decomposer_reads_the_thresholds_of_its_model(tmp_path: Path) -> None:

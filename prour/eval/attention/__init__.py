@@ -6,44 +6,31 @@ an interruption budget (:mod:`budget`) under a named policy (:mod:`policies`, se
 (:mod:`cost`). :mod:`agent` runs the protocol in an episode (its ``AttentiveAgent`` wraps the
 task agent and is imported from there, not re-exported: it depends on the eval agents);
 :mod:`analysis` builds tables, equal-cost comparisons and plots.
+
+Names load on first use (``from prour.eval.attention import conversation_cost``), so that the
+``eval.attention`` recipe section (:mod:`prour.eval.attention.config`) loads alone.
 """
 
-from prour.eval.attention.budget import (
-    FALLBACK_MESSAGE,
-    AttentionGate,
-    BudgetExceeded,
-    ConversationState,
-    DeliveredRequest,
-    GateAction,
-    GateDecision,
-    GateOutcome,
-    InterruptionBudget,
-)
-from prour.eval.attention.classifier import (
-    LABELS,
-    RequestClass,
-    RequestClassifier,
-    count_atomic_questions,
-    heuristic_classify,
-)
-from prour.eval.attention.cost import (
-    ACCOUNTINGS,
-    CostWeights,
-    asking_efficiency,
-    conversation_cost,
-    judged_value,
-    utility,
-)
-from prour.eval.attention.judge import Judgment, RequestJudge, reading_effort_from_ratings
-from prour.eval.attention.mgr import SelfReviewer
-from prour.eval.attention.policies import POLICIES, AttentionPolicy, build_policy
-from prour.eval.attention.strict_json import JsonCache
+from importlib import import_module
 
-__all__ = [
-    "ACCOUNTINGS", "FALLBACK_MESSAGE", "LABELS", "POLICIES",
-    "AttentionGate", "AttentionPolicy", "BudgetExceeded", "ConversationState", "CostWeights",
-    "DeliveredRequest", "GateAction", "GateDecision", "GateOutcome", "InterruptionBudget",
-    "JsonCache", "Judgment", "RequestClass", "RequestClassifier", "RequestJudge", "SelfReviewer",
-    "asking_efficiency", "build_policy", "conversation_cost", "count_atomic_questions",
-    "heuristic_classify", "judged_value", "reading_effort_from_ratings", "utility",
-]
+_EXPORTS = {
+    "budget": ("FALLBACK_MESSAGE", "AttentionGate", "BudgetExceeded", "ConversationState",
+               "DeliveredRequest", "GateAction", "GateDecision", "GateOutcome",
+               "InterruptionBudget"),
+    "classifier": ("LABELS", "RequestClass", "RequestClassifier", "count_atomic_questions",
+                   "heuristic_classify"),
+    "config": ("POLICIES", "CostWeights"),
+    "cost": ("ACCOUNTINGS", "asking_efficiency", "conversation_cost", "judged_value", "utility"),
+    "judge": ("Judgment", "RequestJudge", "reading_effort_from_ratings"),
+    "mgr": ("SelfReviewer",),
+    "policies": ("AttentionPolicy", "build_policy"),
+    "strict_json": ("JsonCache",),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = [*_HOME]  # noqa: PLE0604 (the names of the table above)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)

@@ -192,7 +192,7 @@ def _judgments(requests: Sequence[DeliveredMessage],
 def _priced(rows: list[dict[str, Any]], accounting: str, config: AttentionConfig) -> float | None:
     """Cost under one accounting, or None when a request it counts lacks judge scores."""
     try:
-        return conversation_cost(rows, accounting, config.cost_weights())
+        return conversation_cost(rows, accounting, config.weights)
     except ValueError as exc:
         logger.debug("cost under %s not computable: %s", accounting, exc)
         return None

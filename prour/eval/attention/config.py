@@ -1,37 +1,83 @@
-"""Recipe section of the attention protocol: policy, budget, review windows, cost accounting."""
+"""Recipe section of the attention protocol: policy, budget, review windows, cost accounting.
+
+A leaf: the policy table below says which options each policy takes, so a recipe is checked
+when it loads; :mod:`prour.eval.attention.policies` builds the policy classes it names.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from prour.registry import Registry
 from prour.section import Section
-from prour.eval.attention.classifier import RequestClassifier
-from prour.eval.attention.cost import DEFAULT_LAMBDA, CostWeights
-from prour.eval.attention.mgr import EVIDENCE_WINDOW_TOKENS, MEMORY_WINDOW_TOKENS
-from prour.eval.attention.policies import (
-    AttentionPolicy,
-    build_policy,
-    check_policy_options,
-    policy_spec,
-)
-from prour.llm.base import LLM
+
+DEFAULT_LAMBDA = 0.03  # λ in U = R − λ·A (ask-less paper)
+EVIDENCE_WINDOW_TOKENS = 6000  # self-review: most recent dialogue shown
+MEMORY_WINDOW_TOKENS = 3072  # self-review: the user's earlier answers shown
 
 
-class CostWeightsConfig(Section):
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy: the class in :mod:`prour.eval.attention.policies` and the options it takes."""
+
+    factory: str
+    needs_llm: bool = False
+    needs_budget: bool = False
+    takes_budget: bool = False
+    needs_threshold: bool = False
+    self_review: bool = False  # takes evidence / memory windows
+
+
+_REVIEWED = {"needs_llm": True, "needs_budget": True, "takes_budget": True, "self_review": True}
+POLICIES: Registry[PolicySpec] = Registry("attention policy", {
+    "no-ask": PolicySpec("NoAsk"),
+    "unrestricted": PolicySpec("Unrestricted"),
+    "frugal": PolicySpec("Frugal"),
+    "voi-gate": PolicySpec("VoIGate", needs_llm=True, takes_budget=True, needs_threshold=True),
+    "budgeted": PolicySpec("Budgeted", needs_budget=True, takes_budget=True),
+    "budgeted+review": PolicySpec("ReviewedBudget", **_REVIEWED),
+    "budgeted+review+summary": PolicySpec("ReviewSummary", **_REVIEWED),
+    "budgeted+mgr": PolicySpec("MemoryGuidedReview", **_REVIEWED),
+})
+
+
+def policy_spec(name: str) -> PolicySpec:
+    """The registry entry for ``name``; unknown names list the valid ones and the closest."""
+    return POLICIES.get(name)
+
+
+def check_policy_options(name: str, budget: int | None, threshold: float | None,
+                         has_llm: bool = True) -> None:
+    """Raise when ``name`` is given options it needs not, or lacks ones it needs."""
+    spec = policy_spec(name)
+    if spec.needs_budget and budget is None:
+        raise ValueError(f"policy {name!r} needs a budget N (an integer >= 0)")
+    if budget is not None and not spec.takes_budget:
+        raise ValueError(f"policy {name!r} takes no budget (got {budget}); use 'budgeted'")
+    if budget is not None and budget < 0:
+        raise ValueError(f"budget N must be >= 0, got {budget}")
+    if spec.needs_threshold and threshold is None:
+        raise ValueError(f"policy {name!r} needs a threshold c in [0, 1]")
+    if spec.needs_llm and not has_llm:
+        raise ValueError(f"policy {name!r} reviews drafts with a model; pass llm=")
+
+
+class CostWeights(Section):
     """Weights of the cost terms (see :mod:`prour.eval.attention.cost`)."""
 
-    message: float = Field(1.0, ge=0)  # per delivered request
-    atomic: float = Field(1.0, ge=0)  # per atomic question (``atomic`` accounting)
-    effort: float = Field(1.0, ge=0)  # times r/20
-    avoidability: float = Field(1.0, ge=0)  # times 1 − v/10
+    message: float = Field(1.0, ge=0, allow_inf_nan=False)  # per delivered request
+    atomic: float = Field(1.0, ge=0, allow_inf_nan=False)  # per atomic question (``atomic``)
+    effort: float = Field(1.0, ge=0, allow_inf_nan=False)  # times r/20
+    avoidability: float = Field(1.0, ge=0, allow_inf_nan=False)  # times 1 − v/10
 
 
 class AttentionConfig(Section):
     """One attention policy and how its conversations are scored."""
 
-    policy: str = "unrestricted"  # a name from prour.eval.attention.POLICIES
+    policy: str = "unrestricted"  # a name from POLICIES above
     budget: int | None = Field(None, ge=0)  # N for budgeted policies (optional for voi-gate)
     voi_threshold: float | None = Field(None, ge=0, le=1)  # c for voi-gate
     evidence_window_tokens: int = Field(EVIDENCE_WINDOW_TOKENS, ge=1)  # self-review evidence
@@ -42,7 +88,7 @@ class AttentionConfig(Section):
     judge_attempts: int = Field(3, ge=1)  # strict-JSON attempts per judged request
     accounting: Literal["messages", "atomic", "effort", "full", "full+exempt"] = "full"
     lam: float = Field(DEFAULT_LAMBDA, ge=0)  # λ in U = R − λ·A
-    weights: CostWeightsConfig = CostWeightsConfig()
+    weights: CostWeights = CostWeights()
     cache_dir: str | None = None  # JSONL caches of classifier and judge results
 
     @field_validator("policy")
@@ -55,19 +101,3 @@ class AttentionConfig(Section):
     def _options_fit_policy(self) -> AttentionConfig:
         check_policy_options(self.policy, self.budget, self.voi_threshold)
         return self
-
-    def cost_weights(self) -> CostWeights:
-        w = self.weights
-        return CostWeights(w.message, w.atomic, w.effort, w.avoidability)
-
-    def build(self, classifier: RequestClassifier, llm: LLM | None = None) -> AttentionPolicy:
-        """The configured policy; ``llm`` is the backbone used for reviews (VoI, self-review)."""
-        spec = policy_spec(self.policy)
-        options: dict[str, int] = {}
-        if spec.needs_llm:
-            options["max_attempts"] = self.review_attempts
-        if spec.self_review:
-            options["evidence_tokens"] = self.evidence_window_tokens
-            options["memory_tokens"] = self.memory_window_tokens
-        return build_policy(self.policy, classifier, llm, self.budget, self.voi_threshold,
-                            **options)

@@ -22,29 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from prour.eval.attention.config import DEFAULT_LAMBDA, CostWeights
 
 ACCOUNTINGS = ("messages", "atomic", "effort", "full", "full+exempt")
 READING_EFFORT_MAX = 20.0
 VALUE_MAX = 10.0
-DEFAULT_LAMBDA = 0.03
-
-
-@dataclass(frozen=True)
-class CostWeights:
-    """Weights of the cost terms: per message, per atomic question, effort, avoidability."""
-
-    message: float = 1.0
-    atomic: float = 1.0
-    effort: float = 1.0
-    avoidability: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("message", "atomic", "effort", "avoidability"):
-            weight = getattr(self, name)
-            if not (math.isfinite(weight) and weight >= 0):
-                raise ValueError(f"CostWeights.{name} must be a finite number >= 0, got {weight}")
 
 
 def _number(request: Mapping[str, Any], field: str, index: int, high: float) -> float:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prour.env.history import render_message
+from prour.eval.attention.config import EVIDENCE_WINDOW_TOKENS, MEMORY_WINDOW_TOKENS
 from prour.eval.attention.strict_json import (
     JUDGE_SAMPLING,
     JsonCache,
@@ -35,8 +36,6 @@ log = logging.getLogger(__name__)
 
 MEMORY_KINDS = ("none", "summary", "answers")
 DECISIONS = ("approve", "substitute", "block")
-EVIDENCE_WINDOW_TOKENS = 6000
-MEMORY_WINDOW_TOKENS = 3072
 TokenCounter = Callable[[str], int]
 
 REVIEW_SYSTEM = """\

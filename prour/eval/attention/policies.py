@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from prour.eval.attention.budget import (
@@ -34,10 +33,10 @@ from prour.eval.attention.budget import (
     InterruptionBudget,
 )
 from prour.eval.attention.classifier import RequestClass, RequestClassifier
+from prour.eval.attention.config import AttentionConfig, check_policy_options, policy_spec
 from prour.eval.attention.mgr import SelfReviewer
 from prour.eval.attention.strict_json import ask_json, require_keys
 from prour.llm.base import LLM, Message
-from prour.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -223,60 +222,13 @@ class MemoryGuidedReview(ReviewedBudget):
     memory = "answers"
 
 
-@dataclass(frozen=True)
-class PolicySpec:
-    """How a policy is built: its class, and which options it needs."""
-
-    factory: Callable[..., AttentionPolicy]
-    needs_llm: bool = False
-    needs_budget: bool = False
-    takes_budget: bool = False
-    needs_threshold: bool = False
-    self_review: bool = False  # takes evidence / memory windows
-
-
-POLICIES: Registry[PolicySpec] = Registry("attention policy", {
-    "no-ask": PolicySpec(NoAsk),
-    "unrestricted": PolicySpec(Unrestricted),
-    "frugal": PolicySpec(Frugal),
-    "voi-gate": PolicySpec(VoIGate, needs_llm=True, takes_budget=True, needs_threshold=True),
-    "budgeted": PolicySpec(Budgeted, needs_budget=True, takes_budget=True),
-    "budgeted+review": PolicySpec(ReviewedBudget, needs_llm=True, needs_budget=True,
-                                  takes_budget=True, self_review=True),
-    "budgeted+review+summary": PolicySpec(ReviewSummary, needs_llm=True, needs_budget=True,
-                                          takes_budget=True, self_review=True),
-    "budgeted+mgr": PolicySpec(MemoryGuidedReview, needs_llm=True, needs_budget=True,
-                               takes_budget=True, self_review=True),
-})
-
-
-def policy_spec(name: str) -> PolicySpec:
-    """The registry entry for ``name``; unknown names list the valid ones and the closest."""
-    return POLICIES.get(name)
-
-
-def check_policy_options(name: str, budget: int | None, threshold: float | None,
-                         has_llm: bool = True) -> None:
-    """Raise when ``name`` is given options it needs not, or lacks ones it needs."""
-    spec = policy_spec(name)
-    if spec.needs_budget and budget is None:
-        raise ValueError(f"policy {name!r} needs a budget N (an integer >= 0)")
-    if budget is not None and not spec.takes_budget:
-        raise ValueError(f"policy {name!r} takes no budget (got {budget}); use 'budgeted'")
-    if budget is not None and budget < 0:
-        raise ValueError(f"budget N must be >= 0, got {budget}")
-    if spec.needs_threshold and threshold is None:
-        raise ValueError(f"policy {name!r} needs a threshold c in [0, 1]")
-    if spec.needs_llm and not has_llm:
-        raise ValueError(f"policy {name!r} reviews drafts with a model; pass llm=")
-
-
 def build_policy(name: str, classifier: RequestClassifier, llm: LLM | None = None,
                  budget: int | None = None, threshold: float | None = None,
                  **options: Any) -> AttentionPolicy:
     """Build a policy by registry name with the options it takes (see module docstring)."""
     check_policy_options(name, budget, threshold, llm is not None)
     spec = policy_spec(name)
+    factory: Callable[..., AttentionPolicy] = globals()[spec.factory]
     kwargs: dict[str, Any] = dict(options)
     if spec.needs_llm:
         kwargs["llm"] = llm
@@ -284,4 +236,18 @@ def build_policy(name: str, classifier: RequestClassifier, llm: LLM | None = Non
         kwargs["budget"] = budget
     if spec.needs_threshold:
         kwargs["threshold"] = threshold
-    return spec.factory(classifier, **kwargs)
+    return factory(classifier, **kwargs)
+
+
+def configured_policy(config: AttentionConfig, classifier: RequestClassifier,
+                      llm: LLM | None = None) -> AttentionPolicy:
+    """The policy an ``eval.attention`` section names; ``llm`` reviews drafts (VoI, self-review)."""
+    spec = policy_spec(config.policy)
+    options: dict[str, int] = {}
+    if spec.needs_llm:
+        options["max_attempts"] = config.review_attempts
+    if spec.self_review:
+        options["evidence_tokens"] = config.evidence_window_tokens
+        options["memory_tokens"] = config.memory_window_tokens
+    return build_policy(config.policy, classifier, llm, config.budget, config.voi_threshold,
+                        **options)

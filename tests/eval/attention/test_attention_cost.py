@@ -93,5 +93,5 @@ def test_missing_scores_only_matter_where_the_accounting_needs_them():
     with pytest.raises(ValueError, match="unknown accounting 'ful'; valid: messages, atomic, "
                                          "effort, full, full\\+exempt"):
         conversation_cost(unjudged, "ful")
-    with pytest.raises(ValueError, match="CostWeights.effort"):
+    with pytest.raises(ValueError, match=r"CostWeights\neffort\n  Input should be greater than or equal to 0"):
         CostWeights(effort=-1.0)

@@ -20,6 +20,7 @@ from prour.eval.attention import (
     build_policy,
 )
 from prour.eval.attention.config import AttentionConfig
+from prour.eval.attention.policies import configured_policy
 from prour.llm.scripted import ScriptedLLM
 
 LABELS = {
@@ -188,10 +189,10 @@ def test_registry_and_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="needs a budget N"):
         AttentionConfig(policy="budgeted")
     config = AttentionConfig(policy="budgeted+mgr", budget=2, memory_window_tokens=100)
-    policy = config.build(classifier, ScriptedLLM())
+    policy = configured_policy(config, classifier, ScriptedLLM())
     assert policy.name == "budgeted+mgr" and policy.reviewer.memory_tokens == 100
     assert "at most 2" in policy.system_prompt_addendum()
-    assert config.cost_weights().avoidability == 1.0
+    assert config.weights.avoidability == 1.0
 
 
 def test_prompt_policies_add_instructions():
