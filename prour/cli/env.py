@@ -116,7 +116,7 @@ def _build_llm(backend: str, model: str | None, base_url: str | None) -> Any:
     from pydantic import ValidationError
 
     from prour.config import ModelConfig, first_error
-    from prour.llm import build_llm
+    from prour.llm.registry import build_llm
 
     if model is None:
         _fail(f"--agent llm / --user llm need --model (backend {backend!r})")

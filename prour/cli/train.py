@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+    from prour.train.config import TrainConfig
 
 train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1).")
 
@@ -15,7 +19,7 @@ SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=valu
 TargetOpt = typer.Option(None, "--target", help="Output folder (default: <output_dir>/step_N).")
 
 
-def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Any, Any]:
+def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Recipe, TrainConfig]:
     """Recipe (``--backend`` is ``train.backend``) and its train section; exit 2 naming the key."""
     from prour.cli.recipe import load_cli_recipe
     from prour.config import ConfigError
@@ -65,7 +69,7 @@ def train(
         _run_local(loaded, cfg, dry_run, resume)
 
 
-def _run_local(recipe: Any, cfg: Any, dry_run: bool, resume: bool) -> None:
+def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
     from prour.train.recipe import resolve_output_dir
 
     out = Path(resolve_output_dir(cfg, recipe.name))
@@ -86,7 +90,7 @@ def _run_local(recipe: Any, cfg: Any, dry_run: bool, resume: bool) -> None:
     typer.echo(f"checkpoint: {last}\nmetrics: {out / 'metrics.jsonl'}")
 
 
-def _run_verl(recipe: Any, cfg: Any, dry_run: bool, resume: bool) -> None:
+def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
     from prour.train.verl_backend import latest_verl_step, launch, prepare_verl_run
 
     run = prepare_verl_run(recipe, cfg, write=not dry_run, resume=resume)

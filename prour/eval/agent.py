@@ -39,7 +39,8 @@ from prour.llm.base import (
     ScoreResult,
 )
 from prour.rollout.query import ParsedQuery, parse_query, query_prompt
-from prour.router.routing import ROUTES, DecomposerBudget
+from prour.router.config import RouterConfig
+from prour.router.routing import ROUTES, DecomposerBudget, episode_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.trajectory import StepRecord, Trajectory
@@ -263,13 +264,18 @@ def verifier_record(result: VerifierResult) -> dict[str, Any]:
 # ---- the proactive agent ------------------------------------------------------------------
 
 
+def default_budget() -> DecomposerBudget:
+    """The per-episode budget of the ``router`` section's defaults (unlimited, every step)."""
+    return episode_budget(RouterConfig())
+
+
 @dataclass
 class _EpisodeState:
     domain: str = ""
     task_id: str = ""
     seed: int = 0
     step: int = 0
-    budget: DecomposerBudget = field(default_factory=DecomposerBudget)
+    budget: DecomposerBudget = field(default_factory=default_budget)
     env: Any = None
 
 
@@ -285,7 +291,7 @@ class ProactiveAgent:
         generator: QueryGenerator,
         verifier: Verifier | None = None,
         routes: Sequence[str] = ROUTES,
-        new_budget: Callable[[], DecomposerBudget] = DecomposerBudget,
+        new_budget: Callable[[], DecomposerBudget] = default_budget,
     ):
         unknown = sorted(set(routes) - set(ROUTES))
         if unknown:

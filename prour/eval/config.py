@@ -65,8 +65,6 @@ class EvalConfig(Section):
     attention_policies: list[str] = Field(default_factory=list)
     judge: bool = True  # score delivered requests with models.judge after each episode
     classifier: Literal["judge", "heuristic"] = "judge"  # request labels: models.judge or rules
-    n_boot: int = Field(10_000, ge=100)  # bootstrap draws of report intervals
-    ci: float = Field(0.95, gt=0, lt=1)
 
     @field_validator("methods")
     @classmethod

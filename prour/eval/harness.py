@@ -35,7 +35,7 @@ RESULT_SCHEMA = 1
 _MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
 _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
-                 "retry_errors", "attention_policies", "n_boot", "ci")
+                 "retry_errors", "attention_policies")
 
 
 @dataclass(frozen=True)

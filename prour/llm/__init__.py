@@ -1,4 +1,7 @@
-"""Model backends behind one protocol (:mod:`prour.llm.base`), chosen by name."""
+"""Model backends behind one protocol (:mod:`prour.llm.base`), chosen by name
+(:func:`prour.llm.registry.build_llm`; the registry reads :mod:`prour.config` and is not
+imported here, so that the modules backends use can import :mod:`prour.llm.base` freely).
+"""
 
 from prour.llm.base import (
     LLM,
@@ -11,7 +14,6 @@ from prour.llm.base import (
     ScoreResult,
     ToolCall,
 )
-from prour.llm.registry import build_llm
 
 __all__ = [
     "LLM",
@@ -23,5 +25,4 @@ __all__ = [
     "ScoreRequest",
     "ScoreResult",
     "ToolCall",
-    "build_llm",
 ]

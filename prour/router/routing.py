@@ -48,10 +48,11 @@ class DecomposerBudget:
 
     ``every_n``: run at decision steps 0, n, 2n, ...; ``max_calls``: at most this many runs per
     episode (None: unlimited). Steps where it does not run go to the base agent (route ``act``).
+    Both come from the recipe (:func:`episode_budget`; defaults in ``router``).
     """
 
-    max_calls: int | None = None
-    every_n: int = 1
+    max_calls: int | None
+    every_n: int
     steps: int = 0
     calls: int = 0
     skipped: int = 0

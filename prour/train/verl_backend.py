@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from prour.config import ConfigError
+from prour.config import ConfigError, Recipe
 from prour.train.config import TrainConfig
 from prour.train.recipe import recipe_dict, resolve_output_dir
 
@@ -68,7 +68,7 @@ def hydra_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _policy_path(recipe: Any) -> str:
+def _policy_path(recipe: Recipe) -> str:
     model = recipe.models.get("generator")
     if model is None or not (model.path or model.model):
         raise ConfigError(
@@ -79,7 +79,7 @@ def _policy_path(recipe: Any) -> str:
     return str(Path(path).resolve()) if Path(path).exists() else path  # local folder or hub id
 
 
-def _data_file(recipe: Any, value: str | None) -> str | None:
+def _data_file(recipe: Recipe, value: str | None) -> str | None:
     if value is None:
         return None
     path = Path(value)
@@ -96,7 +96,7 @@ def algorithm_overrides(cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
-def data_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
+def data_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     train_file = _data_file(recipe, cfg.train_file)
     return {
         "data.train_files": train_file,
@@ -116,7 +116,7 @@ def data_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
-def actor_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
+def actor_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     o, p, v = cfg.optim, cfg.ppo, cfg.verl
     a = "actor_rollout_ref.actor"
     return {
@@ -151,7 +151,7 @@ def actor_overrides(recipe: Any, cfg: TrainConfig) -> dict[str, Any]:
 
 
 def rollout_overrides(
-    recipe: Any, cfg: TrainConfig, agent_loops_file: Path
+    recipe: Recipe, cfg: TrainConfig, agent_loops_file: Path
 ) -> dict[str, Any]:
     r, v = cfg.rollout, cfg.verl
     x = "actor_rollout_ref.rollout"
@@ -178,7 +178,7 @@ def rollout_overrides(
 
 
 def trainer_overrides(
-    recipe: Any, cfg: TrainConfig, output_dir: Path, resume: bool
+    recipe: Recipe, cfg: TrainConfig, output_dir: Path, resume: bool
 ) -> dict[str, Any]:
     v = cfg.verl
     sampler = "trainer.v1.sampler"
@@ -207,7 +207,7 @@ def trainer_overrides(
 
 
 def verl_overrides(
-    recipe: Any, cfg: TrainConfig, output_dir: Path, agent_loops_file: Path, resume: bool = False
+    recipe: Recipe, cfg: TrainConfig, output_dir: Path, agent_loops_file: Path, resume: bool = False
 ) -> list[str]:
     """All Hydra overrides of a run, in a stable order; ``train.verl.extra_overrides`` come last."""
     merged: dict[str, Any] = {}
@@ -236,7 +236,7 @@ def agent_loops(recipe_file: Path) -> list[dict[str, Any]]:
 
 
 def prepare_verl_run(
-    recipe: Any, cfg: TrainConfig, write: bool = True, resume: bool = False
+    recipe: Recipe, cfg: TrainConfig, write: bool = True, resume: bool = False
 ) -> VerlRun:
     """The run's overrides; with ``write`` also store the resolved recipe and loop registry."""
     output_dir = Path(resolve_output_dir(cfg, recipe.name)).resolve()

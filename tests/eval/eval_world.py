@@ -238,5 +238,5 @@ def recipe(run_dir: str, **eval_section: Any) -> dict[str, Any]:
                    "tool_detail": "brief"},
         "train": {"rollout": {"max_response_tokens": 64}},  # the generator's, evaluation too
         "eval": {"seeds": [0], "domains": ["retail", "airline"], "tasks": TASKS, "concurrency": 2,
-                 "n_boot": 200, **eval_section},
+                 **eval_section},
     }

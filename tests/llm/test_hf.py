@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from prour.config import ModelConfig
-from prour.llm import ChatRequest, SamplingParams, ScoreRequest, build_llm
+from prour.llm import ChatRequest, SamplingParams, ScoreRequest
 from prour.llm.hf import HFLLM, _Row, draw_tokens, filtered_probs
+from prour.llm.registry import build_llm
 
 CHAT = [
     {"role": "system", "content": "You are a retail agent."},

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from prour.config import ModelConfig
-from prour.llm import BackendError, ChatRequest, SamplingParams, ScoreRequest, build_llm
+from prour.llm import BackendError, ChatRequest, SamplingParams, ScoreRequest
+from prour.llm.registry import build_llm
 from prour.llm.scripted import (
     ScriptedLLM,
     register_script,

@@ -36,7 +36,7 @@ def test_route_many_matches_route() -> None:
 
 
 def test_budget_every_n_steps() -> None:
-    budget = DecomposerBudget(every_n=2)
+    budget = DecomposerBudget(max_calls=None, every_n=2)
     assert [budget.allow() for _ in range(5)] == [True, False, True, False, True]
     assert (budget.calls, budget.skipped) == (3, 2)
 
@@ -45,9 +45,9 @@ def test_budget_caps_calls_per_episode() -> None:
     budget = DecomposerBudget(max_calls=2, every_n=3)
     assert [budget.allow() for _ in range(9)] == [True, False, False, True] + [False] * 5
     assert budget.exhausted
-    assert not any(DecomposerBudget(max_calls=0).allow() for _ in range(3))
+    assert not any(DecomposerBudget(max_calls=0, every_n=1).allow() for _ in range(3))
 
 
 def test_budget_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="every_n"):
-        DecomposerBudget(every_n=0)
+        DecomposerBudget(max_calls=None, every_n=0)

@@ -14,17 +14,17 @@ Names load on first use (``from prour.eval.attention import conversation_cost``)
 from importlib import import_module
 
 _EXPORTS = {
-    "budget": ("FALLBACK_MESSAGE", "AttentionGate", "BudgetExceeded", "ConversationState",
+    "prour.eval.attention.budget": ("FALLBACK_MESSAGE", "AttentionGate", "BudgetExceeded", "ConversationState",
                "DeliveredRequest", "GateAction", "GateDecision", "GateOutcome",
                "InterruptionBudget"),
-    "classifier": ("LABELS", "RequestClass", "RequestClassifier", "count_atomic_questions",
+    "prour.eval.attention.classifier": ("LABELS", "RequestClass", "RequestClassifier", "count_atomic_questions",
                    "heuristic_classify"),
-    "config": ("POLICIES", "CostWeights"),
-    "cost": ("ACCOUNTINGS", "asking_efficiency", "conversation_cost", "judged_value", "utility"),
-    "judge": ("Judgment", "RequestJudge", "reading_effort_from_ratings"),
-    "mgr": ("SelfReviewer",),
-    "policies": ("AttentionPolicy", "build_policy"),
-    "strict_json": ("JsonCache",),
+    "prour.eval.attention.config": ("POLICIES", "CostWeights"),
+    "prour.eval.attention.cost": ("ACCOUNTINGS", "asking_efficiency", "conversation_cost", "judged_value", "utility"),
+    "prour.eval.attention.judge": ("Judgment", "RequestJudge", "reading_effort_from_ratings"),
+    "prour.eval.attention.mgr": ("SelfReviewer",),
+    "prour.eval.attention.policies": ("AttentionPolicy", "build_policy"),
+    "prour.eval.attention.strict_json": ("JsonCache",),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [*_HOME]  # noqa: PLE0604 (the names of the table above)
@@ -33,4 +33,4 @@ __all__ = [*_HOME]  # noqa: PLE0604 (the names of the table above)
 def __getattr__(name: str) -> object:
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    return getattr(import_module(_HOME[name]), name)

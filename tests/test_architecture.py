@@ -1,0 +1,401 @@
+"""The package's shape: config modules are leaves, imports form no cycle, every recipe value is
+read somewhere and defined once. Static checks (``ast``) except the ``sys.modules`` probe."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from prour.config import Recipe
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "prour"
+RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
+HEAVY = ("torch", "transformers", "tau2", "verl", "vllm", "numpy", "pandas", "ray")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.cache
+def modules() -> dict[str, Path]:
+    """Every module of the package on disk (whatever the tree holds now): name -> file."""
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def is_config_leaf(name: str) -> bool:
+    """A module ``import prour.config`` may load: the recipe, the section base, stage sections,
+    and the package ``__init__`` files above them."""
+    return name in ("prour", "prour.config", "prour.section") or name.endswith(".config") or (
+        (PACKAGE.parent / name.replace(".", "/") / "__init__.py").is_file()
+    )
+
+
+# ---- config modules are leaves ---------------------------------------------------------------
+
+
+def test_loading_a_recipe_imports_only_config_leaves() -> None:
+    probe = "import json, sys, prour.config; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    loaded = json.loads(out.stdout)
+    runtime = [m for m in loaded if m.startswith("prour") and not is_config_leaf(m)]
+    assert not runtime, f"import prour.config loads runtime modules: {runtime}"
+    heavy = [m for m in loaded if m.split(".")[0] in HEAVY]
+    assert not heavy, f"import prour.config loads heavy libraries: {sorted(heavy)[:10]}"
+    stage_configs = {m for m in loaded if m.endswith(".config") and m != "prour.config"}
+    assert {"prour.router.config", "prour.train.config", "prour.eval.config"} <= stage_configs
+
+
+def test_config_modules_import_only_pydantic_stdlib_yaml_and_other_config_leaves() -> None:
+    """Checked on the source too, so a leaf stays a leaf even behind a function-level import."""
+    allowed_external = {"pydantic", "yaml", "typing_extensions"}
+    found = {}
+    for name, path in modules().items():
+        if not (name.endswith(".config") or name == "prour.section"):
+            continue
+        for target in imported_names(name, path, include_type_checking=False):
+            top = target.split(".")[0]
+            if top == "prour":
+                if not is_config_leaf(target):
+                    found.setdefault(name, []).append(target)
+            elif top not in allowed_external and top not in sys.stdlib_module_names:
+                found.setdefault(name, []).append(target)
+    assert not found, f"config modules importing runtime code: {found}"
+
+
+# ---- no import cycle -------------------------------------------------------------------------
+
+
+def _in_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(tree: ast.AST, include_type_checking: bool) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements anywhere (module level and inside functions); ``if TYPE_CHECKING:``
+    blocks never run and are skipped unless asked for."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _in_type_checking(node) and not include_type_checking:
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def imported_names(name: str, path: Path, include_type_checking: bool = False) -> set[str]:
+    """Dotted modules a module imports; ``from a import b`` names ``a.b`` when that is a module."""
+    known = modules()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _import_nodes(parsed(path), include_type_checking):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join(anchor + ([node.module] if node.module else []))
+        found.add(base)
+        found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)
+    if path.name == "__init__.py":  # lazy re-exports name their submodules in a table
+        found.update(node.value for node in ast.walk(parsed(path)) if isinstance(node, ast.Constant)
+                     and isinstance(node.value, str) and node.value in known)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Edges module -> each ``prour`` module it imports: at module level, inside functions, or
+    (a package ``__init__``) lazily by a name table. An import of ``prour.a.b`` is an edge to
+    ``prour.a.b`` alone: the ``__init__`` Python also runs on the way is checked apart, by the
+    ``sys.modules`` probe above (package inits must not load runtime code when a leaf loads)."""
+    known = modules()
+    return {name: {t for t in imported_names(name, path) if t in known and t != name}
+            for name, path in known.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a path ``[a, b, ..., a]``, or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(graph):
+        if root in state:
+            continue
+        path, iters = [root], [iter(sorted(graph[root]))]
+        state[root] = 1
+        while iters:
+            step = next(iters[-1], None)
+            if step is None:
+                state[path.pop()] = 2
+                iters.pop()
+            elif state.get(step) == 1:
+                return path[path.index(step):] + [step]
+            elif step not in state:
+                state[step] = 1
+                path.append(step)
+                iters.append(iter(sorted(graph.get(step, ()))))
+    return None
+
+
+def test_find_cycle_reports_the_loop() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_relative_and_submodule_imports_are_resolved(tmp_path: Path) -> None:
+    graph = import_graph()
+    assert "prour.router.config" in graph["prour.router.thresholds"]
+    assert "prour.section" in graph["prour.config"]
+    assert "prour.llm.base" in graph["prour.llm"]  # package __init__ -> submodule
+    assert "prour.router.uncertainty" in graph["prour.router"]  # a lazy re-export counts too
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# ---- every recipe value is read, every YAML key is a field -----------------------------------
+
+
+def _section_type(annotation: Any) -> type[BaseModel] | None:
+    """The section class inside ``X``, ``X | None`` or ``dict[str, X]``, else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = get_origin(annotation)
+    if origin is dict:
+        return _section_type(get_args(annotation)[1])
+    if origin is Union or str(origin) == "<class 'types.UnionType'>":
+        found = [t for t in map(_section_type, get_args(annotation)) if t is not None]
+        return found[0] if found else None
+    return None
+
+
+def recipe_fields(model: type[BaseModel] = Recipe, prefix: str = "") -> dict[str, type]:
+    """Dotted key -> the section class that defines it, for every field, recursively
+    (``models.*.path`` for dict-valued sections)."""
+    out: dict[str, type] = {}
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        out[key] = model
+        inner = _section_type(info.annotation)
+        if inner is not None:
+            star = ".*" if get_origin(info.annotation) is dict else ""
+            out.update(recipe_fields(inner, f"{key}{star}."))
+    return out
+
+
+def read_patterns() -> list[re.Pattern[str]]:
+    """What code in ``prour/`` reads by name: every attribute (``cfg.every_n``), and string keys
+    given to ``getattr`` (an f-string key such as ``f"{split}_states"`` becomes a pattern) or to
+    path lookups such as ``cfg.path("goals", run_dir)``. Field definitions are assignments, not
+    attribute reads, so a field counts only where something uses it."""
+    names: set[str] = set()
+    patterns = []
+    for path in modules().values():
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                names.add(node.attr)
+            elif isinstance(node, ast.Call):
+                for key in _string_keys(node):
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        names.add(key.value)
+                    elif isinstance(key, ast.JoinedStr):
+                        patterns.append(_pattern(key))
+    return [re.compile("|".join(map(re.escape, sorted(names)))), *patterns]
+
+
+def _string_keys(call: ast.Call) -> list[ast.expr]:
+    func = call.func
+    if isinstance(func, ast.Name) and func.id == "getattr" and len(call.args) >= 2:
+        return [call.args[1]]
+    if isinstance(func, ast.Attribute) and func.attr == "path" and call.args:
+        return [call.args[0]]
+    return []
+
+
+def _pattern(key: ast.JoinedStr) -> re.Pattern[str]:
+    parts = [re.escape(v.value) if isinstance(v, ast.Constant) else "[a-z_]+" for v in key.values]
+    return re.compile("".join(parts))
+
+
+def test_every_recipe_field_is_read_by_some_code_path() -> None:
+    patterns = read_patterns()
+    unread = [key for key in recipe_fields()
+              if not any(p.fullmatch(key.rsplit(".", 1)[-1]) for p in patterns)]
+    assert not unread, "recipe keys no code reads (delete them or make them live): " + ", ".join(
+        unread)
+
+
+def test_a_key_read_only_in_its_definition_counts_as_unread() -> None:
+    patterns = read_patterns()
+    assert any(p.fullmatch("every_n") for p in patterns)
+    assert any(p.fullmatch("dev_states") for p in patterns)  # getattr(cfg, f"{split}_states")
+    assert not any(p.fullmatch("max_prompt_tokens_per_turn") for p in patterns)
+
+
+def yaml_keys(data: Any, model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Dotted keys of a recipe mapping that are not fields of ``model`` (recursively)."""
+    unknown = []
+    for key, value in data.items():
+        info = model.model_fields.get(key)
+        if info is None:
+            unknown.append(f"{prefix}{key}")
+            continue
+        inner = _section_type(info.annotation)
+        if inner is None or not isinstance(value, dict):
+            continue
+        if get_origin(info.annotation) is dict:
+            for name, item in value.items():
+                if isinstance(item, dict):
+                    unknown += yaml_keys(item, inner, f"{prefix}{key}.{name}.")
+        else:
+            unknown += yaml_keys(value, inner, f"{prefix}{key}.")
+    return unknown
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_every_yaml_key_is_a_recipe_field(path: Path) -> None:
+    assert yaml_keys(yaml.safe_load(path.read_text()), Recipe) == []
+
+
+def test_yaml_keys_reports_unknown_dotted_keys() -> None:
+    data = {"name": "x", "train": {"rollout": {"max_prompt_tokens": 1}}, "models": {
+        "agent": {"backend": "hf", "temperature": 0.1}}, "env": {"split": "train"}}
+    assert sorted(yaml_keys(data, Recipe)) == [
+        "env.split", "models.agent.temperature", "train.rollout.max_prompt_tokens"]
+
+
+# ---- one default, one place ------------------------------------------------------------------
+
+# Fields that share a name with another class's field but are different quantities.
+SAME_NAME_DIFFERENT_THING = {
+    # Qwen3 thinking of different models (decomposer off, trained policy on) and requests
+    "enable_thinking",
+    # per-stage task splits: the paper collects on "train" and evaluates on "test"
+    "split",
+    # sampling temperature of different models / calls (task agent, decomposer stages, ...)
+    "temperature",
+    # token limits of different generations (decomposer goal/action, judge, sampling request)
+    "max_tokens",
+    # nucleus sampling of the decomposer (router) vs the trained policy (train.rollout)
+    "top_p",
+    # attempts / retries of different calls (backend requests vs responder calls)
+    "max_retries",
+    # episode limits (env) vs the verifier's ReAct rounds (reward.verifier_max_steps is apart)
+    "max_steps",
+    # a server's context (serve.models) vs an in-process backend's (models.*) vs verl rollout's
+    "max_model_len",
+    # vLLM share of a served model vs of the colocated verl rollout
+    "gpu_memory_utilization",
+    # tensor parallelism of a served model vs of the verl rollout
+    "tensor_parallel_size",
+    # requests in flight per backend vs episodes in flight per stage
+    "concurrency",
+    # sampled sequences per request (SamplingParams) vs per training state (train.rollout.n)
+    "n",
+    # the recipe's seed vs a sampling request's seed
+    "seed",
+    # a per-episode decomposer budget (router.budget) vs an attention policy's budget
+    "budget",
+    # a request timeout vs a responder timeout
+    "timeout_s",
+}
+
+
+def _default(value: ast.expr | None) -> object:
+    """A numeric or bool default written in a field definition (``x = 3`` or ``Field(3, ...)``)."""
+    if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Field" and value.args:
+        value = value.args[0]
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        inner = _default(value.operand)
+        return -inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else None
+    if isinstance(value, ast.Constant) and isinstance(value.value, (bool, int, float)):
+        return value.value
+    return None
+
+
+# Dataclasses that hold settings (results and records, e.g. ``failed: bool = False``, are not).
+SETTINGS_SUFFIXES = ("Settings", "Config", "Params", "Spec", "Weights", "Budget")
+
+
+def _is_settings_class(node: ast.ClassDef, sections: set[str]) -> bool:
+    decorated = any("dataclass" in ast.unparse(d) for d in node.decorator_list)
+    based = any(ast.unparse(b).split(".")[-1] in sections for b in node.bases)
+    return based or (decorated and node.name.endswith(SETTINGS_SUFFIXES))
+
+
+def hyperparameter_defaults() -> dict[str, list[tuple[str, object]]]:
+    """Field name -> [(class, default)] over every section model and dataclass in ``prour/``."""
+    sections = {"Section"}
+    trees = {name: parsed(path) for name, path in modules().items()}
+    for tree in trees.values():  # subclasses of sections are sections (two passes suffice)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                    ast.unparse(b).split(".")[-1] in sections for b in node.bases):
+                sections.add(node.name)
+    found: dict[str, list[tuple[str, object]]] = defaultdict(list)
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ClassDef) and _is_settings_class(node, sections)):
+                continue
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    default = _default(item.value)
+                    if default is not None:
+                        found[item.target.id].append((f"{name}.{node.name}", default))
+    return found
+
+
+def test_no_hyperparameter_default_is_defined_twice() -> None:
+    twice = {field: places for field, places in hyperparameter_defaults().items()
+             if len({cls for cls, _ in places}) > 1 and field not in SAME_NAME_DIFFERENT_THING}
+    assert not twice, "defaults defined in more than one class: " + "; ".join(
+        f"{field}: {', '.join(f'{cls}={value!r}' for cls, value in places)}"
+        for field, places in sorted(twice.items()))
+
+
+def test_the_loss_takes_its_settings_from_train_ppo() -> None:
+    """``policy_loss`` reads the recipe's PPO section; no second settings class repeats it."""
+    import inspect
+
+    from prour.train import algorithm
+    from prour.train.config import PPOSettings
+
+    assert inspect.signature(algorithm.policy_loss).parameters["settings"].annotation in (
+        "PPOSettings | None", PPOSettings | None)
+    assert not hasattr(algorithm, "LossSettings")
+    ppo_fields = set(PPOSettings.model_fields)
+    repeats = [place for field, places in hyperparameter_defaults().items() if field in ppo_fields
+               for place, _ in places if not place.startswith("prour.train.config.")]
+    assert repeats == []
+
+
+def test_method_names_in_the_config_leaf_match_the_registry() -> None:
+    from prour.eval.config import METHOD_NAMES
+    from prour.eval.methods import METHODS
+
+    assert tuple(METHODS) == METHOD_NAMES
