@@ -109,11 +109,12 @@ def prour_policy_loss() -> LossFn | None:
         import verl.trainer.ppo.core_algos  # noqa: F401
     except ImportError:
         return None
-    from prour.train.algorithm import LossSettings, policy_loss
+    from prour.train.algorithm import policy_loss
+    from prour.train.config import PPOSettings
 
     def call(old, new, adv, mask, entropy, batch_num_tokens):
         return policy_loss(
-            old, new, adv, mask, LossSettings(), entropy=entropy, batch_num_tokens=batch_num_tokens
+            old, new, adv, mask, PPOSettings(), entropy=entropy, batch_num_tokens=batch_num_tokens
         )
 
     return call

@@ -118,7 +118,9 @@ class Builder:
         """(τ_AU, τ_EU) of the decomposer model: explicit in the recipe, or calibrated."""
         instances = self._instances
         if instances.thresholds is None:
-            instances.thresholds = self.recipe.router.thresholds(self.decomposer_model_id())
+            from prour.router.thresholds import router_thresholds
+
+            instances.thresholds = router_thresholds(self.recipe.router, self.decomposer_model_id())
         return instances.thresholds
 
     def decomposer(self, domain: str, need_thresholds: bool = True) -> Decomposer:

@@ -64,7 +64,7 @@ def test_did_you_mean_can_name_several() -> None:
 def test_every_named_choice_uses_the_one_registry() -> None:
     from prour.env.agents import AGENTS
     from prour.env.users import USERS
-    from prour.eval.attention.policies import POLICIES
+    from prour.eval.attention.config import POLICIES
     from prour.eval.methods import METHODS
     from prour.llm.registry import BACKENDS
     from prour.llm.scripted import SCRIPTS
