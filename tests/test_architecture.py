@@ -23,6 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "prour"
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 HEAVY = ("torch", "transformers", "tau2", "verl", "vllm", "numpy", "pandas", "ray")
+# Tables config leaves may read besides other configs: the registry type ("did you mean") and the
+# domain table the recipe's domain and split types come from. At import they load only the
+# stdlib and each other (tau2 is imported inside the functions that need it).
+LEAF_TABLES = ("prour.registry", "prour.env.domains")
 
 
 def module_name(path: Path) -> str:
@@ -44,9 +48,8 @@ def parsed(path: Path) -> ast.Module:
 def is_config_leaf(name: str) -> bool:
     """A module ``import prour.config`` may load: the recipe, the section base, stage sections,
     and the package ``__init__`` files above them."""
-    return name in ("prour", "prour.config", "prour.section") or name.endswith(".config") or (
-        (PACKAGE.parent / name.replace(".", "/") / "__init__.py").is_file()
-    )
+    return name in ("prour", "prour.config", "prour.section", *LEAF_TABLES) or name.endswith(
+        ".config") or (PACKAGE.parent / name.replace(".", "/") / "__init__.py").is_file()
 
 
 # ---- config modules are leaves ---------------------------------------------------------------
@@ -70,9 +73,9 @@ def test_config_modules_import_only_pydantic_stdlib_yaml_and_other_config_leaves
     allowed_external = {"pydantic", "yaml", "typing_extensions"}
     found = {}
     for name, path in modules().items():
-        if not (name.endswith(".config") or name == "prour.section"):
+        if not (name.endswith(".config") or name in ("prour.section", *LEAF_TABLES)):
             continue
-        for target in imported_names(name, path, include_type_checking=False):
+        for target in imported_names(name, path, module_level_only=name in LEAF_TABLES):
             top = target.split(".")[0]
             if top == "prour":
                 if not is_config_leaf(target):
@@ -91,15 +94,17 @@ def _in_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(tree: ast.AST, include_type_checking: bool) -> list[ast.Import | ast.ImportFrom]:
-    """Import statements anywhere (module level and inside functions); ``if TYPE_CHECKING:``
-    blocks never run and are skipped unless asked for."""
+def _import_nodes(tree: ast.AST, module_level_only: bool) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements anywhere (module level and inside functions, unless only the module
+    level is asked for); ``if TYPE_CHECKING:`` blocks never run and are skipped."""
     out: list[ast.Import | ast.ImportFrom] = []
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _in_type_checking(node) and not include_type_checking:
+        if isinstance(node, ast.If) and _in_type_checking(node):
             stack.extend(node.orelse)
+            continue
+        if module_level_only and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             out.append(node)
@@ -107,12 +112,12 @@ def _import_nodes(tree: ast.AST, include_type_checking: bool) -> list[ast.Import
     return out
 
 
-def imported_names(name: str, path: Path, include_type_checking: bool = False) -> set[str]:
+def imported_names(name: str, path: Path, module_level_only: bool = False) -> set[str]:
     """Dotted modules a module imports; ``from a import b`` names ``a.b`` when that is a module."""
     known = modules()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in _import_nodes(parsed(path), include_type_checking):
+    for node in _import_nodes(parsed(path), module_level_only):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
             continue
