@@ -1,45 +1,17 @@
-"""Every recipe under recipes/ (recursively) loads and validates, stage sections included."""
+"""Every recipe under recipes/ (recursively) loads and validates, stage sections included; each
+decoding value has one key, with the paper's numbers as defaults."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
+from typing import get_args
 
 import pytest
-import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel
 
-from prour.config import ConfigError, Recipe, first_error, load_recipe, parse_recipe
+from prour.config import ConfigError, Recipe, load_recipe, parse_recipe
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").rglob("*.yaml"))
-
-# Stage sections by the model that checks them; used only for sections prour.config.Recipe does
-# not carry yet (once it does, load_recipe validates them itself).
-SECTION_MODELS = {
-    "train": "prour.train.config:TrainConfig",
-    "reward": "prour.rewards.config:RewardConfig",
-    "data": "prour.data.config:DataConfig",
-    "router": "prour.router.config:RouterConfig",
-    "eval": "prour.eval.config:EvalConfig",
-    "serve": "prour.cluster.config:ServeConfig",
-    "slurm": "prour.cluster.config:SlurmConfig",
-}
-
-
-def _validate(path: Path) -> Recipe:
-    if all(name in Recipe.model_fields for name in SECTION_MODELS):
-        return load_recipe(path)
-    raw = yaml.safe_load(path.read_text()) or {}
-    for name, spec in SECTION_MODELS.items():
-        if name in Recipe.model_fields or name not in raw:
-            continue
-        module, cls = spec.split(":")
-        try:
-            getattr(importlib.import_module(module), cls).model_validate(raw.pop(name) or {})
-        except ValidationError as exc:
-            err = first_error(exc)
-            raise ConfigError(f"{name}.{err.key}", str(err), str(path)) from None
-    return parse_recipe(raw, str(path))
 
 
 def test_there_are_recipes():
@@ -49,5 +21,58 @@ def test_there_are_recipes():
 
 @pytest.mark.parametrize("path", RECIPES, ids=[str(p.relative_to(p.parents[1])) for p in RECIPES])
 def test_recipe_validates(path: Path):
-    recipe = _validate(path)
-    assert recipe.name
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem
+
+
+def test_decoding_defaults_are_the_papers_numbers():
+    """DESIGN §3: evaluation agent 0.01, user 1.0, generator 0.0; training rollouts at 0.8,
+    top-p 1.0, prompt <= 1400 and response <= 1760 tokens, thinking on."""
+    recipe = Recipe(name="defaults", train={})
+    env, rollout = recipe.env, recipe.train.rollout
+    assert (env.agent_temperature, env.user_temperature, recipe.eval.generator_temperature) == (
+        0.01, 1.0, 0.0)
+    assert (rollout.temperature, rollout.top_p, rollout.enable_thinking) == (0.8, 1.0, True)
+    assert (recipe.data.max_prompt_tokens, rollout.max_response_tokens) == (1400, 1760)
+
+
+@pytest.mark.parametrize(("key", "home"), [
+    ("env.split", "data.split / eval.split"),
+    ("env.tasks", "eval.tasks"),
+    ("env.max_tasks", "data.max_tasks / eval.max_tasks"),
+    ("models.generator.temperature", "train.rollout.temperature"),
+    ("data.agent_temperature", "env.agent_temperature"),
+    ("eval.user_max_tokens", "env.user_max_tokens"),
+    ("eval.generator_max_tokens", "train.rollout.max_response_tokens"),
+    ("eval.generator_thinking", "train.rollout.enable_thinking"),
+    ("eval.verifier_max_steps", "reward.verifier_max_steps"),
+    ("eval.verifier_max_tokens", "reward.responder_max_tokens"),
+    ("train.rollout.max_prompt_tokens", "data.max_prompt_tokens"),
+    ("eval.n_boot", "prour report --n-boot"),
+])
+def test_a_second_copy_of_a_value_is_refused_naming_its_key(key: str, home: str):
+    """Each of these once had a twin (``home``, kept); the twin is now an unknown key."""
+    data: dict = {"name": "twins", "train": {}, "models": {"generator": {"path": "g"}}}
+    *parents, leaf = key.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = 1
+    with pytest.raises(ConfigError, match=rf"{key.replace('.', '[.]')}: unknown key"):
+        parse_recipe(data)
+    for kept in home.split(" / "):
+        if not kept.startswith("prour "):
+            assert _is_field(kept), kept
+
+
+def _is_field(key: str) -> bool:
+    """Whether a dotted key names a field of :class:`Recipe` (sections walked by their type)."""
+    model: type[BaseModel] = Recipe
+    for part in key.split("."):
+        if part not in model.model_fields:
+            return False
+        annotation = model.model_fields[part].annotation
+        inner = [a for a in (annotation, *get_args(annotation))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = inner[0] if inner else BaseModel
+    return True

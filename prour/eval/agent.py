@@ -219,10 +219,11 @@ class PromptedRouter:
 
 
 class QueryGenerator:
-    """Writes one clarify or verify query with the generator model (paper: temperature 0.0)."""
+    """Writes one clarify or verify query with the generator model; decoding as the recipe says
+    (:meth:`prour.eval.methods.MethodKit` reads it: paper temperature 0.0, training's length and
+    thinking)."""
 
-    def __init__(self, llm: LLM, temperature: float = 0.0, max_tokens: int = 1760,
-                 enable_thinking: bool = True):
+    def __init__(self, llm: LLM, temperature: float, max_tokens: int, enable_thinking: bool):
         self.llm = llm
         self.temperature, self.max_tokens = temperature, max_tokens
         self.enable_thinking = enable_thinking

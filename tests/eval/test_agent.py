@@ -35,6 +35,7 @@ from prour.eval.agent import (
     RouteChoice,
     turn_labels,
 )
+from prour.eval.config import EvalConfig
 from prour.eval.methods import MethodKit
 from prour.router.config import RouterConfig
 from prour.router.routing import DecomposerBudget
@@ -176,7 +177,8 @@ def test_decomposer_budget_and_frequency(every_n: int, budget: int | None,
                                          expected: list[int]) -> None:
     kit, llms = _kit()
     router = CountingRouter()
-    generator = QueryGenerator(llms["generator"], max_tokens=64)
+    generator = QueryGenerator(llms["generator"], temperature=0.0, max_tokens=64,
+                               enable_thinking=True)
     task_agent = kit.builder.task_agent()
     agent = ProactiveAgent(task_agent, router, generator, routes=("act", "clarify"),
                            new_budget=lambda: DecomposerBudget(budget, every_n))
@@ -201,3 +203,20 @@ def test_verifier_rebuilds_the_state_without_the_runner_hook() -> None:
     record = next(s.meta["verify"] for s in _agent_steps(traj) if "verify" in s.meta)
     assert record["grounded"] and not record["failed"]
     assert math.isclose(traj.reward, 1.0)
+
+
+@pytest.mark.parametrize(("eval_temperature", "expected"), [(0.0, 0.0), (None, 0.6)])
+def test_the_generator_decodes_as_in_training_but_for_its_temperature(
+        eval_temperature: float | None, expected: float) -> None:
+    """Length and thinking are train.rollout's; eval.generator_temperature None is training's."""
+    rollout = {"temperature": 0.6, "max_response_tokens": 77, "enable_thinking": False}
+    recipe = SHORT_GENERATOR.model_copy(update={
+        "router": RouterConfig(tau_au=TAU_AU, tau_eu=TAU_EU),
+        "train": SHORT_GENERATOR.train.model_copy(update={"rollout": rollout}),
+        "eval": EvalConfig(generator_temperature=eval_temperature)})
+    recipe = Recipe.model_validate(recipe.model_dump())
+    agent = MethodKit(Builder(recipe, scripted_llms())).agent_factory("clarify-only", "retail",
+                                                                      None)()
+    generator = agent.inner.generator
+    assert (generator.temperature, generator.max_tokens, generator.enable_thinking) == (
+        expected, 77, False)
