@@ -3,26 +3,5 @@
 imported here, so that the modules backends use can import :mod:`prour.llm.base` freely).
 """
 
-from prour.llm.base import (
-    LLM,
-    BackendError,
-    ChatRequest,
-    Completion,
-    Message,
-    SamplingParams,
-    ScoreRequest,
-    ScoreResult,
-    ToolCall,
-)
-
-__all__ = [
-    "LLM",
-    "BackendError",
-    "ChatRequest",
-    "Completion",
-    "Message",
-    "SamplingParams",
-    "ScoreRequest",
-    "ScoreResult",
-    "ToolCall",
-]
+from prour.llm.base import *  # the protocol's types, listed once in prour.llm.base.__all__
+from prour.llm.base import __all__ as __all__

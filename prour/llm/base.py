@@ -13,6 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from prour.llm.toolcalls import ToolCall, parse_tool_calls, split_thinking
 
+__all__ = ["LLM", "BackendError", "ChatRequest", "Completion", "Message", "SamplingParams",
+           "ScoreRequest", "ScoreResult", "ToolCall"]  # what ``prour.llm`` exports
+
 Message = dict[str, Any]
 """An OpenAI-style chat message: ``{"role": ..., "content": ...}``; assistant messages may carry
 ``tool_calls`` (OpenAI format) and tool messages ``tool_call_id`` / ``name``."""

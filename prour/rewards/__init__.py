@@ -13,7 +13,6 @@ _EXPORTS = {
     "prour.data.schema": ("RewardState", "state_from_row"),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = [*_HOME]  # noqa: PLE0604 (the names of the table above)
 
 
 def __getattr__(name: str) -> object:

@@ -16,7 +16,6 @@ _EXPORTS = {
     "prour.router.uncertainty": ("Uncertainty", "decompose", "softmax_over_candidates"),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = [*_HOME]  # noqa: PLE0604 (the names of the table above)
 
 
 def __getattr__(name: str) -> object:

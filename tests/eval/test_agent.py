@@ -35,7 +35,6 @@ from prour.eval.agent import (
     RouteChoice,
     turn_labels,
 )
-from prour.eval.config import EvalConfig
 from prour.eval.methods import MethodKit
 from prour.router.config import RouterConfig
 from prour.router.routing import DecomposerBudget
@@ -209,12 +208,10 @@ def test_verifier_rebuilds_the_state_without_the_runner_hook() -> None:
 def test_the_generator_decodes_as_in_training_but_for_its_temperature(
         eval_temperature: float | None, expected: float) -> None:
     """Length and thinking are train.rollout's; eval.generator_temperature None is training's."""
-    rollout = {"temperature": 0.6, "max_response_tokens": 77, "enable_thinking": False}
-    recipe = SHORT_GENERATOR.model_copy(update={
-        "router": RouterConfig(tau_au=TAU_AU, tau_eu=TAU_EU),
-        "train": SHORT_GENERATOR.train.model_copy(update={"rollout": rollout}),
-        "eval": EvalConfig(generator_temperature=eval_temperature)})
-    recipe = Recipe.model_validate(recipe.model_dump())
+    recipe = Recipe(name="decoding", router={"tau_au": TAU_AU, "tau_eu": TAU_EU},
+                    train={"rollout": {"temperature": 0.6, "max_response_tokens": 77,
+                                       "enable_thinking": False}},
+                    eval={"generator_temperature": eval_temperature})
     agent = MethodKit(Builder(recipe, scripted_llms())).agent_factory("clarify-only", "retail",
                                                                       None)()
     generator = agent.inner.generator
