@@ -4,8 +4,12 @@ Every message the agent sends to the user gets one label:
 
 - ``answer``: it informs or answers and asks nothing of the user;
 - ``required``: it asks for something the domain policy obliges the agent to obtain
-  (identity details for authentication, an explicit yes before a change);
-- ``discretionary``: any other request; the agent chose to ask, so it is an interruption.
+  (identity details for authentication, or the explicit yes that tau2's retail and airline
+  policies demand before an action that updates the database);
+- ``discretionary``: any other request; the agent chose to ask, so it is an interruption. A
+  choice between options or a question about what the user wants stays discretionary even when
+  it is worded as a confirmation ("would you like to proceed with the first option or the
+  second?"): the policy demands a yes to a listed action, not a preference.
 
 Only discretionary requests spend the interruption budget and cost attention (except under the
 ``full+exempt`` accounting). ``atomic_questions`` counts the separate things the user must
@@ -30,7 +34,7 @@ from prour.llm.base import LLM, Message
 log = logging.getLogger(__name__)
 
 LABELS = ("answer", "required", "discretionary")
-PROMPT_VERSION = "classifier-v1"
+PROMPT_VERSION = "classifier-v2"
 POLICY_CHARS = 6000
 CONTEXT_CHARS = 3000
 
@@ -41,9 +45,12 @@ You sort the messages a customer-service agent sends to its customer. Pick exact
   asks the customer for nothing (a polite closing such as "anything else?" is still an answer).
 - "required": the message asks for something the agent's policy obliges it to obtain before it
   may act, for example identity details needed to authenticate the customer, or an explicit yes
-  to a specific change the agent is about to make.
+  to one specific change the agent has described and is about to make (the confirmation the
+  policy demands before an action that updates the database).
 - "discretionary": the message asks the customer for any other information, choice or action.
-  The agent decided to ask; the policy did not make it.
+  The agent decided to ask; the policy did not make it. A question that offers options or asks
+  what the customer wants or prefers is discretionary even when it says "confirm", "proceed"
+  or "go ahead" (for example "would you like to proceed with the first option or the second?").
 
 Also count "atomic_questions": the number of separate things the customer must answer or do.
 A yes/no question counts 1, a choice between listed options counts 1, "your name and zip code"
@@ -118,7 +125,15 @@ _INFO_VERB = re.compile(r"\b(?:provide|share|tell|give|send|specify|let me know|
                         r"when|where|who|how)\b", re.IGNORECASE)
 _SPLIT_ITEMS = re.compile(r",\s*(?:and\s+)?|\s+and\s+", re.IGNORECASE)  # "a, b and c"
 _SPLIT_AND = re.compile(r"\s+and\s+", re.IGNORECASE)  # a comma alone does not list asks
-_CONFIRM = re.compile(r"\b(?:yes/no|\(yes\)|confirm|proceed|go ahead)\b", re.IGNORECASE)
+_YES_NO = re.compile(r"\byes/no\b|\byes or no\b|\(yes\)|\bor not\b", re.IGNORECASE)
+_CONFIRM = re.compile(rf"{_YES_NO.pattern}|\b(?:confirm|proceed|go ahead)\b", re.IGNORECASE)
+_CHOICE = re.compile(r"\b(?:or|either|prefer\w*|rather|instead)\b", re.IGNORECASE)
+_WH_WORD = re.compile(r"\b(?:what|which|when|where|who|whom|whose|how)\b", re.IGNORECASE)
+_WRITE_ACTION = re.compile(  # the database-changing actions of tau2's domain policies
+    r"\b(?:cancel\w*|modif\w*|chang\w*|updat\w*|book\w*|exchang\w*|return\w*|refund\w*|"
+    r"upgrad\w*|downgrad\w*|remov\w*|add(?:s|ed|ing)?|purchas\w*|pay(?:s|ing|ment)?|charg\w*|"
+    r"transfer\w*|send\w*|issu\w*|reserv\w*|enabl\w*|activat\w*|resum\w*|suspend\w*)\b",
+    re.IGNORECASE)
 _CLOSING = re.compile(r"^(?:is there )?anything else\b|\bhelp (?:you )?with anything else\b|"
                       r"^how else can i help\b", re.IGNORECASE)
 _IDENTITY = re.compile(r"\b(?:verify your identity|authenticat\w*|user id|locate your account)\b",
@@ -172,15 +187,34 @@ def count_atomic_questions(text: str) -> int:
     return total
 
 
+def confirms_write(ask: str, message: str) -> bool:
+    """Whether one ask is the policy's explicit yes before a write: it asks to confirm / proceed /
+    go ahead (or for a yes/no), offers no alternatives, asks no wh-question, and the message names
+    a database-changing action. "Would you like to proceed with the blue one or the red one?"
+    is a choice, not a confirmation."""
+    if not _CONFIRM.search(ask):
+        return False
+    body = _YES_NO.sub(" ", ask)
+    if _CHOICE.search(body) or _WH_WORD.search(body):
+        return False
+    return bool(_WRITE_ACTION.search(message))
+
+
+def _exempt_ask(ask: str, message: str) -> bool:
+    """An ask the policy demands: identity details for authentication or a write confirmation."""
+    return bool(_IDENTITY.search(ask)) or confirms_write(ask, message)
+
+
 def heuristic_classify(message: str, error: str | None = None) -> RequestClass:
-    """Label by rules: no ask → answer; a yes/no confirmation to proceed or an identity check →
-    required; any other ask → discretionary (the rules err toward counting an interruption)."""
+    """Label by rules: no ask → answer; every ask an identity check or the explicit yes before a
+    database-changing action → required; any other ask (a choice, a preference, information) →
+    discretionary (the rules err toward counting an interruption)."""
     count = count_atomic_questions(message)
     if count == 0:
         return RequestClass("answer", 0, "heuristic", error)
-    asks = [s for s, _ in _segments(message) if _is_request(s) or s.endswith(":")]
-    asks_text = " ".join(asks)
-    if _CONFIRM.search(asks_text) or _IDENTITY.search(asks_text):
+    asks = [s for s, _ in _segments(message)
+            if _is_request(s) or (s.endswith(":") and _REQUEST_VERB.search(s))]
+    if asks and all(_exempt_ask(ask, message) for ask in asks):
         return RequestClass("required", count, "heuristic", error)
     return RequestClass("discretionary", count, "heuristic", error)
 

@@ -104,7 +104,8 @@ def test_redraft_that_no_longer_asks_is_delivered(labelling_llm):
        budget=st.integers(min_value=0, max_value=4))
 def test_budget_invariant_on_random_conversations(labels, budget):
     policy = build_policy("budgeted", RequestClassifier(None), budget=budget)
-    texts = {"answer": "Your order has shipped.", "required": "Shall I proceed (yes/no)?",
+    texts = {"answer": "Your order has shipped.",
+             "required": "I will cancel order #W1. Shall I proceed (yes/no)?",
              "discretionary": "Which color do you want?"}
     state, _ = run(policy, [], [texts[label] for label in labels])
     n_disc = labels.count("discretionary")
