@@ -46,7 +46,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--domain", default="retail", choices=("retail", "airline", "telecom"))
     parser.add_argument("--episodes", type=int, default=8)
-    parser.add_argument("--max-steps", type=int, default=6, help="agent + user turns per episode")
+    parser.add_argument("--max-steps", type=int, default=6, help="tau2 steps per episode (messages, tool-result batches)")
     parser.add_argument("--max-tokens", type=int, default=32, help="per generated message")
     parser.add_argument("--start-timeout", type=float, default=600.0, help="vLLM start-up, s")
     args = parser.parse_args()

@@ -81,6 +81,17 @@ class ModelConfig(Section):
             )
 
 
+# Episode limits as tau2 counts them (tau2 26.3, tau2/orchestrator/orchestrator.py): every
+# Orchestrator.step() adds one step, i.e. one agent message (text or tool calls), one user
+# message, or one batch of tool results; the greeting and a task's prior history do not count.
+# The cap is checked only when the next message is not for the environment, so a call is never
+# cut from its result, and an episode that reaches it ends with termination max_steps (reward 0).
+# The values are tau2's DEFAULT_MAX_STEPS / DEFAULT_MAX_ERRORS (tau2/config.py), which `tau2 run`
+# uses; tau2's run_task() and Orchestrator() default to 100 steps. The paper states no cap.
+TAU2_MAX_STEPS = 200
+TAU2_MAX_ERRORS = 10
+
+
 class EnvConfig(Section):
     """One tau2 episode, in collection and in evaluation alike: its limits and how the task agent
     (``models.agent``) and the user simulator (``models.user``) decode.
@@ -89,8 +100,9 @@ class EnvConfig(Section):
     ``eval.split``): the paper collects on the train split and evaluates on the test split.
     """
 
-    max_steps: int = Field(30, ge=1)  # agent + user turns before the episode is cut
-    max_errors: int = Field(10, ge=1)  # tool errors before the episode is cut
+    # tau2 steps (agent and user messages, tool-result batches) before the episode is cut
+    max_steps: int = Field(TAU2_MAX_STEPS, ge=1)
+    max_errors: int = Field(TAU2_MAX_ERRORS, ge=1)  # tool errors before the episode is cut
     agent_temperature: float = Field(0.01, ge=0)  # task agent (paper: 0.01)
     agent_max_tokens: int = Field(1024, ge=1)  # task agent reply / tool call length
     user_temperature: float = Field(1.0, ge=0)  # user simulator (paper: 1.0)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from prour.config import TAU2_MAX_STEPS
 from prour.env.domains import DOMAINS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,7 +173,9 @@ def episode_run(
     model: Annotated[str | None, typer.Option(help="HF folder / served model / script")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     seed: Annotated[int, typer.Option(help="Episode seed.")] = 0,
-    max_steps: Annotated[int, typer.Option(help="Agent + user turns before the cut.")] = 30,
+    max_steps: Annotated[int, typer.Option(
+        help="tau2 steps (agent and user messages, tool-result batches) before the cut.")
+    ] = TAU2_MAX_STEPS,
     agent_temperature: Annotated[float, typer.Option(help="Agent sampling temperature.")] = 0.0,
     user_temperature: Annotated[float, typer.Option(help="User sampling temperature.")] = 1.0,
     user_reply: Annotated[

@@ -86,14 +86,19 @@ def eval_command(
 
 
 def _print_summary(results: list[dict[str, Any]], run_dir: Path) -> None:
-    """Episodes and success rate per method/variant (the report has the real statistics)."""
+    """Episodes, successes, errors and cut episodes per method/variant (the report has the real
+    statistics)."""
+    from prour.env.trajectory import is_cut
+
     groups: dict[str, list[dict[str, Any]]] = {}
     for line in results:
         groups.setdefault(line["key"][3], []).append(line)
     for name, lines in groups.items():
         solved = sum(line["success"] for line in lines)
         errors = sum(line["error"] for line in lines)
-        typer.echo(f"{name}: {len(lines)} episodes, {solved} solved, {errors} errors")
+        cut = sum(is_cut(line["termination"]) for line in lines)
+        typer.echo(f"{name}: {len(lines)} episodes, {solved} solved, {errors} errors, "
+                   f"{cut} cut at env.max_steps")
     typer.echo(f"results: {run_dir}")
 
 

@@ -3,9 +3,12 @@ scored with tau2's evaluator; plus concurrent, resumable runs appending episodes
 
 A turn is one ``agent.act`` or ``user.respond`` call; tool calls in a turn run right away and their
 observations go back to the caller, which takes another turn. The episode ends on a user stop
-token, the agent stop token, ``max_steps`` turns or ``max_errors`` tool errors. A failure of the
-agent, the user or a backend ends the episode with termination ``error`` and is recorded; it
-never escapes :func:`run_episode`.
+token, the agent stop token, ``max_steps`` steps or ``max_errors`` tool errors. Steps are counted
+as tau2's Orchestrator counts them (:func:`~prour.env.trajectory.tau2_steps`: a turn is one step,
+two when it made tool calls) and, as in tau2, the limits are checked after every turn, a stop
+included; the defaults are tau2's (``prour.config.TAU2_MAX_STEPS``). A failure of the agent, the
+user or a backend ends the episode with termination ``error`` and is recorded; it never escapes
+:func:`run_episode`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from prour.config import TAU2_MAX_ERRORS, TAU2_MAX_STEPS
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.domains import domain_policy, task_split
 from prour.env.environment import (
@@ -39,6 +43,7 @@ from prour.env.trajectory import (
     agent_view,
     append_jsonl,
     read_trajectories,
+    tau2_steps,
     user_view,
 )
 from prour.env.users import UserSimulator, UserTurn, is_stop
@@ -68,7 +73,6 @@ class _Episode:
         self.domain, self.task, self.agent, self.user = domain, task, agent, user
         self.on_step = on_step
         self.clock = time.perf_counter()
-        self.turns = 0
         self.errors = 0
         self._ids = itertools.count()
         self.traj = Trajectory(
@@ -220,16 +224,17 @@ class _Episode:
         return "user_stop" if is_stop(turn.content) else "agent"
 
     def loop(self, side: str, max_steps: int, max_errors: int) -> str:
-        """Alternate turns until a stop token or a limit; returns the termination reason."""
+        """Alternate turns until a stop token or a limit; returns the termination reason.
+
+        As in tau2's ``Orchestrator.run``, the limits are checked after every turn (once its tool
+        results are in), a stop turn included, and too many errors wins over too many steps."""
         while side in ("agent", "user"):
             side = self.agent_step() if side == "agent" else self.user_step()
-            self.turns += 1
             self.env.sync_tools()
-            if side in ("agent", "user"):
-                if self.errors >= max_errors:
-                    return "too_many_errors"
-                if self.turns >= max_steps:
-                    return "max_steps"
+            if self.errors >= max_errors:
+                return "too_many_errors"
+            if tau2_steps(self.traj.steps) >= max_steps:
+                return "max_steps"
         return side
 
 
@@ -299,8 +304,8 @@ def run_episode(
     user: UserSimulator,
     *,
     seed: int = 0,
-    max_steps: int = 30,
-    max_errors: int = 10,
+    max_steps: int = TAU2_MAX_STEPS,
+    max_errors: int = TAU2_MAX_ERRORS,
     on_step: StepCallback | None = None,
     split: str | None = None,
 ) -> Trajectory:
@@ -408,8 +413,8 @@ def run_episodes(
     out_path: str | Path | None = None,
     progress: bool = True,
     *,
-    max_steps: int = 30,
-    max_errors: int = 10,
+    max_steps: int = TAU2_MAX_STEPS,
+    max_errors: int = TAU2_MAX_ERRORS,
     retry_errors: bool = False,
 ) -> list[Trajectory]:
     """Run jobs on a thread pool, append each finished episode to ``out_path`` at once, and skip

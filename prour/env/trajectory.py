@@ -39,6 +39,11 @@ Termination = Literal["user_stop", "agent_stop", "max_steps", "too_many_errors",
 NORMAL_ENDINGS: frozenset[str] = frozenset({"user_stop", "agent_stop"})
 
 
+def is_cut(termination: str | None) -> bool:
+    """The episode reached the turn cap (``env.max_steps``): tau2 scores it 0; reports say "cut"."""
+    return termination == "max_steps"
+
+
 class StepRecord(BaseModel):
     """One transcript message: its producer, timing and annotations."""
 
@@ -106,6 +111,21 @@ class Trajectory(BaseModel):
     def steps_of(self, *kinds: str) -> list[StepRecord]:
         """Step records of the given kinds, in order."""
         return [step for step in self.steps if step.kind in kinds]
+
+
+def tau2_steps(steps: Iterable[StepRecord]) -> int:
+    """Steps as tau2's Orchestrator counts them toward ``max_steps`` (see ``prour.config``):
+    one per agent or user message, text or tool calls, and one per batch of tool results that
+    answers such a message; the greeting, the task's prior history and agent notes (never sent
+    to tau2) do not count."""
+    count, previous = 0, None
+    for step in steps:
+        if step.initial or step.kind == "agent_note" or step.meta.get("greeting"):
+            continue
+        if step.kind != "tool_result" or previous != "tool_result":
+            count += 1
+        previous = step.kind
+    return count
 
 
 _LOCKS: dict[str, threading.Lock] = {}

@@ -3,8 +3,9 @@
 A run folder holds:
 
 - ``episodes.jsonl``: one trajectory per episode, appended as it finishes (the resume log);
-- ``results.jsonl``: one result line per episode (reward, turn split, model calls, seconds,
-  decisions, attention costs), derived from the trajectory and the judge;
+- ``results.jsonl``: one result line per episode (reward, termination — ``max_steps`` marks an
+  episode cut at ``env.max_steps`` —, tau2 steps, turn split, model calls, seconds, decisions,
+  attention costs), derived from the trajectory and the judge;
 - ``provenance.json`` and ``recipe.resolved.yaml``: recipe, commit, versions, endpoints, seeds;
 - ``run.json``: the settings that make results comparable; a rerun with other settings is refused.
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from prour.build import Builder
 from prour.config import Recipe
-from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl
+from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl, tau2_steps
 from prour.eval.methods import MethodKit, checkpoint_model, variant_name
 
 logger = logging.getLogger(__name__)
@@ -279,6 +280,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None) -> dict[str
         "unscored": trajectory.reward is None,
         "errors": trajectory.errors[:3],
         "steps": {kind: labels.count(kind) for kind in ("act", "clarify", "verify")},
+        "tau2_steps": tau2_steps(trajectory.steps),  # what env.max_steps caps
         "records": len(trajectory.steps),
         "model_calls": model_calls(trajectory),
         "seconds": trajectory.seconds,

@@ -3,12 +3,13 @@
 A *system* is one (run folder, method, attention variant). For each system the report gives
 Pass@1 per domain and the unweighted average over domains, each with a paired task-bootstrap
 interval (seeds are averaged within a task first), pass^k, the act / clarify / verify turn split,
-wall-clock seconds, model calls, error and timeout counts; paired differences against a baseline
+wall-clock seconds, model calls, error, timeout and cut counts (cut: the episode reached
+``env.max_steps`` and scores 0); paired differences against a baseline
 system on the same tasks and seeds, with Holm-adjusted p-values. Steps, seconds and calls are
 means over a domain's episodes, then averaged over domains (like Pass@1).
 
-With ``attention=True`` the ask-less tables follow: R, A, V, U and request statistics per
-(system, domain, policy), asking efficiency over No-ask with intervals, equal-cost comparisons
+With ``attention=True`` the ask-less tables follow: R, A, V, U, request statistics and cut
+conversations per (system, domain, policy), asking efficiency over No-ask with intervals, equal-cost comparisons
 against Budgeted mixtures (each family Holm-adjusted), and the reward-versus-attention plot.
 The human burden study exports equal-count pairs for annotators and scores their answers
 (:func:`burden_study`).
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.env.domains import DOMAINS
+from prour.env.trajectory import is_cut
 from prour.eval.harness import RESULTS_FILE, load_result_lines
 from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
 from prour.eval.stats import BootstrapResult, holm_table
@@ -120,6 +122,7 @@ class SystemSummary:
     errors: int
     timeouts: int
     unscored: int
+    cut: int = 0  # episodes that reached env.max_steps (termination max_steps; they score 0)
     problem: str | None = None
 
 
@@ -133,7 +136,8 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         model_calls=_domain_mean(system, lambda line: line["model_calls_total"]),
         errors=sum(bool(line["error"]) for line in system.lines),
         timeouts=sum(bool(line["timeout"]) for line in system.lines),
-        unscored=sum(bool(line["unscored"]) for line in system.lines))
+        unscored=sum(bool(line["unscored"]) for line in system.lines),
+        cut=sum(is_cut(line["termination"]) for line in system.lines))
     try:
         tables = system.by_domain()
         summary.pass_at_1 = domain_pass_at_1(tables, n_boot=n_boot, ci=ci)
@@ -209,9 +213,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> list[str]:
-    """Pass@1 (%) per domain and average with intervals, then turns, seconds, calls, failures."""
+    """Pass@1 (%) per domain and average with intervals, then turns, seconds, calls, failures
+    and cut episodes."""
     header = ["System", *domains, "Average", "Act", "Clarify", "Verify", "Total", "Seconds",
-              "Calls", "Errors", "Timeouts", "Episodes"]
+              "Calls", "Errors", "Timeouts", "Cut", "Episodes"]
     rows = []
     for s in summaries:
         if s.pass_at_1 is None:
@@ -220,7 +225,8 @@ def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> li
             passes = [pct(s.pass_at_1[d]) if d in s.pass_at_1 else "–"
                       for d in [*domains, AVERAGE]]
         rows.append([s.label, *passes, *(f"{s.steps[k]:.2f}" for k in (*STEP_KINDS, "total")),
-                     f"{s.seconds:.2f}", f"{s.model_calls:.1f}", s.errors, s.timeouts, s.episodes])
+                     f"{s.seconds:.2f}", f"{s.model_calls:.1f}", s.errors, s.timeouts, s.cut,
+                     s.episodes])
     return _table(header, rows)
 
 
@@ -379,7 +385,8 @@ def conversation_records(systems: Sequence[System], transcripts: bool = False) -
                 method=line["variant"], model=_model_label(system, several),
                 domain=line["domain"], task_id=line["task_id"], seed=int(line["seed"]),
                 reward=float(line["score"]), requests=block["requests"],
-                fallback=block["fallbacks"] > 0, transcript=seen.get(tuple(line["key"]))))
+                fallback=block["fallbacks"] > 0, cut=is_cut(line["termination"]),
+                transcript=seen.get(tuple(line["key"]))))
     return records
 
 
@@ -416,11 +423,11 @@ def _num(value: float, digits: int = 3) -> str:
 
 def attention_table(rows: Sequence[Any]) -> list[str]:
     header = ["Model", "Domain", "Policy", "Conversations", "R", "A", "V", "U", "Requests",
-              "Atomic", "Bundled (%)", "Fallback (%)", "Unscored", "Efficiency"]
+              "Atomic", "Bundled (%)", "Fallback (%)", "Unscored", "Efficiency", "Cut"]
     body = [[r.model, r.domain, r.method, r.conversations, _num(r.reward), _num(r.cost),
              _num(r.value, 2), _num(r.utility), _num(r.requests, 2), _num(r.atomic_questions, 2),
              _num(100 * r.bundled_share, 1), _num(100 * r.fallback_rate, 1), r.unscored,
-             _num(r.efficiency)] for r in rows]
+             _num(r.efficiency), r.cut] for r in rows]
     return _table(header, body)
 
 

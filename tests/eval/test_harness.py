@@ -118,7 +118,8 @@ def test_report_table_equals_a_direct_computation(all_methods_run) -> None:
             [steps["act"], steps["clarify"], steps["verify"]], abs=0.005)
         assert float(rows[method][6]) == pytest.approx(sum(steps.values()), abs=0.005)
         assert int(rows[method][9]) == sum(line["error"] for line in mine)
-        assert int(rows[method][11]) == len(mine)
+        assert int(rows[method][11]) == sum(line["termination"] == "max_steps" for line in mine)
+        assert int(rows[method][12]) == len(mine)
     for name in ("success_vs_steps.png", "uncertainty_over_steps.png"):
         assert (report / name).read_bytes()[:8] == PNG
 

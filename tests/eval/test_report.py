@@ -77,7 +77,7 @@ def test_pass_at_1_pass_hat_k_and_costs_by_hand(run: Path, tmp_path: Path) -> No
     assert rows["prour"][4:8] == ["3.00", "1.00", "1.00", "5.00"]
     assert rows["base"][4:8] == ["6.00", "0.00", "0.00", "6.00"]
     assert rows["prour"][8] == "10.50"  # seconds 10 and 11 in every domain
-    assert rows["base"][10:] == ["1", "0", "8"]  # errors, timeouts, episodes
+    assert rows["base"][10:] == ["1", "0", "0", "8"]  # errors, timeouts, cut, episodes
     interval = bootstrap_mean_ci([[1, 0], [1, 1]], n_boot=500, seed=0)
     assert rows["prour"][1] == (f"{100 * interval.estimate:.2f} [{100 * interval.low:.2f}, "
                                 f"{100 * interval.high:.2f}]")

@@ -91,6 +91,7 @@ class ConversationRecord:
     reward: float
     requests: list[dict[str, Any]]
     fallback: bool = False
+    cut: bool = False  # the conversation reached env.max_steps (its reward is 0)
     transcript: list[dict[str, Any]] | None = None
 
     @classmethod
@@ -130,6 +131,7 @@ class MethodRow:
     fallback_rate: float
     unscored: int = 0
     efficiency: float = math.nan  # (R − R_no-ask) / A within the same model and domain
+    cut: int = 0  # conversations cut at env.max_steps
 
 
 def _cell_row(key: tuple[str, str, str], records: list[ConversationRecord], accounting: str,
@@ -151,7 +153,7 @@ def _cell_row(key: tuple[str, str, str], records: list[ConversationRecord], acco
         bundled_share=float(np.mean([(q.get("atomic_questions") or 0) > 1 for q in disc]))
         if disc else math.nan,
         fallback_rate=float(np.mean([r.fallback for r in records])),
-        unscored=len(records) - len(kept))
+        unscored=len(records) - len(kept), cut=sum(r.cut for r in records))
 
 
 def method_rows(records: Iterable[ConversationRecord], accounting: str = "full",
@@ -195,7 +197,8 @@ def average_over_domains(rows: Sequence[MethodRow]) -> list[MethodRow]:
                  if any(not math.isnan(getattr(m, f)) for m in members) else math.nan
                  for f in fields}
         out.append(MethodRow(model, "average", method, sum(m.conversations for m in members),
-                             unscored=sum(m.unscored for m in members), **means))
+                             unscored=sum(m.unscored for m in members),
+                             cut=sum(m.cut for m in members), **means))
     _set_efficiency(out)
     return out
 
