@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prour.config import TAU2_MAX_ERRORS, TAU2_MAX_STEPS
 from prour.data.config import DataConfig
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.runner import EpisodeJob, run_episodes
@@ -176,8 +177,8 @@ def collect_trajectories(
     cfg: DataConfig,
     out_path: str | Path,
     *,
-    max_steps: int = 30,
-    max_errors: int = 10,
+    max_steps: int = TAU2_MAX_STEPS,
+    max_errors: int = TAU2_MAX_ERRORS,
     progress: bool = True,
 ) -> list[Trajectory]:
     """Run the planned episodes (skipping those already in ``out_path``) and return them all."""

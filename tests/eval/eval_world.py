@@ -16,10 +16,14 @@ Every role answers from the dialogue it is shown, deterministically:
 
 Tasks retail 65 and airline 26 need no write and no message: any normal ending scores 1.
 Retail 5 and airline 2 need writes: these episodes score 0.
+
+The replay world (:func:`replay_llms`, end of the module) solves any task: its agent replays the
+task's reference actions and its decomposer routes clarify on a schedule.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -240,3 +244,62 @@ def recipe(run_dir: str, **eval_section: Any) -> dict[str, Any]:
         "eval": {"seeds": [0], "domains": ["retail", "airline"], "tasks": TASKS, "concurrency": 2,
                  **eval_section},
     }
+
+
+# ---- a replay world: the agent replays a task's reference actions, asking on a schedule --------
+#
+# The agent calls the task's reference (assistant) actions one per turn, then closes with the
+# task's communicate_info, so the episode scores 1 when it ends normally. The decomposer routes
+# clarify right after the agent's n-th tool result for n in ``ask_after`` (two readings that
+# prefer different actions, AU ≈ 0.487 as above) and act everywhere else (one reading, one
+# candidate); the generator asks CLARIFY_Q, which :func:`user_reply` answers.
+
+
+def replay_agent_llm(domain: str, task_id: str) -> ScriptedLLM:
+    """The task agent that replays ``domain``/``task_id``'s reference actions, then closes."""
+    from prour.env.domains import get_task
+
+    criteria = get_task(domain, task_id).evaluation_criteria
+    actions = [a for a in criteria.actions if a.requestor == "assistant"]
+    closing = " ".join(["All done.", *(criteria.communicate_info or []), CLOSING])
+
+    def reply(messages: list[Message]) -> str:
+        done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+        if done < len(actions):
+            return tool_call(actions[done].name, dict(actions[done].arguments))
+        return closing
+
+    return ScriptedLLM(rules=[(r".", reply)])
+
+
+def asks_now(history: str, ask_after: tuple[int, ...]) -> bool:
+    """Whether the scheduled decomposer routes clarify: the history ends with the result of the
+    agent's n-th tool call, n in ``ask_after``."""
+    lines = history.rstrip().splitlines()
+    calls = sum(1 for line in lines if line.startswith("assistant calls tool: "))
+    return bool(lines) and lines[-1].startswith("tool ") and calls in ask_after
+
+
+def scheduled_decomposer_llm(ask_after: tuple[int, ...]) -> ScriptedLLM:
+    """Readings and scores that route clarify exactly where :func:`asks_now` says, else act."""
+    readings = itertools.cycle(["I want to exchange an item.", "I want to return an item."])
+
+    def goal(messages: list[Message]) -> str:  # K = 2 samples per decision: one of each
+        asking = asks_now(_history(_text(messages)), ask_after)
+        return next(readings) if asking else "I want to exchange an item."
+
+    def action(messages: list[Message]) -> str:
+        prompt = _text(messages)
+        return RESPOND if "exchange" in prompt.split("goal is:")[-1] else read_action(prompt)
+
+    return ScriptedLLM(rules=[(r"goal, in one sentence:", goal),
+                              (r"Propose one plausible next action", action)],
+                       scorer=score_action)
+
+
+def replay_llms(domain: str, task_id: str, ask_after: tuple[int, ...]) -> dict[str, ScriptedLLM]:
+    """Every role of the replay world for one task (others as in :func:`scripted_llms`)."""
+    llms = scripted_llms()
+    llms["agent"] = replay_agent_llm(domain, task_id)
+    llms["decomposer"] = scheduled_decomposer_llm(ask_after)
+    return llms

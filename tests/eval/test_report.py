@@ -25,11 +25,12 @@ BASE = {"retail": {"t1": [0, 0], "t2": [1, 0]}, "airline": {"a1": [0, 0], "a2": 
 def _line(method: str, domain: str, task: str, seed: int, score: float, *,
           steps: tuple[int, int, int] = (3, 1, 1), seconds: float = 10.0, calls: int = 5,
           error: bool = False, variant: str | None = None, attention: dict | None = None,
-          decisions: list | None = None) -> dict:
+          decisions: list | None = None, termination: str | None = None) -> dict:
     agent = method if variant is None else f"{method}/{variant}"
+    termination = termination or ("error" if error else "user_stop")
     return {"schema": 1, "key": [domain, task, seed, agent], "method": method, "variant": variant,
             "domain": domain, "task_id": task, "seed": seed, "reward": score, "score": score,
-            "success": score == 1.0, "termination": "error" if error else "user_stop",
+            "success": score == 1.0, "termination": termination,
             "error": error, "timeout": False, "unscored": False, "errors": [],
             "steps": dict(zip(("act", "clarify", "verify"), steps)), "records": 9,
             "model_calls": {"agent.chat": calls}, "model_calls_total": calls,
@@ -280,3 +281,21 @@ def test_burden_study_refuses_misuse(burden_run: Path, tmp_path: Path) -> None:
     both = runner.invoke(app, [*args, "--attention", "--burden-pairs", "3",
                                "--annotations", "answers.jsonl"])
     assert both.exit_code == 2 and "separate runs" in both.output
+
+
+def test_cut_episodes_have_their_own_column_in_every_table(tmp_path: Path) -> None:
+    """Episodes that reached env.max_steps (termination max_steps, score 0) per system and per
+    attention policy, in the main table and the attention table."""
+    cut = {("no-ask", "t1"), ("budgeted@1", "t1"), ("budgeted@1", "t2")}
+    lines = [_line("base", "retail", task, 0, 0.0 if (variant, task) in cut else 1.0,
+                   variant=variant, attention=_attention(0 if variant == "no-ask" else 1),
+                   termination="max_steps" if (variant, task) in cut else None)
+             for variant in ("no-ask", "budgeted@1") for task in ("t1", "t2", "t3")]
+    run = _write(tmp_path / "cut", lines)
+    markdown = write_report([run], tmp_path / "r", attention=True, n_boot=200)["markdown"]
+    text = markdown.read_text()
+    main = {r[0]: r for r in _rows(text, "Pass@1 (%) and interaction cost")}
+    assert main["base [no-ask]"][11] == "1" and main["base [budgeted@1]"][11] == "2"
+    attention = {(r[1], r[2]): r for r in _rows(text, "Attention: reward")}
+    assert [attention[(d, p)][14] for d in ("retail", "average")
+            for p in ("budgeted@1", "no-ask")] == ["2", "1", "2", "1"]
