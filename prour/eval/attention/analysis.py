@@ -91,8 +91,8 @@ class ConversationRecord:
     reward: float
     requests: list[dict[str, Any]]
     fallback: bool = False
-    cut: bool = False  # the conversation reached env.max_steps (its reward is 0)
     transcript: list[dict[str, Any]] | None = None
+    cut: bool = False  # the conversation reached env.max_steps (its reward is 0)
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> ConversationRecord:
