@@ -28,7 +28,7 @@ ASK_AFTER = (2, 4, 6, 8)  # four clarify questions, each costs two steps (questi
 def _evaluate(run_dir, methods: list[str], env: dict) -> tuple[list[dict], dict]:
     domain, task_id = TASK
     cfg = EvalConfig(methods=methods, seeds=[0], domains=[domain], tasks=[f"{domain}:{task_id}"],
-                     concurrency=1, judge=False, n_boot=200)
+                     concurrency=1, judge=False)
     router = RouterConfig(n_interpretations=2, n_actions=2, tau_au=TAU_AU, tau_eu=TAU_EU,
                           tool_detail="brief")
     recipe = Recipe(name="turn-cap", env=env, eval=cfg, router=router,
