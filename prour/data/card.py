@@ -1,8 +1,9 @@
 """The dataset card (``prour data stats``): what a dataset holds, as JSON and as markdown.
 
-Counts per mode and domain, prompt/target token-length percentiles, truncation counts, and the
-extraction cost (decomposer calls per routed state) read from the summary ``extract`` leaves
-next to the parquet files.
+Counts per mode and domain, prompt/target token-length percentiles, truncation counts (rows
+truncated, and among them the rows whose newest turn alone was over budget and is kept as an
+excerpt, see :mod:`prour.data.truncate`), and the extraction cost (decomposer calls per routed
+state) read from the summary ``extract`` leaves next to the parquet files.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from prour.data.dataset import SPLITS, read_rows, split_path
+from prour.data.truncate import is_excerpt
 
 CARD_JSON = "card.json"
 CARD_MD = "card.md"
@@ -39,6 +41,7 @@ def split_stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for extra in extras:
         by_domain_mode.setdefault(extra["domain"], Counter())[extra["mode"]] += 1
     truncated = sum(1 for extra in extras if extra["truncated"])
+    excerpted = sum(1 for extra in extras if any(map(is_excerpt, json.loads(extra["history"]))))
     return {
         "rows": len(rows),
         "by_mode": dict(Counter(extra["mode"] for extra in extras)),
@@ -50,6 +53,7 @@ def split_stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "target_tokens": percentiles([extra["target_tokens"] for extra in extras]),
         "truncated": truncated,
         "truncated_share": truncated / len(rows) if rows else 0.0,
+        "excerpted": excerpted,
         "dropped_messages": sum(extra["dropped_messages"] for extra in extras),
     }
 
@@ -85,7 +89,8 @@ def _split_markdown(split: str, stats: dict[str, Any]) -> list[str]:
                      f"{sum(counts.values())} |")
     truncation = (f"Truncated prompts: {stats['truncated']} "
                   f"({100 * stats['truncated_share']:.1f}%), "
-                  f"{stats['dropped_messages']} history messages dropped in all.")
+                  f"{stats['dropped_messages']} history messages dropped in all; "
+                  f"{stats['excerpted']} kept only an excerpt of their newest turn.")
     lines += ["", "| tokens | p50 | p90 | p95 | p99 | max | mean |", "|---|---|---|---|---|---|---|",
               _lengths_row("prompt", stats["prompt_tokens"]),
               _lengths_row("target", stats["target_tokens"]), "", truncation, ""]

@@ -2,13 +2,23 @@
 
 The budget counts the tokens of the whole prompt (template, history and generation prompt) with
 the policy's tokenizer and chat template. Oldest turns go first; system messages stay; a tool
-result leaves together with the assistant turn that called it. If the newest turn alone is still
-too long, its text is cut from the left.
+result leaves together with the assistant turn that called it, so a kept result always has its
+call.
+
+If the newest turn alone is still too long, it is kept whole except for its tool results (or,
+for a turn without results, its own text), each cut to its *head* followed by the marker
+``[… truncated N characters …]`` (N: the characters left out), with the longest head that fits
+(one cap for all results of the turn). The head, because tau2 tool results are JSON objects
+that open with their identifying fields (``order_id``, ``user_id``, ``name``, ``product_id`` …)
+and put long lists (items, variants, payment history) after them: the head says what the result
+is about, a tail would be a fragment of a list with no subject. The marker tells the reader that
+the text is an excerpt and how much of it is missing. The dataset card counts the rows whose
+newest turn is such an excerpt (:func:`is_excerpt`).
 """
 
 from __future__ import annotations
 
-import copy
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,19 +26,23 @@ from typing import Any
 
 from prour.llm.base import Message
 
-ELLIPSIS = "…"
+EXCERPT_MARK = "[… truncated {n} characters …]"
+"""Ends an excerpt of a message's text; ``n`` is the number of characters left out."""
+_MARK_AT_END = re.compile(r"\[… truncated \d+ characters …\]\Z")
 CountTokens = Callable[[list[Message]], int]
 """Tokens of the full prompt built around these history messages."""
 
 
 @dataclass
 class Truncation:
-    """The history that fits, whether anything was cut, how many messages left, prompt tokens."""
+    """The history that fits, whether anything was cut, how many messages left, prompt tokens,
+    and whether the newest turn had to be excerpted."""
 
     messages: list[Message]
     truncated: bool
     dropped: int
     tokens: int
+    excerpted: bool = False
 
 
 class PolicyTokens:
@@ -73,37 +87,56 @@ def _flatten(system: list[Message], groups: Sequence[list[Message]]) -> list[Mes
     return system + [m for group in groups for m in group]
 
 
-def _cut_text(message: Message, keep_chars: int) -> Message:
-    cut = copy.deepcopy(message)
-    content = cut.get("content") or ""
-    cut["content"] = ELLIPSIS + content[len(content) - keep_chars:] if keep_chars < len(content) else content
-    return cut
+def excerpt(text: str, keep: int) -> str:
+    """The first ``keep`` characters of ``text`` and the marker; ``text`` itself when it is short."""
+    if keep >= len(text):
+        return text
+    return text[:keep] + EXCERPT_MARK.format(n=len(text) - keep)
 
 
-def _shrink_last(system: list[Message], last: list[Message], count: CountTokens,
-                 budget: int) -> tuple[list[Message], int]:
-    """Keep only the newest message of the last turn, its text cut from the left to fit."""
-    message = last[-1]
-    content = message.get("content") or ""
-    lo, hi = 0, len(content)  # largest kept length that fits
+def is_excerpt(message: Message) -> bool:
+    """Whether a message's text is an excerpt made by truncation (ends with the marker)."""
+    content = message.get("content")
+    return isinstance(content, str) and _MARK_AT_END.search(content) is not None
+
+
+def _excerpt_turn(turn: list[Message], keep: int) -> list[Message]:
+    """The turn with its tool results (a turn without results: its one message) cut to ``keep``
+    characters each; the call stays whole."""
+    has_results = any(m.get("role") == "tool" for m in turn)
+    out = []
+    for message in turn:
+        content = message.get("content")
+        if isinstance(content, str) and (message.get("role") == "tool" or not has_results):
+            message = {**message, "content": excerpt(content, keep)}
+        out.append(message)
+    return out
+
+
+def _excerpt_newest(system: list[Message], turn: list[Message], count: CountTokens,
+                    budget: int) -> tuple[list[Message], int]:
+    """Keep only the newest turn, its results cut to the longest head that fits."""
+    lo, hi = 0, max(len(m.get("content") or "") for m in turn)  # largest kept length that fits
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if count(system + [_cut_text(message, mid)]) <= budget:
+        if count(system + _excerpt_turn(turn, mid)) <= budget:
             lo = mid
         else:
             hi = mid - 1
-    kept = system + [_cut_text(message, lo)]
+    kept = system + _excerpt_turn(turn, lo)
     tokens = count(kept)
     if tokens > budget:
         raise ValueError(
-            f"the query-generator prompt needs {tokens} tokens with an empty history, more than "
-            f"data.max_prompt_tokens={budget}; raise the budget"
+            f"the query-generator prompt needs {tokens} tokens with only the newest turn, its text "
+            f"cut to the truncation marker, more than data.max_prompt_tokens={budget}; raise the "
+            "budget"
         )
     return kept, tokens
 
 
 def truncate_history(history: Sequence[Message], count: CountTokens, budget: int) -> Truncation:
-    """The longest suffix of whole turns (plus system messages) whose prompt fits ``budget``."""
+    """The longest suffix of whole turns (plus system messages) whose prompt fits ``budget``; the
+    newest turn excerpted (module docstring) when it alone does not fit."""
     history = list(history)
     tokens = count(history)
     if tokens <= budget:
@@ -121,5 +154,5 @@ def truncate_history(history: Sequence[Message], count: CountTokens, budget: int
         return Truncation(kept, True, len(history) - len(kept), tokens)
     if not groups:
         raise ValueError(f"the system messages alone exceed data.max_prompt_tokens={budget}")
-    kept, tokens = _shrink_last(system, groups[-1], count, budget)
-    return Truncation(kept, True, len(history) - len(kept), tokens)
+    kept, tokens = _excerpt_newest(system, groups[-1], count, budget)
+    return Truncation(kept, True, len(history) - len(kept), tokens, excerpted=True)

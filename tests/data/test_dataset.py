@@ -16,6 +16,11 @@ from prour.rollout.query import PROMPTS_VERSION, query_prompt
 
 HISTORY = [{"role": "system", "content": "policy"}, {"role": "user", "content": "Hi, order #W1"}]
 ACTION = '{"arguments":{"order_id":"#W1"},"tool":"get_order_details"}'
+EXCERPTED = [{"role": "assistant", "content": "", "tool_calls": [
+    {"id": "c1", "type": "function",
+     "function": {"name": "get_order_details", "arguments": '{"order_id": "#W1"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "name": "get_order_details",
+     "content": '{"order_id": "#W1", "st[… truncated 812 characters …]'}]
 
 
 @functools.cache
@@ -25,10 +30,11 @@ def initial_hash() -> str:
 
 
 def make_instance(mode: str = "clarify", trajectory: str = "retail/0/s0/t", step: int = 0,
-                  prompt_tokens: int = 100, truncated: bool = False) -> Instance:
+                  prompt_tokens: int = 100, truncated: bool = False,
+                  history: list[dict] = HISTORY) -> Instance:
     return Instance(
         mode=mode, domain="retail", task_id="0", trajectory_id=trajectory, step=step,
-        history=HISTORY, prompt=query_prompt(mode, HISTORY),
+        history=history, prompt=query_prompt(mode, history),
         target="I want my order #W1 refunded." if mode == "clarify" else ACTION,
         au=0.3, eu=0.2, total=0.5, truncated=truncated, dropped_messages=int(truncated),
         prompt_tokens=prompt_tokens, target_tokens=7, decomposer_calls=3,
@@ -129,7 +135,8 @@ def test_percentiles_hand_computed() -> None:
 
 def test_card_counts_and_files(tmp_path) -> None:
     train = [make_instance("clarify", step=0, prompt_tokens=100, truncated=True),
-             make_instance("verify", step=1, prompt_tokens=300),
+             make_instance("verify", step=1, prompt_tokens=300, truncated=True,
+                           history=EXCERPTED),
              make_instance("verify", trajectory="retail/2/s0/t", prompt_tokens=200)]
     _write_dataset(tmp_path, train, [make_instance("clarify", trajectory="retail/1/s0/t")])
     (tmp_path / EXTRACT_SUMMARY).write_text(json.dumps(
@@ -139,12 +146,15 @@ def test_card_counts_and_files(tmp_path) -> None:
     train_stats = card["splits"]["train"]
     assert train_stats["by_mode"] == {"clarify": 1, "verify": 2}
     assert train_stats["by_domain_mode"] == {"retail": {"clarify": 1, "verify": 2}}
-    assert train_stats["trajectories"] == 2 and train_stats["truncated"] == 1
+    assert train_stats["trajectories"] == 2 and train_stats["truncated"] == 2
+    assert train_stats["excerpted"] == 1 and card["splits"]["validation"]["excerpted"] == 0
     assert train_stats["prompt_tokens"]["p50"] == 200
     assert card["splits"]["validation"]["rows"] == 1
     assert json.loads(json_path.read_text()) == card
     text = md_path.read_text()
     assert "| retail | 1 | 2 | 3 |" in text and "3.00 per routed state" in text
+    assert "Truncated prompts: 2 (66.7%), 2 history messages dropped in all; 1 kept only an " \
+        "excerpt of their newest turn." in text
     assert text == card_markdown(copy.deepcopy(card))
 
 

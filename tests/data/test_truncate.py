@@ -1,10 +1,11 @@
-"""Left truncation: whole turns leave oldest first, system stays, tool results stay with calls."""
+"""Left truncation: whole turns leave oldest first, system stays, tool results stay with calls;
+a newest turn over budget keeps its call and a marked head of its results."""
 
 from __future__ import annotations
 
 import pytest
 
-from prour.data.truncate import ELLIPSIS, PolicyTokens, truncate_history, turn_groups
+from prour.data.truncate import PolicyTokens, is_excerpt, truncate_history, turn_groups
 from prour.rollout.query import query_prompt
 
 SYSTEM = {"role": "system", "content": "policy " * 50}
@@ -45,12 +46,73 @@ def test_drops_oldest_whole_turns(budget: int, kept_from: int, tokens: int) -> N
     assert out.truncated and out.dropped == kept_from - 1 and out.tokens == tokens
 
 
-def test_last_turn_alone_too_long_is_cut_from_the_left() -> None:
-    out = truncate_history(HISTORY, words, budget=7)  # template 4 + 3 words of the last turn
-    assert out.messages[0] == SYSTEM and len(out.messages) == 2
-    assert out.messages[1]["content"].startswith(ELLIPSIS)
-    assert out.tokens == 7 and out.truncated
-    assert HISTORY[-1]["content"] == "w " * 5  # the input is not modified
+def chars(messages: list[dict]) -> int:
+    """A stand-in token count: 10 for the template plus the characters of non-system texts."""
+    return 10 + sum(len(m.get("content") or "") for m in messages if m["role"] != "system")
+
+
+def call(*ids: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids]}
+
+
+def result(call_id: str, content: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "name": "f", "content": content}
+
+
+DIGITS = "0123456789" * 10  # 100 characters
+# "[… truncated N characters …]" is 27 characters plus the digits of N
+
+
+def test_newest_call_and_result_over_budget_keep_the_call_and_a_marked_head() -> None:
+    history = [SYSTEM, {"role": "user", "content": "hi"}, call("c0"), result("c0", DIGITS)]
+    # whole: 10 + 2 + 100 = 112; newest turn alone: 110 > 70. Head of k characters:
+    # 10 + k + 27 + 2 (N = 100 - k has two digits) <= 70  →  k = 31, N = 69
+    out = truncate_history(history, chars, budget=70)
+    assert out.messages == [SYSTEM, call("c0"),
+                            result("c0", DIGITS[:31] + "[… truncated 69 characters …]")]
+    assert (out.truncated, out.dropped, out.tokens, out.excerpted) == (True, 1, 70, True)
+    assert is_excerpt(out.messages[-1]) and not is_excerpt(history[-1])
+    assert history[-1]["content"] == DIGITS  # the input is not modified
+
+
+def test_parallel_results_share_one_cap_and_short_ones_stay_whole() -> None:
+    history = [SYSTEM, call("c1", "c2"), result("c1", DIGITS[:40]), result("c2", "short")]
+    # whole: 10 + 40 + 5 = 55 > 50; 10 + k + 29 (N = 40 - k, two digits) + 5 <= 50  →  k = 6
+    out = truncate_history(history, chars, budget=50)
+    assert out.messages == [SYSTEM, call("c1", "c2"),
+                            result("c1", DIGITS[:6] + "[… truncated 34 characters …]"),
+                            result("c2", "short")]
+    assert (out.dropped, out.tokens) == (0, 50)
+
+
+def test_newest_text_message_over_budget_keeps_its_head() -> None:
+    history = [SYSTEM, call("c0"), result("c0", "ok"), {"role": "user", "content": DIGITS}]
+    # 10 + k + 29 <= 50  →  k = 11, N = 89; the older call and result leave together
+    out = truncate_history(history, chars, budget=50)
+    assert out.messages == [SYSTEM, {"role": "user",
+                                     "content": DIGITS[:11] + "[… truncated 89 characters …]"}]
+    assert (out.dropped, out.tokens, out.excerpted) == (2, 50, True)
+
+
+def test_excerpt_below_the_marker_is_an_error() -> None:
+    history = [SYSTEM, call("c0"), result("c0", DIGITS)]
+    # k = 1: 10 + 1 + 29 = 40 fits 40; k = 0: 10 + 0 + 30 (N = 100) = 40 > 39
+    out = truncate_history(history, chars, budget=40)
+    assert out.messages[-1]["content"] == "0[… truncated 99 characters …]"
+    with pytest.raises(ValueError, match="max_prompt_tokens=39"):
+        truncate_history(history, chars, budget=39)
+
+
+def test_no_budget_separates_a_result_from_its_call() -> None:
+    history = [SYSTEM, {"role": "user", "content": "hi there"}, call("a"), result("a", DIGITS),
+               {"role": "user", "content": "and?"}, call("b", "c"), result("b", DIGITS[:30]),
+               result("c", DIGITS[:70])]
+    for budget in range(68, chars(history) + 1):  # 68: both results cut to the marker
+        kept = truncate_history(history, chars, budget).messages
+        called = [c["id"] for m in kept for c in m.get("tool_calls") or []]
+        results = [m["tool_call_id"] for m in kept if m["role"] == "tool"]
+        assert results == called, budget  # every kept result follows its kept call, in order
 
 
 def test_budget_below_the_empty_prompt_is_an_error() -> None:
