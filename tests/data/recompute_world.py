@@ -14,8 +14,8 @@ from the raw trajectories alone:
   first candidate, reading B the second (AU ≈ 0.67) → clarify; r % 3 == 2 → every reading prefers
   ``respond`` (AU ≈ EU ≈ 0) → act, under thresholds (τ_AU, τ_EU) = (0.25, 0.20).
 
-Tasks: retail 30 (a return after long order details: the newest tool result alone exceeds the
-small budgets), retail 4 and airline 39 (writes before later decisions), seed 0.
+Tasks (seed 0): retail 30 (a return after long order and product details: the newest tool result
+alone exceeds the small budgets) and airline 39 (reservation writes before later decisions).
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from pathlib import Path
 import data_scripts
 from loguru import logger as tau2_logger
 
-from prour.data.collect import EpisodeFactories, collect_trajectories
+from prour.data.collect import EpisodeFactories, collect_trajectories, load_trajectories
 from prour.data.config import DataConfig
 from prour.data.decisions import DecisionCache, decomposer_fingerprint
 from prour.data.extract import Router, extract_instances, write_dataset
-from prour.data.collect import load_trajectories
 from prour.data.normalize import load_goals, normalize_tasks
 from prour.data.truncate import PolicyTokens
 from prour.env.agents import OracleAgent
@@ -44,11 +43,11 @@ from prour.router.decomposer import Decomposer
 
 tau2_logger.disable("tau2")
 
-TASKS = {"retail": ["30", "4"], "airline": ["39"]}
+TASKS = {"retail": ["30"], "airline": ["39"]}
 SEEDS = [0]
 THRESHOLDS = (0.25, 0.20)
 ROUTES = ("verify", "clarify", "act")  # by the number of tool results in the history, mod 3
-TOOL_RESULT = re.compile(r"^tool \S+ returned: ", re.M)
+TOOL_RESULT = re.compile(r"^tool \S+ returned: ", re.MULTILINE)
 QUESTION = re.compile(r"TQ(\d+):")
 
 

@@ -39,7 +39,7 @@ from prour.rollout.query import query_prompt  # the template text: the spec of a
 
 BUDGETS = (700, 1400, 2000, 2600)
 MAX_DECISIONS = 16
-EXCERPT = re.compile(r"\A(?P<head>.*)\[… truncated (?P<n>\d+) characters …\]\Z", re.S)
+EXCERPT = re.compile(r"\A(?P<head>.*)\[… truncated (?P<n>\d+) characters …\]\Z", re.DOTALL)
 
 
 @dataclass
@@ -80,15 +80,19 @@ def agent_saw(message: dict, step: dict | None) -> bool:
         step["kind"] == "tool_result" and step.get("requestor") == "user")
 
 
-def replay(domain: str, task_id: str, messages: list[dict]):
-    """A fresh tau2 environment of the task with every tool call of ``messages`` replayed."""
-    from tau2.data_model.message import ToolCall
-
+def fresh_environment(domain: str, task_id: str):
+    """The task's environment from tau2 itself (the world's tasks have no initial state)."""
     module = __import__(f"tau2.domains.{domain}.environment", fromlist=["get_environment"])
     task = next(t for t in module.get_tasks("train") if t.id == task_id)
     assert task.initial_state is None, "the world's tasks start from the domain's database"
-    env = module.get_environment()
-    recorded = {m.get("tool_call_id"): m["content"] for m in messages if m["role"] == "tool"}
+    return module.get_environment()
+
+
+def replay(env, messages: list[dict], recorded: dict[str, str]) -> None:
+    """Run every tool call of ``messages`` on ``env`` with tau2's own code; each result must be
+    the recorded one."""
+    from tau2.data_model.message import ToolCall
+
     for message in messages:
         for call in message.get("tool_calls") or []:
             fn = call["function"]
@@ -96,7 +100,6 @@ def replay(domain: str, task_id: str, messages: list[dict]):
                 id=call["id"], name=fn["name"], arguments=json.loads(fn["arguments"]),
                 requestor="user" if message["role"] == "user" else "assistant"))
             assert out.content == recorded[call["id"]], f"replaying {fn['name']} {call['id']}"
-    return env
 
 
 def tau2_hash(env) -> tuple[str, str]:
@@ -104,24 +107,28 @@ def tau2_hash(env) -> tuple[str, str]:
 
 
 def recompute_states(traj: dict, goals: dict[tuple[str, str], str]) -> list[State]:
+    """Every decision of one trajectory; the environment is replayed along the whole episode and
+    hashed right before each verify decision."""
     by_index = {s["message_index"]: s for s in traj["steps"]}
     messages = traj["messages"]
     tid = f"{traj['domain']}/{traj['task_id']}/s{traj['seed']}/{traj['agent']}"
     decisions = [i for i in sorted(by_index) if is_decision(by_index[i])][:MAX_DECISIONS]
+    env, replayed = fresh_environment(traj["domain"], traj["task_id"]), 0
+    recorded = {m.get("tool_call_id"): m["content"] for m in messages if m["role"] == "tool"}
     states = []
     for step, j in enumerate(decisions):
         history = [m for i, m in enumerate(messages[:j]) if agent_saw(m, by_index.get(i))]
         mode = world.expected_mode(sum(m["role"] == "tool" for m in history))
         calls = messages[j].get("tool_calls") or []
+        target, db = None, ("", "")  # act, or verify before a text reply (dropped by default)
         if mode == "clarify":
             target = goals[(traj["domain"], traj["task_id"])]
         elif mode == "verify" and calls:
             fn = calls[0]["function"]
             target = canonical({"tool": fn["name"], "arguments": json.loads(fn["arguments"])})
-        else:  # act, or verify before a text reply (dropped by default)
-            target = None
-        env = replay(traj["domain"], traj["task_id"], messages[:j]) if mode == "verify" else None
-        states.append(State(tid, step, mode, target, history, tau2_hash(env) if env else ("", "")))
+            replay(env, messages[replayed:j], recorded)
+            replayed, db = j, tau2_hash(env)
+        states.append(State(tid, step, mode, target, history, db))
     return states
 
 
@@ -306,4 +313,5 @@ def test_verify_environments_equal_a_full_tau2_replay(recomputed: World) -> None
             continue
         same = tau2_hash(env) == mine and extra["db_hash"] == recorded
         outcome["match" if same else "mismatch"] += len(by_state[extra["state_id"]])
-    assert outcome == {"match": len(rows)} and len(by_state) >= 10
+    verify_states = [s for s in recomputed.states.values() if s.mode == "verify" and s.target]
+    assert outcome == {"match": len(rows)} and len(by_state) == len(verify_states)
