@@ -117,8 +117,7 @@ def collect(folder: Path) -> None:
         cfg = DataConfig(domain=domain, num_trajectories=len(tasks) * len(SEEDS),
                          trial_seeds=SEEDS, concurrency=1)
         factories = EpisodeFactories(OracleAgent, AnsweringUser, teacher, cfg)
-        collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", max_steps=200,
-                             progress=False)
+        collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
         normalize_tasks(tasks, domain, data_scripts.normalizer_llm(), folder / "goals.jsonl",
                         model="scripted:normalizer")
 
