@@ -20,7 +20,8 @@ Row layout, ``schema_version`` 2 (parquet types in brackets; every field is alwa
   ``mode`` [string] clarify/verify; ``domain``, ``task_id``, ``trajectory_id`` [string];
   ``step`` [int64] index of the decision among the agent's decisions;
   ``history`` [string] JSON list of the messages the agent saw before deciding, left-truncated to
-  the prompt budget (what the prompt and the belief prompts show);
+  the prompt budget (what the prompt and the belief prompts show; a tool result never without
+  its call, see :mod:`prour.data.truncate`);
   ``env_history`` [string] JSON list of every tool call message and its verbatim result (agent's
   and user's, in order) from the episode start up to the decision, never truncated: the task's
   initial state plus these calls is the environment at the decision;
@@ -316,7 +317,20 @@ def _check_messages(extra: Mapping[str, Any], key: str) -> list[str]:
     if key == "env_history" and not all(m.get("tool_calls") or m["role"] == "tool"
                                         for m in messages):
         return ["extra_info.env_history must hold only tool calls and tool results"]
+    orphan = _orphan_result(messages)
+    if orphan is not None:
+        return [f"extra_info.{key} has the result of tool call {orphan!r} without the call; {REBUILD}"]
     return []
+
+
+def _orphan_result(messages: Sequence[Message]) -> str | None:
+    """The call id of the first tool result whose call is not earlier in ``messages``."""
+    called: set[Any] = set()
+    for message in messages:
+        called.update(call.get("id") for call in message.get("tool_calls") or [])
+        if message["role"] == "tool" and message.get("tool_call_id") not in called:
+            return str(message.get("tool_call_id"))
+    return None
 
 
 def _check_uncertainty(extra: Mapping[str, Any]) -> list[str]:

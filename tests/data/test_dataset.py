@@ -67,6 +67,8 @@ def test_row_has_the_verl_layout() -> None:
         (("extra_info", "db_hash"), "abc", "db_hash"),
         (("extra_info", "env_history"), '[{"role": "user", "content": "hi"}]',
          "only tool calls and tool results"),
+        (("extra_info", "history"), json.dumps(EXCERPTED[1:]), "call 'c1' without the call"),
+        (("extra_info", "env_history"), json.dumps(EXCERPTED[1:]), "call 'c1' without the call"),
         (("prompt",), [{"role": "assistant", "content": "x"}], "last prompt message"),
     ],
 )

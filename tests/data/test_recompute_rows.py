@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import pytest
 import recompute_world as world
 
-from prour.data.schema import decision_environment, state_from_row
+from prour.data.schema import check_row, decision_environment, state_from_row
 from prour.rollout.query import query_prompt  # the template text: the spec of a prompt
 
 BUDGETS = (700, 1400, 2000, 2600)
@@ -248,7 +248,7 @@ def row_problems(w: World, budget: int, row: dict) -> list[str]:
     state = w.states.get((extra["trajectory_id"], extra["step"]))
     if state is None or state.target is None:
         return [f"no {extra['mode']} row expected"]
-    problems = []
+    problems = check_row(row)  # the schema's own check, orphan tool results included
     if extra["mode"] != state.mode:
         problems.append(f"mode {extra['mode']} != {state.mode}")
     if row["reward_model"]["ground_truth"] != state.target:
