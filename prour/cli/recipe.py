@@ -30,13 +30,12 @@ def load_cli_recipe(
 ) -> Recipe:
     """The resolved recipe of a command; with ``served``, ``openai`` roles without a ``base_url``
     take it from the endpoints file of ``prour serve`` (the cluster commands decide that)."""
-    from prour.cluster.endpoints import resolve_endpoints
+    from prour.cluster.endpoints import load_run_recipe
     from prour.config import ConfigError, load_recipe
 
     items = [*(overrides or []), *flag_overrides(flags or {})]
     try:
-        recipe = load_recipe(path, items)
-        return resolve_endpoints(recipe) if served else recipe
+        return (load_run_recipe if served else load_recipe)(path, items)
     except (ConfigError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
