@@ -19,6 +19,12 @@ DESIGN §3 and paper A.2.1, WITHOUT prour's extraction or truncation code:
   tau2's own code (results compared with the recorded ones), hashed with tau2's DB hashes; the
   environment the reward builds from the row (:func:`prour.data.schema.state_from_row` →
   :func:`~prour.data.schema.decision_environment`, what ``prour.rewards`` uses) must hash the same.
+  At every budget some verify row's truncation left a WRITE out of the prompt, so a replay of the
+  kept history alone would give another database.
+
+Timing: about 40 s on one core (collect 2 episodes, 4 extractions, recomputation); most of it is
+tau2 building and hashing environments, in extraction (one per row) and here (one per trajectory
+plus one per verify state for the reward path).
 """
 
 from __future__ import annotations
@@ -290,6 +296,22 @@ def test_the_world_exercises_routes_truncation_and_excerpts(recomputed: World) -
     for budget in BUDGETS:  # the card counts the rows whose newest turn is an excerpt
         card = recomputed.cards[budget]["splits"]
         assert sum(s["excerpted"] for s in card.values()) == excerpted[budget]
+    lost = {b: sum(bool(dropped_writes(r["extra_info"])) for r in recomputed.rows[b]
+                   if r["extra_info"]["mode"] == "verify") for b in BUDGETS}
+    assert all(lost.values()), lost  # the prompt alone would give the verifier a wrong database
+
+
+def dropped_writes(extra: dict) -> list[str]:
+    """WRITE calls (tau2's ToolType) before the decision that truncation left out of the prompt."""
+    from prour.env.environment import tool_types
+
+    def calls(field: str) -> list[str]:
+        return [c["function"]["name"] for m in json.loads(extra[field])
+                for c in m.get("tool_calls") or []]
+
+    before, kept = calls("env_history"), calls("history")
+    writes = tool_types(extra["domain"])
+    return [name for name in before[:len(before) - len(kept)] if writes.get(name) == "write"]
 
 
 def test_verify_environments_equal_a_full_tau2_replay(recomputed: World) -> None:
