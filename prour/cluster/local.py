@@ -257,8 +257,8 @@ class LocalSlurm:
             parts.append(f"--- {path}\n" + "\n".join(text))
         return "\n".join(parts)
 
-    def cancel_all(self, timeout_s: float = 30.0) -> None:
-        """Cancel this cluster's jobs and wait until the queue is empty (job processes gone)."""
+    def _queued_jobs(self) -> list[str]:
+        """Ids of this cluster's queued or running jobs."""
         queue = subprocess.run(
             [binary("squeue"), "-h", "-o", "%A"],
             env=self.env(),
@@ -267,7 +267,11 @@ class LocalSlurm:
             timeout=10,
             check=False,
         )
-        jobs = sorted(set(queue.stdout.split()))
+        return sorted(set(queue.stdout.split()))
+
+    def cancel_all(self, timeout_s: float = 30.0) -> None:
+        """Cancel this cluster's jobs and wait until the queue is empty (job processes gone)."""
+        jobs = self._queued_jobs()
         if not jobs:
             return
         subprocess.run(
@@ -275,15 +279,7 @@ class LocalSlurm:
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            left = subprocess.run(
-                [binary("squeue"), "-h", "-o", "%A"],
-                env=self.env(),
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-            if not left.stdout.strip():
+            if not self._queued_jobs():
                 return
             time.sleep(0.5)
         logger.warning("jobs still queued after scancel: %s", jobs)

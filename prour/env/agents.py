@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from prour.env.domains import get_task
 from prour.env.prompts import AGENT_STOP, agent_system_prompt
-from prour.llm.base import LLM, ChatRequest, Message, SamplingParams, ToolCall
+from prour.llm.base import LLM, ChatRequest, Completion, Message, SamplingParams, ToolCall
 from prour.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,15 +79,14 @@ def model_label(llm: Any) -> str | None:
     return None
 
 
-class LLMAgent:
-    """The standard tool-calling agent: domain policy as system prompt, tools via the template."""
-
-    name = "llm"
+class SeededChat:
+    """One model's side of an episode: fixed decoding, and a seed per call derived from the
+    episode seed and the call's index, so an episode replays exactly (task agent, user)."""
 
     def __init__(
         self,
         llm: LLM,
-        temperature: float = 0.0,
+        temperature: float,
         top_p: float = 1.0,
         max_tokens: int = 1024,
         enable_thinking: bool = False,
@@ -101,12 +100,12 @@ class LLMAgent:
         self._seed = 0
         self._calls = 0
 
-    def reset(self, domain: str, task_view: TaskView) -> str:
-        self._seed = task_view.seed
-        self._calls = 0
-        return agent_system_prompt(task_view.policy)
+    def restart(self, seed: int) -> None:
+        """A new episode: calls are seeded from ``seed`` again."""
+        self._seed, self._calls = seed, 0
 
-    def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> AgentTurn:
+    def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
+        """One reply to ``messages`` with ``tools`` offered, on this call's seeded stream."""
         sampling = SamplingParams(
             temperature=self.temperature,
             top_p=self.top_p,
@@ -120,7 +119,30 @@ class LLMAgent:
             tools=list(tools) or None,
             enable_thinking=self.enable_thinking,
         )
-        completion = self.llm.chat([request])[0][0]
+        return self.llm.chat([request])[0][0]
+
+
+class LLMAgent(SeededChat):
+    """The standard tool-calling agent: domain policy as system prompt, tools via the template."""
+
+    name = "llm"
+
+    def __init__(
+        self,
+        llm: LLM,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 1024,
+        enable_thinking: bool = False,
+    ):
+        super().__init__(llm, temperature, top_p, max_tokens, enable_thinking)
+
+    def reset(self, domain: str, task_view: TaskView) -> str:
+        self.restart(task_view.seed)
+        return agent_system_prompt(task_view.policy)
+
+    def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> AgentTurn:
+        completion = self.complete(messages, tools)
         meta = {
             "finish_reason": completion.finish_reason,
             "prompt_tokens": completion.prompt_tokens,

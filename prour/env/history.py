@@ -9,7 +9,8 @@ they need it. Tool calls and observations are shown verbatim so that ids and val
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prour.llm.base import Message
 

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from prour.env.agents import model_label
+from prour.env.agents import SeededChat
 from prour.env.environment import user_tool_schemas
 from prour.env.prompts import USER_STOP, USER_STOP_TOKENS, user_system_prompt
-from prour.llm.base import LLM, ChatRequest, Message, SamplingParams, ToolCall
+from prour.llm.base import LLM, Message, ToolCall
 from prour.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,7 +76,7 @@ def flip_roles(messages: Sequence[Message]) -> list[Message]:
     return flipped
 
 
-class LLMUser:
+class LLMUser(SeededChat):
     """The standard simulated customer: scenario in the system prompt, one message per turn."""
 
     name = "llm"
@@ -89,38 +89,17 @@ class LLMUser:
         max_tokens: int = 512,
         enable_thinking: bool = False,
     ):
-        self.llm = llm
-        self.model_name: str | None = model_label(llm)
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_tokens = max_tokens
-        self.enable_thinking = enable_thinking
+        super().__init__(llm, temperature, top_p, max_tokens, enable_thinking)
         self.system_prompt = ""
-        self._seed = 0
-        self._calls = 0
 
     def reset(self, domain: str, task: Task, seed: int = 0) -> None:
         with_tools = bool(user_tool_schemas(domain))
         self.system_prompt = user_system_prompt(str(task.user_scenario), with_tools)
-        self._seed = seed
-        self._calls = 0
+        self.restart(seed)
 
     def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> UserTurn:
         chat = [{"role": "system", "content": self.system_prompt}, *flip_roles(messages)]
-        sampling = SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=self._seed * 1000 + self._calls,
-        )
-        self._calls += 1
-        request = ChatRequest(
-            messages=chat,
-            sampling=sampling,
-            tools=list(tools) or None,
-            enable_thinking=self.enable_thinking,
-        )
-        completion = self.llm.chat([request])[0][0]
+        completion = self.complete(chat, tools)
         meta = {"finish_reason": completion.finish_reason}
         return UserTurn(
             content=completion.content,
