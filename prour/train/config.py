@@ -30,7 +30,9 @@ class OptimSettings(Section):
     """AdamW with linear warmup to a constant learning rate, and grad-norm clipping."""
 
     lr: float = Field(7e-7, gt=0)
-    warmup_steps: int = Field(60, ge=0)  # optimizer steps of linear warmup from 0
+    # Training steps (one per states_per_step states, not per optimizer step) of linear warmup
+    # from 0: both backends step the scheduler once per training step.
+    warmup_steps: int = Field(60, ge=0)
     weight_decay: float = Field(0.01, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0)
@@ -50,7 +52,9 @@ class PPOSettings(Section):
     loss_agg_mode: Literal["token-mean"] = "token-mean"
     adv_epsilon: float = Field(1e-6, gt=0)  # added to the group std
     drop_zero_variance: bool = False  # DAPO dynamic sampling: skip groups with equal rewards
-    shuffle: bool = True  # shuffle mini-batches (whole states) between epochs
+    # Local backend: reshuffle the order of whole states between epochs. verl shuffles single
+    # samples per rank (mixing states in a mini-batch), so the verl backend refuses true.
+    shuffle: bool = False
 
 
 class VerlSettings(Section):
@@ -61,11 +65,17 @@ class VerlSettings(Section):
     tensor_parallel_size: int = Field(1, ge=1)  # vLLM rollout TP (verl's default is 2)
     gpu_memory_utilization: float = Field(0.2, gt=0, le=1)  # vLLM share while colocated
     enable_chunked_prefill: bool = True
-    fsdp_strategy: Literal["fsdp", "fsdp2"] = "fsdp"
+    fsdp_strategy: Literal["fsdp", "fsdp2"] = "fsdp"  # verl's actor.fsdp_config.strategy
     param_offload: bool = False
     optimizer_offload: bool = False
-    use_remove_padding: bool = True  # packed sequences (needs flash-attn)
-    attn_implementation: str = "flash_attention_2"
+    # Packed sequences and Ulysses both go through flash-attn, which has no wheel for the `gpu`
+    # extra's torch; sdpa on padded batches works from wheels.
+    use_remove_padding: bool = False
+    attn_implementation: str = "sdpa"
+    # Ulysses sequence parallelism: the actor's data-parallel size is GPUs / this. verl 0.9.1
+    # re-partitions each step's batch over data-parallel ranks by sequence length, so only at
+    # data-parallel size 1 does every optimizer step hold exactly one state's kept samples.
+    ulysses_sequence_parallel_size: int = Field(1, ge=1)
     max_model_len: int = Field(8192, ge=64)  # rollout server context: belief prompts + target fit
     agent_workers: int = Field(8, ge=1)  # agent-loop worker actors
     val_before_train: bool = False
@@ -90,6 +100,8 @@ class TrainConfig(Section):
     val_file: str | None = "data/dataset/validation.parquet"
     states_per_step: int = Field(16, ge=1)  # prompts per training step
     total_steps: int = Field(2010, ge=1)
+    # Stop training once more than this fraction of a step's asks failed (responders down).
+    max_failed_ask_fraction: float = Field(0.5, ge=0, le=1)
     save_every: int = Field(100, ge=1)  # checkpoint every N steps; the last step is always saved
     keep_checkpoints: int | None = Field(None, ge=1)  # newest N kept; None: keep all
     output_dir: str = "checkpoints/${name}"  # checkpoints/<run>/step_N
@@ -147,27 +159,47 @@ def check_batch_arithmetic(cfg: TrainConfig) -> None:
         )
 
 
+def actor_dp_size(v: VerlSettings) -> int:
+    """The verl actor's data-parallel size: GPUs over Ulysses sequence-parallel size."""
+    return v.nnodes * v.n_gpus_per_node // v.ulysses_sequence_parallel_size
+
+
 def _check_verl(cfg: TrainConfig, samples: int) -> None:
-    """verl splits each mini-batch over data-parallel GPUs, then into micro-batches per GPU."""
+    """verl splits each mini-batch over data-parallel ranks, then into micro-batches per rank."""
     v = cfg.verl
     gpus = v.nnodes * v.n_gpus_per_node
-    if gpus % v.tensor_parallel_size:
+    for key, size in (
+        ("verl.tensor_parallel_size", v.tensor_parallel_size),
+        ("verl.ulysses_sequence_parallel_size", v.ulysses_sequence_parallel_size),
+    ):
+        if gpus % size:
+            raise ConfigError(
+                key, f"{size} does not divide the {gpus} GPUs ({v.nnodes} nodes x {v.n_gpus_per_node})"
+            )
+    if v.ulysses_sequence_parallel_size > 1 and not v.use_remove_padding:
         raise ConfigError(
-            "verl.tensor_parallel_size",
-            f"{v.tensor_parallel_size} does not divide the {gpus} GPUs "
-            f"({v.nnodes} nodes x {v.n_gpus_per_node})",
+            "verl.ulysses_sequence_parallel_size",
+            "Ulysses needs packed sequences in verl: set train.verl.use_remove_padding=true "
+            "(and attn_implementation=flash_attention_2)",
         )
-    if samples % gpus:
+    if cfg.ppo.shuffle:
+        raise ConfigError(
+            "ppo.shuffle",
+            "verl shuffles single samples on each rank, which mixes states within a mini-batch; "
+            "set it to false",
+        )
+    dp = actor_dp_size(v)
+    if samples % dp:
         raise ConfigError(
             "ppo.mini_batch_states",
             f"a mini-batch of {samples} samples (mini_batch_states {cfg.ppo.mini_batch_states} "
-            f"x rollout.keep {cfg.rollout.keep}) "
-            f"does not split over {gpus} GPUs",
+            f"x rollout.keep {cfg.rollout.keep}) does not split over {dp} data-parallel ranks "
+            f"({gpus} GPUs / ulysses_sequence_parallel_size {v.ulysses_sequence_parallel_size})",
         )
-    per_gpu, micro = samples // gpus, cfg.ppo.micro_batch_size
-    if micro > per_gpu or per_gpu % micro:
+    per_rank, micro = samples // dp, cfg.ppo.micro_batch_size
+    if micro > per_rank or per_rank % micro:
         raise ConfigError(
             "ppo.micro_batch_size",
-            f"{micro} per GPU does not divide the {per_gpu} samples each of {gpus} GPUs "
-            "gets per mini-batch",
+            f"{micro} per rank does not divide the {per_rank} samples each of {dp} "
+            "data-parallel ranks gets per mini-batch",
         )

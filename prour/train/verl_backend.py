@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from prour.config import ConfigError, Recipe
-from prour.train.config import TrainConfig
+from prour.train.config import TrainConfig, actor_dp_size
 from prour.train.recipe import recipe_dict, resolve_output_dir
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,9 @@ def data_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
         "data.return_raw_chat": True,
         "data.shuffle": True,
         "data.seed": recipe.seed,
+        # verl fetches refill prompts in whole gen_batch_size chunks; dropped groups are refilled
+        # one prompt at a time (verl sets 1 itself only for its own filter_groups).
+        "data.gen_batch_size": 1 if cfg.ppo.drop_zero_variance else cfg.states_per_step,
         "data.custom_cls.path": f"{EXT}.dataset",
         "data.custom_cls.name": "ProurRLDataset",
         "+data.prour_sample_n": cfg.rollout.n,
@@ -124,7 +127,9 @@ def actor_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
         "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
         "actor_rollout_ref.model.use_remove_padding": v.use_remove_padding,
         "+actor_rollout_ref.model.override_config.attn_implementation": v.attn_implementation,
-        f"{a}.strategy": v.fsdp_strategy,
+        f"{a}.fsdp_config.strategy": v.fsdp_strategy,  # verl picks the FSDP engine from this
+        f"{a}.fsdp_config.ulysses_sequence_parallel_size": v.ulysses_sequence_parallel_size,
+        f"{a}.ulysses_sequence_parallel_size": v.ulysses_sequence_parallel_size,  # ref + checks
         f"{a}.optim.lr": o.lr,
         f"{a}.optim.lr_warmup_steps": o.warmup_steps,
         f"{a}.optim.lr_scheduler_type": "constant",
@@ -132,10 +137,11 @@ def actor_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
         f"{a}.optim.betas": list(o.betas),
         f"{a}.optim.clip_grad": o.grad_clip,
         f"{a}.ppo_epochs": p.epochs,
-        f"{a}.ppo_mini_batch_size": p.mini_batch_states,  # in prompts; verl multiplies by rollout.n
+        # In prompts; verl multiplies by rollout.n (= keep): one state's kept samples.
+        f"{a}.ppo_mini_batch_size": p.mini_batch_states,
         f"{a}.ppo_micro_batch_size_per_gpu": p.micro_batch_size,
         f"{a}.use_dynamic_bsz": False,
-        f"{a}.shuffle": p.shuffle,
+        f"{a}.shuffle": p.shuffle,  # false (the config refuses true): mini-batches in batch order
         f"{a}.data_loader_seed": recipe.seed,
         f"{a}.clip_ratio": p.clip_low,
         f"{a}.clip_ratio_low": p.clip_low,
@@ -170,6 +176,9 @@ def rollout_overrides(
         f"{x}.tensor_model_parallel_size": v.tensor_parallel_size,
         f"{x}.log_prob_micro_batch_size_per_gpu": cfg.ppo.micro_batch_size,  # == actor's
         f"{x}.calculate_log_probs": True,
+        # Validation decodes greedily: one session per prompt (more would be identical).
+        f"{x}.val_kwargs.n": 1,
+        f"{x}.val_kwargs.do_sample": False,
         f"{x}.agent.default_agent_loop": "prour_query",
         f"{x}.agent.agent_loop_config_path": str(agent_loops_file),
         f"{x}.agent.num_workers": v.agent_workers,
@@ -202,7 +211,13 @@ def trainer_overrides(
         f"+{sampler}.sampler_kwargs.keep": cfg.rollout.keep,
         f"+{sampler}.sampler_kwargs.drop_zero_variance": cfg.ppo.drop_zero_variance,
         f"+{sampler}.sampler_kwargs.train_batch_size": cfg.states_per_step,
+        f"+{sampler}.sampler_kwargs.max_failed_ask_fraction": cfg.max_failed_ask_fraction,
     }
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    # A Slurm job's own Ray (one node): the job's CPU share, not every core of the node. With
+    # RAY_ADDRESS (train_multinode.sbatch) `ray start --num-cpus` set it and ray.init refuses it.
+    if cpus and not os.environ.get("RAY_ADDRESS"):
+        out["ray_kwargs.ray_init.num_cpus"] = int(cpus)
     return out
 
 
@@ -253,7 +268,21 @@ def prepare_verl_run(
 
         env["WANDB_MODE"] = wandb_mode(cfg.wandb)
     overrides = verl_overrides(recipe, cfg, output_dir, loops_file, resume)
+    warn_mixed_mini_batches(cfg)
     return VerlRun(output_dir, recipe_file, loops_file, overrides, env)
+
+
+def warn_mixed_mini_batches(cfg: TrainConfig) -> None:
+    """Say so when verl's optimizer steps will not hold exactly one state's kept samples."""
+    dp = actor_dp_size(cfg.verl)
+    if dp > 1:
+        logger.warning(
+            "verl balances each step's batch over %d data-parallel ranks by sequence length, so an "
+            "optimizer step holds samples of several states (the local backend: whole states); "
+            "train.verl.ulysses_sequence_parallel_size=%d gives one state per step (flash-attn)",
+            dp,
+            cfg.verl.nnodes * cfg.verl.n_gpus_per_node,
+        )
 
 
 def compose_verl_config(overrides: list[str]) -> Any:

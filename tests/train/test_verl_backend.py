@@ -309,3 +309,194 @@ def test_dataset_asks_for_n_sessions_per_prompt(tmp_path, tiny_model_dir):
     assert item["__rollout_n__"] == 8
     assert item["raw_prompt"][0]["content"] == "Ask me one question."
     assert item["reward_model"]["ground_truth"].startswith("I want to return")
+
+
+# ---- issue 13: the composed config as verl's own code consumes it ----------------------------
+
+
+def _composed(tmp_path: Path, model_dir: Path, **train: Any) -> tuple[TrainConfig, Any]:
+    from omegaconf import OmegaConf
+
+    recipe, cfg = _paper_like(tmp_path, model_dir, **train)
+    config = compose_verl_config(prepare_verl_run(recipe, cfg).overrides)
+    check_verl_config(config)
+    OmegaConf.resolve(config)
+    return cfg, config
+
+
+def _optimizer_steps(config: Any, states: list[int], seq_lens: list[int], dp: int) -> list[set]:
+    """The states each optimizer step trains on, as verl 0.9.1 arranges a step's kept batch:
+    ``PPOTrainer._balance_batch`` (always run by the v1 trainer), the dispatch's contiguous
+    split over ``dp`` ranks, then each rank's mini-batches from ``tensordict_utils.make_iterator``
+    with the seed, epochs and shuffle ``_update_actor`` passes (``train_mini_batch``'s split)."""
+    from types import SimpleNamespace
+
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.utils import tensordict_utils as tu
+
+    trainer = SimpleNamespace(
+        config=config,
+        global_steps=1,
+        use_critic=False,
+        tokenizer=SimpleNamespace(eos_token_id=0),
+        actor_rollout_wg=SimpleNamespace(_dispatch_info={"actor": list(range(dp))}),
+    )
+    trainer._get_required_batch_multiple = lambda dp_size: PPOTrainer._get_required_batch_multiple(
+        trainer, dp_size
+    )
+    keys = [f"k{i}" for i in range(len(states))]
+    batch = KVBatchMeta(
+        partition_id="train", keys=keys, tags=[{"seq_len": n} for n in seq_lens]
+    )
+    batch = PPOTrainer._balance_batch(trainer, batch, metrics={})
+    state_of = dict(zip(keys, states))
+    actor = config.actor_rollout_ref.actor
+    global_mini = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
+    per_rank = []
+    for rank, part in enumerate(batch.chunk(dp)):
+        td = _states_td([state_of[k] for k in part.keys])
+        per_rank.append(
+            [
+                mini["state"].tolist()
+                for mini in tu.make_iterator(
+                    td,
+                    mini_batch_size=global_mini // dp,
+                    epochs=actor.ppo_epochs,
+                    seed=actor.data_loader_seed + rank,
+                    dataloader_kwargs={"shuffle": actor.shuffle},
+                )
+            ]
+        )
+    return [set().union(*parts) for parts in zip(*per_rank, strict=True)]
+
+
+def _states_td(states: list[int]) -> Any:
+    from tensordict import TensorDict
+
+    return TensorDict({"state": torch.tensor(states)}, batch_size=[len(states)])
+
+
+def _kept_batch(states: int = 16, keep: int = 6) -> tuple[list[int], list[int]]:
+    """A kept batch as the sampler hands it over: states contiguous, varied lengths."""
+    gen = torch.Generator().manual_seed(0)
+    order = [s for s in range(states) for _ in range(keep)]
+    return order, torch.randint(200, 3000, (len(order),), generator=gen).tolist()
+
+
+def test_one_state_per_optimizer_step_at_data_parallel_size_one(tmp_path, tiny_model_dir):
+    # Two GPUs as one Ulysses group: the actor's dp size is 1 and verl keeps the batch order.
+    cfg, config = _composed(
+        tmp_path,
+        tiny_model_dir,
+        verl={
+            "ulysses_sequence_parallel_size": 2,
+            "use_remove_padding": True,
+            "attn_implementation": "flash_attention_2",
+        },
+    )
+    fsdp = config.actor_rollout_ref.actor.fsdp_config
+    assert fsdp.ulysses_sequence_parallel_size == 2 and config.trainer.n_gpus_per_node == 2
+    states, lens = _kept_batch()
+    steps = _optimizer_steps(config, states, lens, dp=1)
+    assert len(steps) == 16 * cfg.ppo.epochs
+    assert steps == [{s} for s in range(16)] * cfg.ppo.epochs  # one state each, prompt order
+
+
+def test_data_parallel_ranks_mix_states_and_the_run_says_so(tmp_path, tiny_model_dir, caplog):
+    # The paper recipe's 2 data-parallel GPUs: verl's length balancing splits states unevenly.
+    with caplog.at_level("WARNING", logger="prour.train.verl_backend"):
+        _, config = _composed(tmp_path, tiny_model_dir)
+    assert "several states" in caplog.text and "ulysses_sequence_parallel_size=2" in caplog.text
+    assert config.actor_rollout_ref.actor.shuffle is False
+    states, lens = _kept_batch()
+    steps = _optimizer_steps(config, states, lens, dp=2)
+    assert len(steps) == 16 * 4 and any(len(s) > 1 for s in steps)
+
+
+def test_verl_refuses_a_shuffle_that_would_mix_states(tmp_path, tiny_model_dir):
+    from prour.config import ConfigError
+
+    with pytest.raises((ConfigError, ValueError), match="ppo.shuffle"):
+        _paper_like(tmp_path, tiny_model_dir, ppo={"shuffle": True})
+    with pytest.raises((ConfigError, ValueError), match="use_remove_padding"):
+        _paper_like(tmp_path, tiny_model_dir, verl={"ulysses_sequence_parallel_size": 2})
+
+
+def _refill(config: Any, num_prompts: int) -> int:
+    """verl's ``PPOTrainer._next_train_batch`` (the refill path), one-row dataloader fetches."""
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    fetches = []
+
+    def fetch_one():
+        size = config.data.gen_batch_size
+        fetches.append(size)
+        return _states_td(list(range(size)))
+
+    trainer = SimpleNamespace(config=config, global_steps=3, _fetch_one_gen_batch=fetch_one)
+    return len(PPOTrainer._next_train_batch(trainer, num_prompts))
+
+
+def test_drop_zero_variance_refills_whole_prompts(tmp_path, tiny_model_dir):
+    _, config = _composed(tmp_path, tiny_model_dir, ppo={"drop_zero_variance": True})
+    assert config.data.gen_batch_size == 1
+    assert _refill(config, 6) == 6  # the refill of 6 dropped groups
+    assert _refill(config, 16) == 16  # a full step
+    _, plain = _composed(tmp_path, tiny_model_dir)
+    assert _refill(plain, 16) == 16
+    with pytest.raises(ValueError, match="gen_batch_size"):  # the crash the refill used to hit
+        _refill(plain, 6)
+
+
+def test_fsdp_strategy_reaches_the_engine_key(tmp_path, tiny_model_dir):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    _, config = _composed(tmp_path, tiny_model_dir, verl={"fsdp_strategy": "fsdp2"})
+    engine = omega_conf_to_dataclass(config.actor_rollout_ref.actor.fsdp_config)
+    assert engine.strategy == "fsdp2"
+
+
+def test_warmup_counts_training_steps(tmp_path, tiny_model_dir):
+    # verl steps the actor's scheduler once per training step (the last mini-batch of the last
+    # epoch sets update_lr_scheduler), through get_constant_schedule_with_warmup.
+    from verl.utils.torch_functional import get_constant_schedule_with_warmup
+
+    cfg, config = _composed(tmp_path, tiny_model_dir, optim={"warmup_steps": 4})
+    optim = config.actor_rollout_ref.actor.optim
+    assert optim.lr_scheduler_type == "constant" and optim.lr_warmup_steps == 4
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=optim.lr)
+    sched = get_constant_schedule_with_warmup(opt, num_warmup_steps=optim.lr_warmup_steps)
+    lrs = []
+    for _ in range(6):  # training steps; each would hold 16 x 4 optimizer steps
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    lr = cfg.optim.lr
+    assert lrs == pytest.approx([0.0, lr / 4, lr / 2, 3 * lr / 4, lr, lr])
+
+
+def test_validation_samples_once_greedily(tmp_path, tiny_model_dir):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    _, config = _composed(tmp_path, tiny_model_dir)
+    val = omega_conf_to_dataclass(config.actor_rollout_ref.rollout.val_kwargs)
+    assert val.n == 1 and val.do_sample is False
+
+
+def test_ray_gets_the_slurm_cpu_share(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "16")
+    _, config = _composed(tmp_path, tiny_model_dir)
+    assert config.ray_kwargs.ray_init.num_cpus == 16
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # multi-node: `ray start` set the CPUs
+    _, config = _composed(tmp_path, tiny_model_dir)
+    assert config.ray_kwargs.ray_init.num_cpus is None
+    monkeypatch.delenv("RAY_ADDRESS")
+    sampler = config.trainer.v1.sampler.sampler_kwargs
+    assert sampler.max_failed_ask_fraction == 0.5
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    _, config = _composed(tmp_path, tiny_model_dir)
+    assert config.ray_kwargs.ray_init.num_cpus is None
