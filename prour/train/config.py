@@ -174,7 +174,8 @@ def _check_verl(cfg: TrainConfig, samples: int) -> None:
     ):
         if gpus % size:
             raise ConfigError(
-                key, f"{size} does not divide the {gpus} GPUs ({v.nnodes} nodes x {v.n_gpus_per_node})"
+                key,
+                f"{size} does not divide the {gpus} GPUs ({v.nnodes} nodes x {v.n_gpus_per_node})",
             )
     if v.ulysses_sequence_parallel_size > 1 and not v.use_remove_padding:
         raise ConfigError(

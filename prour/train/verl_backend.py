@@ -156,9 +156,7 @@ def actor_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
-def rollout_overrides(
-    recipe: Recipe, cfg: TrainConfig, agent_loops_file: Path
-) -> dict[str, Any]:
+def rollout_overrides(recipe: Recipe, cfg: TrainConfig, agent_loops_file: Path) -> dict[str, Any]:
     r, v = cfg.rollout, cfg.verl
     x = "actor_rollout_ref.rollout"
     return {

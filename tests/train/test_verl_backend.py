@@ -346,9 +346,7 @@ def _optimizer_steps(config: Any, states: list[int], seq_lens: list[int], dp: in
         trainer, dp_size
     )
     keys = [f"k{i}" for i in range(len(states))]
-    batch = KVBatchMeta(
-        partition_id="train", keys=keys, tags=[{"seq_len": n} for n in seq_lens]
-    )
+    batch = KVBatchMeta(partition_id="train", keys=keys, tags=[{"seq_len": n} for n in seq_lens])
     batch = PPOTrainer._balance_batch(trainer, batch, metrics={})
     state_of = dict(zip(keys, states))
     actor = config.actor_rollout_ref.actor
