@@ -61,12 +61,17 @@ def test_verl_outputs_map_stop_reasons():
     from prour.train.verl_ext.logic import completion_from_output
 
     class Decoder:
+        eos_token_id = 9
+
         def decode(self, ids, skip_special_tokens):
             assert skip_special_tokens
             return "".join(chr(ord("a") + i) for i in ids)
 
-    done = completion_from_output(Decoder(), [0, 1, 2], "completed", 11, [-1.0, -2.0, -3.0])
-    cut = completion_from_output(Decoder(), [3], "length", 11)
+    # verl reports vLLM's "stop" and "length" both as "completed"; the budget tells them apart
+    done = completion_from_output(Decoder(), [0, 1, 2], "completed", 11, 4, [-1.0, -2.0, -3.0])
+    full = completion_from_output(Decoder(), [0, 1, 2, 3], "completed", 11, 4)
+    ended = completion_from_output(Decoder(), [0, 1, 2, 9], "completed", 11, 4)
+    aborted = completion_from_output(Decoder(), [3], "aborted", 11, 4)
     assert (done.text, done.finish_reason, done.completion_tokens, done.prompt_tokens) == (
         "abc",
         "stop",
@@ -74,4 +79,5 @@ def test_verl_outputs_map_stop_reasons():
         11,
     )
     assert done.logprobs == [-1.0, -2.0, -3.0]
-    assert (cut.text, cut.finish_reason, cut.logprobs) == ("d", "length", None)
+    assert (full.finish_reason, ended.finish_reason) == ("length", "stop")
+    assert (aborted.text, aborted.finish_reason, aborted.logprobs) == ("d", "length", None)

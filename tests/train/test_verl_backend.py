@@ -183,9 +183,10 @@ def test_sample_info_reads_verl_extra_fields():
     class Sample:
         kind, failed, reward, prior, post = "ask", False, 0.25, -3.0, -2.75
 
-    fields = {"reward_extra_info": reward_extra_info(Sample())}
-    assert sample_info(fields) == SampleInfo("ask", False, 0.25)
-    assert sample_info(Wrapped(fields)) == SampleInfo("ask", False, 0.25)
+    fields = {"reward_extra_info": reward_extra_info(Sample(), "clarify")}
+    expected = SampleInfo("ask", False, 0.25, "clarify", -3.0, -2.75)
+    assert sample_info(fields) == expected
+    assert sample_info(Wrapped(fields)) == expected
     assert sample_info({}) == SampleInfo("invalid", True, None)  # no reward info: never kept
 
 

@@ -5,12 +5,17 @@ then score it with the information-gain reward, where the responders are the fro
 the recipe (vLLM endpoints) and the belief scorer is the rollout server itself, i.e. the policy
 being trained, through its prompt log-probs. The reward is set on the output, so verl's own
 reward workers are not called.
+
+verl runs each of a prompt's ``n`` sessions as its own agent loop; the reward object is shared
+by every loop of a worker process and keyed by training step, so a state's prior is scored once
+per step and all its sessions use that one value.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from functools import lru_cache
 from typing import Any
 from uuid import uuid4
@@ -22,9 +27,11 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
+from prour.rewards import InfoGainReward
 from prour.train.verl_ext.logic import (
     RolloutServerLLM,
     completion_from_output,
+    generation_budget,
     reward_extra_info,
 )
 
@@ -44,22 +51,64 @@ def _run_context(recipe_path: str) -> tuple[Any, Any]:
     return recipe, build_responders(Builder(recipe))
 
 
+class StepPriorReward(InfoGainReward):
+    """The information-gain reward shared by the agent loops of one worker during one step.
+
+    Sessions run concurrently in worker threads; a lock per state makes the first of them score
+    the prior while the others wait for it, so each state costs one prior request per step.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._state_locks: dict[str, threading.Lock] = {}
+
+    def at_step(self, step: int) -> None:
+        """Priors are the policy's of ``step``: forget those of earlier steps."""
+        with self._lock:
+            if step != self.policy_version:
+                self._priors.clear()
+                self._state_locks.clear()
+                self.policy_version = step
+
+    def prior(self, state: Any) -> Any:
+        with self._lock:
+            lock = self._state_locks.setdefault(state.state_id, threading.Lock())
+        with lock:
+            return super().prior(state)
+
+
+_shared: dict[str, StepPriorReward] = {}
+_shared_lock = threading.Lock()
+
+
+def _step_reward(loop: QueryAgentLoop, step: int) -> StepPriorReward:
+    """The worker's reward for ``loop``'s recipe at ``step`` (rebuilt when the event loop that
+    owns the rollout-server client changes)."""
+    with _shared_lock:
+        reward = _shared.get(loop.recipe_path)
+        if reward is None or reward.policy_llm.loop is not loop.loop:
+            policy = RolloutServerLLM(loop._generate, loop.tokenizer, loop.loop)
+            reward = StepPriorReward(
+                policy,
+                loop.responders.strict_user,
+                loop.responders.verifier_factory,
+                loop.recipe.reward,
+            )
+            _shared[loop.recipe_path] = reward
+    reward.at_step(step)
+    return reward
+
+
 @register(AGENT_NAME)
 class QueryAgentLoop(AgentLoopBase):
     """Sample a query, answer it with the frozen responder, reward it by information gain."""
 
     def __init__(self, *args: Any, recipe_path: str, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.recipe_path = recipe_path
         self.recipe, self.responders = _run_context(recipe_path)
         self.response_length = self.rollout_config.response_length
-
-    def _reward(self) -> Any:
-        """The reward with the rollout servers as the policy LLM (per loop; responders shared)."""
-        from prour.build import Builder
-        from prour.train.reward import info_gain_reward
-
-        policy = RolloutServerLLM(self._generate, self.tokenizer, self.loop)
-        return info_gain_reward(Builder(self.recipe, {"generator": policy}), self.responders)
 
     async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Any:
         return await self.server_manager.generate(
@@ -72,13 +121,14 @@ class QueryAgentLoop(AgentLoopBase):
         prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
         output = await self._generate(prompt_ids, sampling_params)
         response_ids = list(output.token_ids)[: self.response_length]
+        budget = generation_budget(len(prompt_ids), sampling_params, self.rollout_config)
         completion = completion_from_output(
-            self.tokenizer, response_ids, output.stop_reason, len(prompt_ids)
+            self.tokenizer, response_ids, output.stop_reason, len(prompt_ids), budget
         )
         state = state_from_row(
             {"reward_model": kwargs["reward_model"], "extra_info": kwargs["extra_info"]}
         )
-        reward_fn = self._reward()
+        reward_fn = _step_reward(self, int(kwargs["global_steps"]))
         sample = (await asyncio.to_thread(reward_fn.score_group, state, [completion]))[0]
         logprobs = output.log_probs[: self.response_length] if output.log_probs else None
         return AgentLoopOutput(
@@ -90,7 +140,8 @@ class QueryAgentLoop(AgentLoopBase):
             num_turns=2,
             metrics=AgentLoopMetrics(),
             extra_fields={
-                "reward_extra_info": reward_extra_info(sample),
+                "reward_extra_info": reward_extra_info(sample, state.mode),
+                "finish_reason": completion.finish_reason,
                 "turn_scores": [],
                 "tool_rewards": [],
                 **output.extra_fields,

@@ -1,6 +1,8 @@
 """verl dataset of our instances: each prompt asks for ``n`` sessions (``data.prour_sample_n``).
 
-Rows of an older schema version are refused when the dataset loads, before any rollout.
+Rows of an older schema version are refused when the dataset loads, before any rollout, and so
+are prompts longer than ``data.max_prompt_tokens`` as the rollout renders them (verl's agent loop
+would otherwise cut them from the left, system prompt first, without a word).
 
 verl sizes its PPO mini-batches by ``actor_rollout_ref.rollout.n``; we set that to the number of
 samples *kept* per state, and request the larger number *sampled* per prompt through the
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.utils.tokenizer import normalize_token_ids
 
 from prour.data.schema import version_problem
 
@@ -25,6 +28,33 @@ class ProurRLDataset(RLHFDataset):
         problems = version_problem(self.dataframe[0]["extra_info"] or {}) if len(self) else []
         if problems:
             raise ValueError(f"{self.data_files}: {problems[0]}")
+
+    def prompt_length(self, row: dict[str, Any]) -> int:
+        """Tokens of a row's prompt as the agent loop renders it (chat template, generation
+        prompt, the run's template options such as ``enable_thinking``)."""
+        options = dict(self.apply_chat_template_kwargs or {})
+        for key in ("tokenize", "return_dict", "return_tensors"):
+            options.pop(key, None)
+        ids = self.tokenizer.apply_chat_template(
+            list(row[self.prompt_key]), add_generation_prompt=True, tokenize=True, **options
+        )
+        return len(normalize_token_ids(ids))
+
+    def maybe_filter_out_long_prompts(self, dataframe: Any = None) -> Any:
+        """Refuse the dataset when a prompt is over ``data.max_prompt_tokens`` (verl's own
+        filter would silently drop those rows; its agent loop would silently cut them)."""
+        lengths = [self.prompt_length(row) for row in dataframe]
+        over = [i for i, n in enumerate(lengths) if n > self.max_prompt_length]
+        if over:
+            worst = max(over, key=lengths.__getitem__)
+            trajectory = (dataframe[worst].get("extra_info") or {}).get("trajectory_id")
+            raise ValueError(
+                f"{self.data_files}: {len(over)} of {len(lengths)} prompts are over "
+                f"data.max_prompt_tokens={self.max_prompt_length} tokens (longest: row {worst}, "
+                f"trajectory {trajectory}, {lengths[worst]} tokens); re-extract the dataset "
+                "with this tokenizer and budget (history is left-truncated there)"
+            )
+        return dataframe
 
     def __getitem__(self, item: int) -> dict[str, Any]:
         row = super().__getitem__(item)

@@ -26,6 +26,9 @@ class SampleInfo:
     kind: str
     failed: bool
     reward: float | None
+    mode: str | None = None
+    prior: float | None = None
+    post: float | None = None
 
 
 def parse_trajectory_key(key: str) -> tuple[str, int, int]:
@@ -34,13 +37,15 @@ def parse_trajectory_key(key: str) -> tuple[str, int, int]:
     return uid, int(session), int(index)
 
 
-def reward_extra_info(sample: Any) -> dict[str, Any]:
-    """The per-sample facts the agent loop hands to verl (metrics and our sampler read them).
+def reward_extra_info(sample: Any, mode: str) -> dict[str, Any]:
+    """The per-sample facts the agent loop hands to verl (metrics and our sampler read them);
+    ``mode`` is the state's belief mode (clarify or verify).
 
     Keys avoid verl's own ``reward`` entry, which its validation fills with the scalar score.
     """
     return {
         "query_kind": sample.kind,
+        "mode": mode,
         "failed": bool(sample.failed or sample.reward is None),
         "ig_reward": None if sample.reward is None else float(sample.reward),
         "prior": sample.prior,
@@ -60,7 +65,43 @@ def sample_info(extra_fields: Any) -> SampleInfo:
         kind=str(info["query_kind"]),
         failed=bool(info.get("failed")) or reward is None,
         reward=None if reward is None else float(reward),
+        mode=info.get("mode"),
+        prior=_optional_float(info.get("prior")),
+        post=_optional_float(info.get("post")),
     )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def failed_ask_fraction(infos: Sequence[SampleInfo]) -> float:
+    """Share of the sampled questions (kind ``ask``) whose responder call or scoring failed."""
+    asks = [i for i in infos if i.kind == "ask"]
+    return sum(i.failed for i in asks) / len(asks) if asks else 0.0
+
+
+def step_metrics(infos: Sequence[SampleInfo], prefix: str = "training/prour") -> dict[str, float]:
+    """The reward diagnostics of one step's sampled trajectories, as verl logs step metrics:
+    fractions by kind, failed asks, mean information gain by mode, mean prior and posterior."""
+    n = len(infos)
+    if not n:
+        return {}
+    metrics = {
+        f"{prefix}/{kind}_fraction": sum(i.kind == kind for i in infos) / n
+        for kind in ("ask", "none", "invalid")
+    }
+    metrics[f"{prefix}/failed_fraction"] = sum(i.failed for i in infos) / n
+    metrics[f"{prefix}/failed_ask_fraction"] = failed_ask_fraction(infos)
+    scored = [i for i in infos if i.kind == "ask" and not i.failed and i.reward is not None]
+    for mode in sorted({i.mode for i in scored if i.mode}):
+        values = [i.reward for i in scored if i.mode == mode]
+        metrics[f"{prefix}/ig_mean/{mode}"] = sum(values) / len(values)
+    for name in ("prior", "post"):
+        values = [getattr(i, name) for i in infos if getattr(i, name) is not None]
+        if values:
+            metrics[f"{prefix}/{name}_mean"] = sum(values) / len(values)
+    return metrics
 
 
 def _groups(keys: Sequence[str]) -> dict[str, list[int]]:
@@ -127,18 +168,50 @@ def target_logprobs(
     return [float(prompt_logprobs[n_context + k - 1][0]) for k in range(n_target)]
 
 
+def generation_budget(
+    n_prompt: int, sampling_params: Mapping[str, Any], rollout: Mapping[str, Any]
+) -> int:
+    """The ``max_tokens`` verl's rollout server grants a prompt of ``n_prompt`` tokens (its
+    vLLM server's rule): the request's own ``max_tokens``, else ``response_length`` capped by
+    what is left of ``prompt_length + response_length``; always within ``max_model_len`` (unset:
+    prompt plus response length, as verl resolves it)."""
+    context = rollout["prompt_length"] + rollout["response_length"]
+    if "max_tokens" in sampling_params:
+        budget = int(sampling_params["max_tokens"])
+    else:
+        budget = min(rollout["response_length"], context - n_prompt)
+    return max(1, min(budget, (rollout.get("max_model_len") or context) - n_prompt))
+
+
+def finish_reason(token_ids: Sequence[int], budget: int, eos_token_id: int | None) -> str:
+    """``"length"`` for a reply cut at its token budget, else ``"stop"``.
+
+    verl's server reports both vLLM reasons as ``"completed"``; a reply that used its whole
+    budget without ending on the end-of-sequence token was cut.
+    """
+    ended = bool(token_ids) and eos_token_id is not None and token_ids[-1] == eos_token_id
+    return "length" if len(token_ids) >= budget and not ended else "stop"
+
+
 def completion_from_output(
     tokenizer: Any,
     token_ids: list[int],
     stop_reason: str | None,
     prompt_tokens: int,
+    budget: int,
     logprobs: list[float] | None = None,
 ) -> Completion:
-    """A :class:`Completion` of a rollout server's sampled ids (``stop_reason`` is verl's:
-    ``"completed"`` when the reply ended, anything else means it was cut at its length)."""
+    """A :class:`Completion` of a rollout server's sampled ids; ``stop_reason`` is verl's
+    (``"completed"`` for both stop and length, which ``budget`` tells apart; anything else,
+    e.g. ``"aborted"``, counts as cut)."""
+    reason = (
+        finish_reason(token_ids, budget, tokenizer.eos_token_id)
+        if stop_reason == "completed"
+        else "length"
+    )
     return Completion.from_text(
         tokenizer.decode(token_ids, skip_special_tokens=True),
-        "stop" if stop_reason == "completed" else "length",
+        reason,
         prompt_tokens=prompt_tokens,
         token_ids=list(token_ids),
         logprobs=logprobs,
@@ -222,16 +295,17 @@ class RolloutServerLLM:
 
         outputs = iter(self._run(all_samples))
         return [
-            [self._completion(next(outputs), len(ids)) for _ in range(r.sampling.n)]
+            [self._completion(next(outputs), len(ids), r) for _ in range(r.sampling.n)]
             for ids, r in zip(prompts, requests)
         ]
 
-    def _completion(self, output: Any, prompt_tokens: int) -> Completion:
+    def _completion(self, output: Any, prompt_tokens: int, request: ChatRequest) -> Completion:
         return completion_from_output(
             self.tokenizer,
             list(output.token_ids),
             getattr(output, "stop_reason", None),
             prompt_tokens,
+            request.sampling.max_tokens,
             getattr(output, "log_probs", None),
         )
 

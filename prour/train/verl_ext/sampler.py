@@ -1,8 +1,16 @@
 """verl sampler that keeps ``keep`` of each group's ``n`` sessions (valid questions first).
 
 Loaded by verl through ``trainer.v1.sampler.custom_sampler``; options arrive in
-``trainer.v1.sampler.sampler_kwargs``: ``keep``, ``drop_zero_variance`` and, with the latter,
-``train_batch_size`` and ``max_inflight_gen_batches`` for verl's refill of dropped groups.
+``trainer.v1.sampler.sampler_kwargs``: ``keep``, ``max_failed_ask_fraction``,
+``drop_zero_variance`` and, with the latter, ``train_batch_size`` and
+``max_inflight_gen_batches`` for verl's refill of dropped groups (the refill asks for single
+prompts, so verl's ``data.gen_batch_size`` must be 1, as ``algorithm.filter_groups.enable`` sets).
+
+Every sampled batch also returns the step's reward diagnostics (:func:`step_metrics`), which verl
+logs with its step metrics. A batch in which every group is dropped is not trained on: the
+sampler warns, asks verl for a fresh batch of prompts and samples again. Training stops with an
+error once the failed share of the step's questions exceeds ``max_failed_ask_fraction``
+(``train.max_failed_ask_fraction``: responders down or unreachable).
 """
 
 from __future__ import annotations
@@ -15,9 +23,21 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-from prour.train.verl_ext.logic import flat_groups, kept_keys, parse_trajectory_key, sample_info
+from prour.train.verl_ext.logic import (
+    SampleInfo,
+    failed_ask_fraction,
+    flat_groups,
+    kept_keys,
+    parse_trajectory_key,
+    sample_info,
+    step_metrics,
+)
 
 logger = logging.getLogger(__name__)
+
+
+class FailedAsksError(RuntimeError):
+    """Too many of a step's questions could not be answered or scored."""
 
 
 class KeepValidFirstReplayBuffer(ReplayBuffer):
@@ -26,6 +46,7 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
     def __init__(self, *, sampler_kwargs: Any, refill_fn: Any = None, **kwargs: Any):
         options = dict(sampler_kwargs or {})
         self.keep = int(options["keep"])
+        self.max_failed_ask_fraction = float(options.get("max_failed_ask_fraction", 1.0))
         self.drop_zero_variance = bool(options.get("drop_zero_variance", False))
         extra: dict[str, Any] = {}
         if self.drop_zero_variance:  # verl's DAPO machinery refills, our rule decides what is flat
@@ -36,12 +57,29 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
                 "max_inflight_gen_batches": int(options.get("max_inflight_gen_batches", 2)),
             }
         super().__init__(sampler_kwargs=sampler_kwargs, refill_fn=refill_fn, **kwargs, **extra)
+        self._seen: dict[str, list[SampleInfo]] = {}  # this step's finished groups, by uid
 
-    def _infos(self, partition_id: str, keys: list[str]) -> list[Any]:
+    def _infos(self, partition_id: str, keys: list[str]) -> list[SampleInfo]:
         if not keys:
             return []
         data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
         return [sample_info(value) for value in data["extra_fields"]]
+
+    def _record(self, keys: list[str], infos: list[SampleInfo]) -> None:
+        """Remember the groups seen this step and stop when too many questions failed."""
+        for key, info in zip(keys, infos):
+            self._seen.setdefault(parse_trajectory_key(key)[0], []).append(info)
+        seen = [info for group in self._seen.values() for info in group]
+        fraction = failed_ask_fraction(seen)
+        if fraction > self.max_failed_ask_fraction:
+            asks = sum(i.kind == "ask" for i in seen)
+            raise FailedAsksError(
+                f"{round(fraction * asks)} of {asks} sampled questions failed (responder or "
+                f"scoring errors) over {len(self._seen)} states, more than "
+                f"train.max_failed_ask_fraction={self.max_failed_ask_fraction}; stopping "
+                "training: check that the responder endpoints (models.strict_user, "
+                "models.verifier) are up"
+            )
 
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
         """Finished groups whose kept rewards are all equal (no signal after selection)."""
@@ -49,28 +87,48 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
             return set(), Counter()
         finished = self.finished_keys[partition_id]
         keys = [k for k in self.partitions[partition_id] if parse_trajectory_key(k)[0] in finished]
-        flat = flat_groups(keys, self._infos(partition_id, keys), self.keep)
+        infos = self._infos(partition_id, keys)
+        new = [(k, i) for k, i in zip(keys, infos) if parse_trajectory_key(k)[0] not in self._seen]
+        self._record([k for k, _ in new], [i for _, i in new])
+        flat = flat_groups(keys, infos, self.keep)
         return set(flat), Counter(flat.values())
 
-    def _materialize_batch(
-        self,
-        partition_id: str,
-        selected_prompt_uids: list[str],
-        partition_snapshot: dict[str, dict],
-    ) -> KVBatchMeta:
-        batch = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
-        if partition_id == "val":
-            return batch
-        kept, dropped = kept_keys(
-            batch.keys, self._infos(partition_id, list(batch.keys)), self.keep
-        )
+    def sample(
+        self, global_steps: int, partition_id: str, batch_size: int
+    ) -> tuple[KVBatchMeta, dict]:
+        """verl's sample, then our selection; an all-dropped batch is replaced by a fresh one."""
+        self._seen = {}
+        skipped = 0
+        while True:
+            batch, metrics = super().sample(global_steps, partition_id, batch_size)
+            if partition_id == "val":
+                return batch, metrics
+            kept, infos = self._select(partition_id, batch)
+            if kept.keys:
+                metrics.update(step_metrics(infos))
+                metrics["training/prour/kept_samples"] = len(kept.keys)
+                metrics["training/prour/skipped_batches"] = skipped
+                return kept, metrics
+            skipped += 1
+            logger.warning(
+                "step %d: every group of the sampled batch was dropped (%d trajectories, none "
+                "with two usable samples); no update on it, sampling a fresh batch",
+                global_steps,
+                len(batch.keys),
+            )
+            self.refill_fn(batch_size)
+
+    def _select(self, partition_id: str, batch: KVBatchMeta) -> tuple[KVBatchMeta, list]:
+        """The kept part of ``batch`` (the rest is cleared from TransferQueue) and the infos of
+        all its trajectories."""
+        keys = list(batch.keys)
+        infos = self._infos(partition_id, keys)
+        fresh = [(k, i) for k, i in zip(keys, infos) if parse_trajectory_key(k)[0] not in self._seen]
+        self._record([k for k, _ in fresh], [i for _, i in fresh])
+        kept, dropped = kept_keys(keys, infos, self.keep)
         if dropped:
             tq.kv_clear(partition_id=partition_id, keys=dropped)
-        tags = dict(zip(batch.keys, batch.tags))
-        logger.info(
-            "kept %d of %d trajectories (%d groups)",
-            len(kept),
-            len(batch.keys),
-            len(selected_prompt_uids),
-        )
-        return KVBatchMeta(partition_id=partition_id, keys=kept, tags=[tags[k] for k in kept])
+        tags = dict(zip(keys, batch.tags))
+        logger.info("kept %d of %d trajectories", len(kept), len(keys))
+        kept_batch = KVBatchMeta(partition_id=partition_id, keys=kept, tags=[tags[k] for k in kept])
+        return kept_batch, infos

@@ -1,0 +1,274 @@
+"""prour's verl extensions run inside verl 0.9.1's own code: Ray (2 CPUs) + TransferQueue (one
+storage unit; the default 8 hang on 2 cores) + ``AgentLoopWorkerTQ`` + our sampler as verl's
+trainer builds and calls it. See ``verl_harness`` for what stands in for the GPU side."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.verl_harness
+
+N_STATES, N, KEEP = 16, 8, 6
+REPLIES = (
+    "YES [QUESTION]Which colour do you want?[/QUESTION]",
+    "NO",
+    "garbage",
+    "YES [QUESTION]Which size do you want?[/QUESTION]",
+    "NO",
+)
+
+
+def test_extensions_import_in_the_test_venv():
+    import prour.train.verl_ext.agent_loop as agent_loop
+    import prour.train.verl_ext.sampler as sampler
+
+    assert agent_loop.QueryAgentLoop.__name__ == "QueryAgentLoop"
+    assert sampler.KeepValidFirstReplayBuffer.__mro__[1].__name__ == "ReplayBuffer"
+
+
+@pytest.fixture(scope="module")
+def ray_tq(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Ray on two CPUs and TransferQueue with one storage unit, for the whole module."""
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+    from verl_harness import compose
+
+    config, _ = compose(tiny_model_dir, tmp_path_factory.mktemp("tq"), [])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        tq.init(
+            OmegaConf.merge(
+                config.transfer_queue, {"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}
+            )
+        )
+        yield
+        tq.close()
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def scripted_responders() -> Iterator:
+    """Our agent loops answer with a scripted strict user instead of the Qwen3-8B endpoint."""
+    import prour.train.verl_ext.agent_loop as agent_loop
+    from prour.llm import SamplingParams
+    from prour.llm.scripted import ScriptedLLM
+    from prour.rollout import StrictUserSimulator
+    from prour.train.recipe import load_train_recipe
+    from prour.train.reward import Responders
+    from verl_harness import StrictUser
+
+    user = StrictUser()
+    responder = StrictUserSimulator(ScriptedLLM(rules=[(".", user)]), SamplingParams(max_tokens=32))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            agent_loop,
+            "_run_context",
+            lambda path: (load_train_recipe(path)[0], Responders(responder, None)),
+        )
+        yield user
+
+
+def _harness(model_dir: Path, run_dir: Path, sets: list[str], reply, flat: int = 0):
+    from prour.data.dataset import write_rows
+    from train_helpers import instance_rows
+    from verl_harness import Harness, compose
+
+    rows = instance_rows(N_STATES)
+    for row in rows[:flat]:
+        row["prompt"][0]["content"] = "FLAT please"
+    write_rows(rows, run_dir / "data/dataset/train.parquet")
+    write_rows(instance_rows(2), run_dir / "data/dataset/validation.parquet")
+    config, _ = compose(model_dir, run_dir, sets)
+    return Harness(config, model_dir, reply)
+
+
+def _cycle():
+    calls = iter(range(10**6))
+    return lambda _text: REPLIES[next(calls) % len(REPLIES)]
+
+
+@pytest.fixture(scope="module")
+def paper_step(ray_tq, scripted_responders, tiny_model_dir, tmp_path_factory):
+    """One verl training step of the paper recipe: the harness, the sampled batch, the metrics."""
+    harness = _harness(tiny_model_dir, tmp_path_factory.mktemp("paper"), [], _cycle())
+    _balanced, metrics = harness.step()
+    yield harness, harness.trainer.batches[-1], metrics
+    harness.close()
+
+
+def _by_group(keys) -> dict[str, list[str]]:
+    groups = defaultdict(list)
+    for key in keys:
+        groups[key.split("_")[0]].append(key)
+    return groups
+
+
+def test_sixteen_prompts_give_128_trajectories_and_96_kept_six_per_state(paper_step):
+    harness, batch, _ = paper_step
+    assert harness.submitted == [N_STATES]
+    assert len(harness.rolled) == N_STATES * N
+    groups = _by_group(batch.keys)
+    assert len(batch.keys) == N_STATES * KEEP
+    assert sorted(len(keys) for keys in groups.values()) == [KEEP] * N_STATES
+
+
+def test_valid_questions_are_kept_first(paper_step):
+    harness, batch, _ = paper_step
+    rolled = _by_group(harness.rolled)
+    for uid, kept in _by_group(batch.keys).items():
+        usable_asks = [k for k in rolled[uid] if harness.rolled[k].kind == "ask"]
+        usable_asks = [k for k in usable_asks if not harness.rolled[k].failed]
+        kept_asks = [k for k in kept if harness.rolled[k].kind == "ask"]
+        assert len(kept_asks) == min(KEEP, len(usable_asks)), uid
+        assert not any(harness.rolled[k].failed for k in kept)
+
+
+def test_verl_grpo_normalises_over_the_kept_six(paper_step):
+    import numpy as np
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    harness, batch, _ = paper_step
+    data = harness.fields(batch.keys, ["uid", "response_mask", "rm_scores"])
+    data = DataProto(batch=data.to_padded_tensor())
+    data.batch["token_level_scores"] = data.batch["rm_scores"]
+    data.batch["token_level_rewards"] = data.batch["rm_scores"]
+    data.non_tensor_batch["uid"] = np.array(data.batch.pop("uid").tolist(), dtype=object)
+    config = harness.config
+    data = compute_advantage_for_multi_trajectories(
+        data,
+        batch_keys=batch.keys,
+        adv_estimator=config.algorithm.adv_estimator,
+        num_repeat=config.actor_rollout_ref.rollout.n,
+        norm_adv_by_std_in_grpo=True,
+        config=config.algorithm,
+    )
+    advantages = data.batch["advantages"][:, 0]
+    rewards = torch.tensor([harness.rolled[k].reward for k in batch.keys])
+    assert rewards.std() > 0
+    for uid, keys in _by_group(batch.keys).items():
+        idx = [batch.keys.index(k) for k in keys]
+        r = rewards[idx]
+        expected = (r - r.mean()) / (r.std() + 1e-6)
+        assert torch.allclose(advantages[idx], expected, atol=1e-4), uid
+
+
+def test_sampler_metrics_reach_verl_step_metrics(paper_step):
+    harness, _, metrics = paper_step
+    infos = list(harness.rolled.values())
+    n = len(infos)
+    for kind in ("ask", "none", "invalid"):
+        expected = sum(i.kind == kind for i in infos) / n
+        assert metrics[f"training/prour/{kind}_fraction"] == pytest.approx(expected)
+    asks = [i for i in infos if i.kind == "ask"]
+    assert metrics["training/prour/failed_ask_fraction"] == pytest.approx(
+        sum(i.failed for i in asks) / len(asks)
+    )
+    ig = [i.reward for i in asks if not i.failed]
+    assert metrics["training/prour/ig_mean/clarify"] == pytest.approx(sum(ig) / len(ig))
+    priors = [i.prior for i in infos if i.prior is not None]
+    assert metrics["training/prour/prior_mean"] == pytest.approx(sum(priors) / len(priors))
+    assert metrics["training/prour/kept_samples"] == N_STATES * KEEP
+    assert "global_seqlen/mean" in metrics or any(k.startswith("global_seqlen") for k in metrics)
+
+
+def test_one_prior_request_per_state_per_step(paper_step):
+    harness, _, _ = paper_step
+    states_with_answers = {
+        k.split("_")[0]
+        for k, i in harness.rolled.items()
+        if i.kind == "ask" and not i.failed
+    }
+    priors = harness.server.prior_requests()
+    assert len(states_with_answers) == N_STATES
+    assert sorted(priors.values()) == [1] * N_STATES
+    by_state = defaultdict(set)
+    for key, info in harness.rolled.items():
+        if info.prior is not None:
+            by_state[key.split("_")[0]].add(info.prior)
+    assert all(len(values) == 1 for values in by_state.values())  # sessions share the prior
+
+
+def test_replies_that_end_are_reported_as_stop(paper_step):
+    harness, batch, _ = paper_step
+    fields = harness.fields(batch.keys, ["extra_fields"])["extra_fields"]
+    reasons = Counter(getattr(f, "data", f)["finish_reason"] for f in fields)
+    assert reasons == Counter({"stop": len(batch.keys)})
+
+
+def test_drop_zero_variance_refills_single_prompts_and_continues(
+    ray_tq, scripted_responders, tiny_model_dir, tmp_path
+):
+    cycle = _cycle()
+    harness = _harness(
+        tiny_model_dir,
+        tmp_path,
+        ["train.ppo.drop_zero_variance=true"],
+        lambda text: "NO" if "FLAT" in text else cycle(text),
+        flat=3,
+    )
+    try:
+        _, metrics = harness.step()
+        batch = harness.trainer.batches[-1]
+        groups = _by_group(batch.keys)
+        assert sorted(len(k) for k in groups.values()) == [KEEP] * N_STATES
+        flat = {k.split("_")[0] for k, i in harness.rolled.items() if i.kind == "none"}
+        flat = {u for u in flat if all(i.kind == "none" for k, i in harness.rolled.items()
+                                       if k.startswith(u))}
+        assert flat and not flat & set(groups)  # the flat groups were evicted, not trained on
+        assert metrics["training/filter_groups/evicted_samples"] >= len(flat)
+        assert harness.submitted[0] == N_STATES and set(harness.submitted[1:]) == {1}
+    finally:
+        harness.close()
+
+
+def test_a_step_whose_groups_are_all_dropped_is_skipped_with_a_warning(
+    ray_tq, scripted_responders, tiny_model_dir, tmp_path, caplog
+):
+    harness = _harness(
+        tiny_model_dir,
+        tmp_path,
+        ["train.max_failed_ask_fraction=1.0"],
+        lambda _text: REPLIES[0],
+    )
+    scripted_responders.down = True
+    harness.after_rollout = lambda: setattr(scripted_responders, "down", False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="prour.train.verl_ext.sampler"):
+            _, metrics = harness.step()
+        assert "every group of the sampled batch was dropped" in caplog.text
+        assert harness.submitted == [N_STATES, N_STATES]  # a fresh batch replaced the dropped one
+        assert metrics["training/prour/skipped_batches"] == 1
+        assert len(harness.trainer.batches[-1].keys) == N_STATES * KEEP
+    finally:
+        scripted_responders.down = False
+        harness.close()
+
+
+def test_training_stops_once_failed_asks_pass_the_threshold(
+    ray_tq, scripted_responders, tiny_model_dir, tmp_path
+):
+    from prour.train.verl_ext.sampler import FailedAsksError
+
+    harness = _harness(
+        tiny_model_dir, tmp_path, ["train.max_failed_ask_fraction=0.5"], lambda _t: REPLIES[0]
+    )
+    scripted_responders.down = True
+    try:
+        with pytest.raises(FailedAsksError, match=r"train\.max_failed_ask_fraction=0\.5"):
+            harness.step()
+        assert math.isclose(
+            sum(i.failed for i in harness.rolled.values()) / len(harness.rolled), 1.0
+        )
+    finally:
+        scripted_responders.down = False
+        harness.close()

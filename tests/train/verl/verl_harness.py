@@ -1,0 +1,232 @@
+"""prour's verl extensions inside verl 0.9.1's own code, on CPU.
+
+What runs is verl's: the Hydra-composed config of the paper recipe, the trainer's dataloader,
+prompt submission, refill, ``step`` (metric aggregation) and ``_balance_batch``, the replay
+buffer construction of a custom sampler, ``AgentLoopWorkerTQ``'s methods instantiating our
+``QueryAgentLoop`` through its registry, and TransferQueue on Ray. Two things stand in for the
+GPU side: :class:`RolloutServer` answers with verl's ``generate`` signature and ``TokenOutput``
+(prompt log-probs from the tiny HF model, scripted replies instead of vLLM sampling), and the
+trainer stops after ``_balance_batch`` (old log-probs and the update need the FSDP workers).
+The frozen responder is a scripted strict user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+SCORE_MARK = "size M"  # in every responder answer: tells a posterior prompt from a prior one
+ANSWERS = ("Blue, size M.", "The grey one, size M.", "It does not matter, size M.")
+
+
+def compose(model_dir: Path, run_dir: Path, sets: list[str]) -> tuple[Any, Path]:
+    """The paper recipe with the verl backend on ``model_dir``: verl's resolved config and the
+    recipe file the agent loops read."""
+    from prour.train.recipe import load_train_recipe
+    from prour.train.verl_backend import compose_verl_config, prepare_verl_run
+
+    recipe, cfg = load_train_recipe(
+        "recipes/paper.yaml",
+        [
+            "train.backend=verl",
+            f"train.output_dir={run_dir / 'ckpt'}",
+            f"run_dir={run_dir}",
+            f"models.generator.path={model_dir}",
+            "reward.responder_retries=0",
+            *sets,
+        ],
+    )
+    run = prepare_verl_run(recipe, cfg, write=True)
+    config = compose_verl_config(run.overrides + ["data.dataloader_num_workers=0"])
+    OmegaConf.resolve(config)
+    return config, run.recipe_file
+
+
+class RolloutServer:
+    """verl's rollout-server client as the agent loop sees it, on the tiny HF model.
+
+    ``reply(prompt_text)`` scripts the sampled text; scoring requests (``prompt_logprobs``)
+    return the model's prompt log-probs in verl's ``extract_prompt_logprobs`` layout.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, reply: Callable[[str], str]):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.reply = reply
+        self.score_prompts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        audio_data: Any = None,
+        mm_processor_kwargs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        extra = {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1}
+        text = self.tokenizer.decode(prompt_ids)
+        if sampling_params.get("prompt_logprobs") is not None:
+            with self._lock:
+                self.score_prompts[text] += 1
+                with torch.no_grad():
+                    logits = self.model(input_ids=torch.tensor([prompt_ids])).logits[0]
+            logp = torch.log_softmax(logits.float(), -1)
+            extra["prompt_logprobs"] = [
+                [float(logp[j - 1, t])] for j, t in enumerate(prompt_ids) if j > 0
+            ] + [[0.0]]
+            return TokenOutput(token_ids=[1], stop_reason="completed", extra_fields=extra)
+        ids = self.tokenizer(self.reply(text), add_special_tokens=False)["input_ids"]
+        ids = ids + [self.tokenizer.eos_token_id]
+        logprobs = [-0.5] * len(ids) if sampling_params.get("logprobs") else None
+        return TokenOutput(
+            token_ids=ids, log_probs=logprobs, stop_reason="completed", extra_fields=extra
+        )
+
+    def prior_requests(self) -> Counter[str]:
+        """Scoring prompts without a question and answer: the priors."""
+        return Counter({p: n for p, n in self.score_prompts.items() if SCORE_MARK not in p})
+
+
+class StrictUser:
+    """The frozen responder: a scripted strict user that can be taken down."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self._answers = itertools.cycle(ANSWERS)
+
+    def __call__(self, _prompt: str) -> str:
+        if self.down:
+            raise ConnectionError("responder endpoint unreachable")
+        return next(self._answers)
+
+
+def trainer_class() -> type:
+    """verl's PPO trainer up to its GPU stages: ``_step_once`` samples and balances, then stops."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    class SamplingTrainer(PPOTrainer):
+        def __init__(self, config: Any, tokenizer: Any, manager: Any, dp: int):
+            self.config = config
+            self.tokenizer, self.processor = tokenizer, None
+            self.trainer_mode = config.trainer.v1.trainer_mode
+            self.parameter_sync_step = 1
+            self.use_critic = False
+            self.global_steps = 1
+            self.agent_loop_manager = manager
+            self.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(dp))})
+            self._init_dataloader()
+            self.replay_buffer = self._build_replay_buffer()
+            self.batches: list[Any] = []
+
+        def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
+            batch, sampler_metrics = self.replay_buffer.sample(
+                global_steps=self.global_steps, partition_id="train", batch_size=sample_batch_size
+            )
+            metrics.update(sampler_metrics)
+            self.batches.append(batch)
+            return self._balance_batch(batch, metrics=metrics)
+
+        def on_step_end(self) -> None:
+            """Nothing: no checkpoints or profiling here."""
+
+        def on_sample_end(self) -> None:
+            """Nothing: no rollout pausing here."""
+
+    return SamplingTrainer
+
+
+class Harness:
+    """verl's agent-loop worker on its own event loop, fed by verl's trainer."""
+
+    def __init__(self, config: Any, model_dir: Path, reply: Callable[[str], str], dp: int = 2):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+        from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+        self.config = config
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.server = RolloutServer(model, self.tokenizer, reply)
+        self.submitted: list[int] = []  # prompts per generate_sequences call
+        self.rolled: dict[str, Any] = {}  # trajectory key -> SampleInfo, as rolled out
+        self.after_rollout: Callable[[], None] | None = None
+        methods = AgentLoopWorkerTQ.__ray_metadata__.modified_class  # the class under @ray.remote
+
+        class Worker(AgentLoopWorker):  # AgentLoopWorkerTQ's own methods, in this process
+            generate_sequences = methods.generate_sequences
+            _run_prompt = methods._run_prompt
+            _agent_loop_postprocess = methods._agent_loop_postprocess
+
+        self.worker = Worker(config, self.server)
+        self.worker.background_tasks = set()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.trainer = trainer_class()(config, self.tokenizer, self, dp)
+
+    def generate_sequences(self, batch: Any) -> None:
+        """``AgentLoopManagerTQ.generate_sequences`` for one worker, run to completion."""
+
+        async def rollout() -> None:
+            await self.worker.generate_sequences(batch)
+            while self.worker.background_tasks:
+                await asyncio.gather(*list(self.worker.background_tasks), return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(rollout(), self.loop).result(300)
+        self.submitted.append(len(batch))
+        self._snapshot()
+        if self.after_rollout is not None:
+            self.after_rollout()
+
+    def _snapshot(self) -> None:
+        """Record every trajectory's reward facts before the sampler drops any."""
+        import transfer_queue as tq
+
+        from prour.train.verl_ext.logic import sample_info
+
+        listing = (tq.kv_list("train") or {}).get("train", {})
+        keys = [k for k, tag in listing.items() if not tag.get("is_prompt") and k not in self.rolled]
+        if keys:
+            values = self.fields(keys, ["extra_fields"])["extra_fields"]
+            self.rolled.update({k: sample_info(v) for k, v in zip(keys, values)})
+
+    def step(self) -> tuple[Any, dict[str, Any]]:
+        """One verl training step (``PPOTrainer.step``); the sampled batch and step metrics."""
+        metrics: dict[str, Any] = {}
+        balanced = self.trainer.step(metrics, {})
+        self.trainer.global_steps += 1
+        return balanced, metrics
+
+    def fields(self, keys: list[str], names: list[str]) -> Any:
+        import transfer_queue as tq
+
+        return tq.kv_batch_get(keys=keys, partition_id="train", select_fields=names)
+
+    def clear(self) -> None:
+        """Empty the train partition (verl's ``fit`` clears each step's batch after the update)."""
+        import transfer_queue as tq
+
+        keys = list(((tq.kv_list("train") or {}).get("train") or {}).keys())
+        if keys:
+            tq.kv_clear(keys=keys, partition_id="train")
+
+    def close(self) -> None:
+        self.clear()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
