@@ -46,7 +46,7 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
     def __init__(self, *, sampler_kwargs: Any, refill_fn: Any = None, **kwargs: Any):
         options = dict(sampler_kwargs or {})
         self.keep = int(options["keep"])
-        self.max_failed_ask_fraction = float(options.get("max_failed_ask_fraction", 1.0))
+        self.max_failed_ask_fraction = float(options["max_failed_ask_fraction"])
         self.drop_zero_variance = bool(options.get("drop_zero_variance", False))
         extra: dict[str, Any] = {}
         if self.drop_zero_variance:  # verl's DAPO machinery refills, our rule decides what is flat
@@ -123,7 +123,9 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
         all its trajectories."""
         keys = list(batch.keys)
         infos = self._infos(partition_id, keys)
-        fresh = [(k, i) for k, i in zip(keys, infos) if parse_trajectory_key(k)[0] not in self._seen]
+        fresh = [
+            (k, i) for k, i in zip(keys, infos) if parse_trajectory_key(k)[0] not in self._seen
+        ]
         self._record([k for k, _ in fresh], [i for _, i in fresh])
         kept, dropped = kept_keys(keys, infos, self.keep)
         if dropped:

@@ -26,8 +26,7 @@ REPLIES = (
 
 
 def test_extensions_import_in_the_test_venv():
-    import prour.train.verl_ext.agent_loop as agent_loop
-    import prour.train.verl_ext.sampler as sampler
+    from prour.train.verl_ext import agent_loop, sampler
 
     assert agent_loop.QueryAgentLoop.__name__ == "QueryAgentLoop"
     assert sampler.KeepValidFirstReplayBuffer.__mro__[1].__name__ == "ReplayBuffer"
@@ -58,13 +57,14 @@ def ray_tq(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 @pytest.fixture(scope="module")
 def scripted_responders() -> Iterator:
     """Our agent loops answer with a scripted strict user instead of the Qwen3-8B endpoint."""
-    import prour.train.verl_ext.agent_loop as agent_loop
+    from verl_harness import StrictUser
+
     from prour.llm import SamplingParams
     from prour.llm.scripted import ScriptedLLM
     from prour.rollout import StrictUserSimulator
     from prour.train.recipe import load_train_recipe
     from prour.train.reward import Responders
-    from verl_harness import StrictUser
+    from prour.train.verl_ext import agent_loop
 
     user = StrictUser()
     responder = StrictUserSimulator(ScriptedLLM(rules=[(".", user)]), SamplingParams(max_tokens=32))
@@ -78,9 +78,10 @@ def scripted_responders() -> Iterator:
 
 
 def _harness(model_dir: Path, run_dir: Path, sets: list[str], reply, flat: int = 0):
-    from prour.data.dataset import write_rows
     from train_helpers import instance_rows
     from verl_harness import Harness, compose
+
+    from prour.data.dataset import write_rows
 
     rows = instance_rows(N_STATES)
     for row in rows[:flat]:
@@ -184,9 +185,7 @@ def test_sampler_metrics_reach_verl_step_metrics(paper_step):
 def test_one_prior_request_per_state_per_step(paper_step):
     harness, _, _ = paper_step
     states_with_answers = {
-        k.split("_")[0]
-        for k, i in harness.rolled.items()
-        if i.kind == "ask" and not i.failed
+        k.split("_")[0] for k, i in harness.rolled.items() if i.kind == "ask" and not i.failed
     }
     priors = harness.server.prior_requests()
     assert len(states_with_answers) == N_STATES
@@ -222,11 +221,16 @@ def test_drop_zero_variance_refills_single_prompts_and_continues(
         groups = _by_group(batch.keys)
         assert sorted(len(k) for k in groups.values()) == [KEEP] * N_STATES
         flat = {k.split("_")[0] for k, i in harness.rolled.items() if i.kind == "none"}
-        flat = {u for u in flat if all(i.kind == "none" for k, i in harness.rolled.items()
-                                       if k.startswith(u))}
+        flat = {
+            u
+            for u in flat
+            if all(i.kind == "none" for k, i in harness.rolled.items() if k.startswith(u))
+        }
         assert flat and not flat & set(groups)  # the flat groups were evicted, not trained on
         assert metrics["training/filter_groups/evicted_samples"] >= len(flat)
-        assert harness.submitted[0] == N_STATES and set(harness.submitted[1:]) == {1}
+        # verl evicts k flat groups and refills 2k prompts, fetched one by one (gen_batch_size 1)
+        assert harness.config.data.gen_batch_size == 1
+        assert harness.submitted[:2] == [N_STATES, 2 * 3]
     finally:
         harness.close()
 

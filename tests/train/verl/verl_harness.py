@@ -201,7 +201,9 @@ class Harness:
         from prour.train.verl_ext.logic import sample_info
 
         listing = (tq.kv_list("train") or {}).get("train", {})
-        keys = [k for k, tag in listing.items() if not tag.get("is_prompt") and k not in self.rolled]
+        keys = [
+            k for k, tag in listing.items() if not tag.get("is_prompt") and k not in self.rolled
+        ]
         if keys:
             values = self.fields(keys, ["extra_fields"])["extra_fields"]
             self.rolled.update({k: sample_info(v) for k, v in zip(keys, values)})
