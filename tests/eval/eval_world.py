@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from prour.llm.scripted import ScriptedLLM, register_script
@@ -257,6 +258,11 @@ def recipe(run_dir: str, **eval_section: Any) -> dict[str, Any]:
 
 def replay_agent_llm(domain: str, task_id: str) -> ScriptedLLM:
     """The task agent that replays ``domain``/``task_id``'s reference actions, then closes."""
+    return ScriptedLLM(rules=[(r".", replay_reply(domain, task_id))])
+
+
+def replay_reply(domain: str, task_id: str) -> Callable[[list[Message]], str]:
+    """The replay agent's reply to a prompt (see :func:`replay_agent_llm`)."""
     from prour.env.domains import get_task
 
     criteria = get_task(domain, task_id).evaluation_criteria
@@ -269,7 +275,7 @@ def replay_agent_llm(domain: str, task_id: str) -> ScriptedLLM:
             return tool_call(actions[done].name, dict(actions[done].arguments))
         return closing
 
-    return ScriptedLLM(rules=[(r".", reply)])
+    return reply
 
 
 def asks_now(history: str, ask_after: tuple[int, ...]) -> bool:
@@ -302,4 +308,123 @@ def replay_llms(domain: str, task_id: str, ask_after: tuple[int, ...]) -> dict[s
     llms = scripted_llms()
     llms["agent"] = replay_agent_llm(domain, task_id)
     llms["decomposer"] = scheduled_decomposer_llm(ask_after)
+    return llms
+
+
+# ---- a planned world: the route of every decision is planted -----------------------------------
+#
+# The replay agent of each domain's task (one task per domain, told apart by the policy in the
+# agent's system prompt) and a decomposer / LLM router that route decision d as ``plan[d]``
+# ("act" past the plan's end). Decision d is the agent's (d+1)-th turn: the decisions already in
+# a prompt's history are the agent's tool calls and messages, less the greeting and verification
+# notes. A clarify decision has two readings preferring different actions (AU ≈ 0.487), a verify
+# decision one reading with two candidates (AU = 0, EU ≈ 0.206), an act decision one candidate.
+
+_HISTORY_ENDS = ("\n\nAssume the customer's goal", "\n\nThe customer's goal",
+                 "\n\nAnswer with strict JSON", "\n\nLook at what", "\n\nYour decision:")
+
+
+def history_of(prompt: str) -> str:
+    """The dialogue part of a decomposer, generator or router prompt."""
+    text = prompt.split("Conversation so far:\n", 1)[-1]
+    for end in _HISTORY_ENDS:
+        text = text.split(end, 1)[0]
+    return text
+
+
+def decision_index(history: str) -> int:
+    """Agent decisions already taken in ``history`` (see the section comment)."""
+    from prour.env.prompts import GREETING
+
+    count = 0
+    for line in history.splitlines():
+        if line.startswith("assistant calls tool: "):
+            count += 1
+        elif line.startswith("assistant: ") and line != f"assistant: {GREETING}" \
+                and not line.startswith("assistant: [Verification]"):
+            count += 1
+    return count
+
+
+def planned_route(plan: dict[str, list[str]], messages: list[Message]) -> str:
+    """The planted route of the decision a prompt is made for."""
+    prompt = _text(messages)
+    routes = plan[domain_of_prompt(prompt)]
+    index = decision_index(history_of(prompt))
+    return routes[index] if index < len(routes) else "act"
+
+
+PLANNED_OPENING = {domain: f"{OPENING} It is about my {domain} booking."
+                   for domain in ("retail", "airline")}
+
+
+def domain_of_prompt(prompt: str) -> str:
+    """The domain the planned user named when opening (every role's prompt shows the opening)."""
+    [domain] = [d for d, opening in PLANNED_OPENING.items() if opening in prompt]
+    return domain
+
+
+def planned_decomposer_llm(plan: dict[str, list[str]]) -> ScriptedLLM:
+    """Readings, actions and scores realising ``plan`` (section comment); K = L = 2."""
+    readings = itertools.cycle(["I want to exchange an item.", "I want to return an item."])
+    candidates = itertools.cycle(["read", RESPOND])
+
+    def goal(messages: list[Message]) -> str:  # one of each reading per clarify decision
+        return next(readings) if planned_route(plan, messages) == "clarify" \
+            else "I want to exchange an item."
+
+    def action(messages: list[Message]) -> str:
+        prompt = _text(messages)
+        route = planned_route(plan, messages)
+        if route == "clarify":
+            return RESPOND if "exchange" in prompt.split("goal is:")[-1] else read_action(prompt)
+        if route == "verify":  # both candidates under the one reading, L = 2 samples each
+            candidate = next(candidates)
+            return read_action(prompt) if candidate == "read" else candidate
+        return RESPOND
+
+    return ScriptedLLM(rules=[(r"goal, in one sentence:", goal),
+                              (r"Propose one plausible next action", action)],
+                       scorer=score_action)
+
+
+def planned_router_llm(plan: dict[str, list[str]]) -> ScriptedLLM:
+    """The LLM router naming the planted route."""
+
+    def reply(messages: list[Message]) -> str:
+        return json.dumps({"mode": planned_route(plan, messages), "rationale": "planted"})
+
+    return ScriptedLLM(rules=[(r"You decide the next mode", reply)])
+
+
+def planned_agent_llm(tasks: dict[str, str]) -> ScriptedLLM:
+    """The replay agent of ``tasks[domain]`` for whichever domain's policy the prompt carries."""
+    replies = {domain: replay_reply(domain, task_id) for domain, task_id in tasks.items()}
+    return ScriptedLLM(rules=[(r".", lambda messages: replies[domain_of(messages)](messages))])
+
+
+def planned_user_llm(tasks: dict[str, str]) -> ScriptedLLM:
+    """:func:`user_reply`, opening with its task's domain (found from the scenario it plays)."""
+    from prour.env.domains import get_task
+
+    reasons = {domain: str(get_task(domain, task_id).user_scenario.instructions.reason_for_call)[:40]
+               for domain, task_id in tasks.items()}
+
+    def reply(messages: list[Message]) -> str:
+        said = user_reply(messages)
+        if said != OPENING:
+            return said
+        [domain] = [d for d, reason in reasons.items() if reason in _text(messages)]
+        return PLANNED_OPENING[domain]
+
+    return ScriptedLLM(rules=[(r".", reply)])
+
+
+def planned_llms(tasks: dict[str, str], plan: dict[str, list[str]]) -> dict[str, ScriptedLLM]:
+    """Every role of the planned world (others as in :func:`scripted_llms`)."""
+    llms = scripted_llms()
+    llms["user"] = planned_user_llm(tasks)
+    llms["agent"] = planned_agent_llm(tasks)
+    llms["decomposer"] = planned_decomposer_llm(plan)
+    llms["router"] = planned_router_llm(plan)
     return llms
