@@ -334,16 +334,10 @@ def history_of(prompt: str) -> str:
 
 def decision_index(history: str) -> int:
     """Agent decisions already taken in ``history`` (see the section comment)."""
-    from prour.env.prompts import GREETING
-
-    count = 0
-    for line in history.splitlines():
-        if line.startswith("assistant calls tool: "):
-            count += 1
-        elif line.startswith("assistant: ") and line != f"assistant: {GREETING}" \
-                and not line.startswith("assistant: [Verification]"):
-            count += 1
-    return count
+    said = (line for line in history.splitlines() if line.startswith("assistant: "))
+    calls = sum(1 for line in history.splitlines() if line.startswith("assistant calls tool: "))
+    return calls + sum(1 for line in said if line != f"assistant: {GREETING}"
+                       and not line.startswith(f"assistant: {NOTE}"))
 
 
 def planned_route(plan: dict[str, list[str]], messages: list[Message]) -> str:
@@ -428,3 +422,28 @@ def planned_llms(tasks: dict[str, str], plan: dict[str, list[str]]) -> dict[str,
     llms["decomposer"] = planned_decomposer_llm(plan)
     llms["router"] = planned_router_llm(plan)
     return llms
+
+
+# ---- tau2's view of a stored transcript (for recomputations) ----------------------------------
+
+GREETING = "Hi! How can I help you today?"  # tau2's first agent message, never a step
+NOTE = "[Verification]"  # agent notes start so; never sent to the user or tau2
+
+
+def talk(messages: list[dict]) -> list[dict]:
+    """The messages tau2 exchanges: no system prompt, no greeting, no verification note."""
+    out = [m for m in messages if m["role"] != "system"]
+    if out and out[0]["role"] == "assistant" and out[0].get("content") == GREETING:
+        out = out[1:]
+    return [m for m in out if not (m["role"] == "assistant"
+                                   and (m.get("content") or "").startswith(NOTE))]
+
+
+def counted_steps(messages: list[dict]) -> int:
+    """tau2's steps: one per agent or user message, one per batch of tool results."""
+    steps, previous = 0, None
+    for message in talk(messages):
+        if message["role"] != "tool" or previous != "tool":
+            steps += 1
+        previous = message["role"]
+    return steps

@@ -23,7 +23,17 @@ from importlib import import_module
 from pathlib import Path
 
 import pytest
-from eval_world import CLARIFY_Q, TAU_AU, TAU_EU, expected_uncertainty, planned_llms
+from eval_world import (
+    CLARIFY_Q,
+    GREETING,
+    NOTE,
+    TAU_AU,
+    TAU_EU,
+    counted_steps,
+    expected_uncertainty,
+    planned_llms,
+    talk,
+)
 from typer.testing import CliRunner
 
 from prour.build import Builder
@@ -42,8 +52,6 @@ ENABLED = {"base": (), "oracle": (), "prour": ("clarify", "verify"),
            "llm-router": ("clarify", "verify"), "clarify-only": ("clarify",),
            "verify-only": ("verify",)}
 DECOMPOSER_METHODS = ("prour", "clarify-only", "verify-only")
-GREETING = "Hi! How can I help you today?"  # tau2's first agent message, never a step
-NOTE = "[Verification]"
 STOP = "###STOP###"
 N_BOOT = 200
 
@@ -130,15 +138,6 @@ def planned_calls(method: str, planned: Planned) -> dict[str, int]:
 # ---- recomputation from a stored episode -----------------------------------------------------
 
 
-def talk(messages: list[dict]) -> list[dict]:
-    """The messages tau2 exchanges: no system prompt, no greeting, no verification note."""
-    out = [m for m in messages if m["role"] != "system"]
-    if out and out[0]["role"] == "assistant" and out[0].get("content") == GREETING:
-        out = out[1:]
-    return [m for m in out if not (m["role"] == "assistant"
-                                   and (m.get("content") or "").startswith(NOTE))]
-
-
 def agent_turns(messages: list[dict]) -> list[str]:
     """clarify / verify / act per agent decision, read from the transcript: the question the
     generator writes is a clarify turn, a decision right after a verification note verified."""
@@ -155,16 +154,6 @@ def agent_turns(messages: list[dict]) -> list[str]:
         out.append("clarify" if text == CLARIFY_Q else "verify" if noted else "act")
         noted = False
     return out
-
-
-def counted_steps(messages: list[dict]) -> int:
-    """tau2's steps: one per agent or user message, one per batch of tool results."""
-    steps, previous = 0, None
-    for message in talk(messages):
-        if message["role"] != "tool" or previous != "tool":
-            steps += 1
-        previous = message["role"]
-    return steps
 
 
 def ending(messages: list[dict], cap: int = CAP) -> str:

@@ -11,7 +11,7 @@ step, the greeting is not counted.
 from __future__ import annotations
 
 import pytest
-from eval_world import TAU_AU, TAU_EU, replay_llms
+from eval_world import TAU_AU, TAU_EU, counted_steps, replay_llms
 
 from prour.build import Builder
 from prour.config import TAU2_MAX_STEPS, Recipe
@@ -38,17 +38,6 @@ def _evaluate(run_dir, methods: list[str], env: dict) -> tuple[list[dict], dict]
     lines = list(read_jsonl(run_dir / RESULTS_FILE))
     episodes = {t.agent: t for t in read_trajectories(run_dir / EPISODES_FILE)}
     return lines, episodes
-
-
-def counted_steps(messages: list[dict]) -> int:
-    """tau2's step count of a transcript, from the messages alone (module docstring)."""
-    steps, previous = 0, None
-    talk = [m for m in messages if m["role"] != "system"][1:]  # the greeting is no step
-    for message in talk:
-        if message["role"] != "tool" or previous != "tool":
-            steps += 1
-        previous = message["role"]
-    return steps
 
 
 def test_airline_44_with_four_questions_scores_one_under_the_default_cap(tmp_path):
