@@ -143,9 +143,7 @@ def agent_turns(messages: list[dict]) -> list[str]:
     generator writes is a clarify turn, a decision right after a verification note verified."""
     out, noted = [], False
     for message in messages:
-        if message["role"] == "assistant" and message.get("content") == GREETING:
-            continue
-        if message["role"] != "assistant":
+        if message["role"] != "assistant" or message.get("content") == GREETING:
             continue
         text = message.get("content") or ""
         if text.startswith(NOTE):
@@ -161,7 +159,7 @@ def ending(messages: list[dict], cap: int = CAP) -> str:
     go to the environment (a user stop included), the stop tokens end it too."""
     steps, said = 0, talk(messages)
     for i, message in enumerate(said):
-        if message["role"] != "tool" or said[i - 1]["role"] != "tool":
+        if message["role"] != "tool" or i == 0 or said[i - 1]["role"] != "tool":
             steps += 1
         to_env = bool(message.get("tool_calls")) or (
             message["role"] == "tool" and i + 1 < len(said) and said[i + 1]["role"] == "tool")
@@ -258,6 +256,7 @@ CELLS = [(method, domain) for method in METHODS for domain in TASKS]
 
 
 def test_the_run_holds_one_episode_per_method_and_domain(run):
+    assert sorted(ENABLED) == sorted(METHODS)  # a new method needs its routes planned here
     assert sorted(run.lines) == sorted(run.episodes) == sorted(CELLS)
     assert all(line["seed"] == 0 and line["task_id"] == TASKS[line["domain"]]
                for line in run.lines.values())
@@ -287,17 +286,30 @@ def test_the_stored_reward_is_tau2s(run, method, domain):
     assert line["success"] == (rescored == 1.0)
 
 
+def test_the_rescoring_fails_a_transcript_without_its_write(run):
+    # control: the re-scorer is no constant; dropping retail 33's address change fails the DB check
+    messages = run.episodes["base", "retail"]["messages"]
+    [write] = [i for i, m in enumerate(messages) if any(
+        c["function"]["name"] == "modify_user_address" for c in m.get("tool_calls") or [])]
+    assert messages[write + 1]["role"] == "tool"
+    kept = messages[:write] + messages[write + 2:]
+    assert tau2_reward("retail", TASKS["retail"], kept, "user_stop") == 0.0
+    assert tau2_reward("retail", TASKS["retail"], messages, "user_stop") == 1.0
+
+
 @pytest.mark.parametrize("method, domain", CELLS)
 def test_routes_and_uncertainty_follow_the_plan(run, method, domain):
     planned = planned_episode(method, domain)
     decisions = run.lines[method, domain]["decisions"]
     assert [d["route"] for d in decisions] == planned.routes
     assert [d["step"] for d in decisions] == list(range(len(planned.routes)))
-    if method in DECOMPOSER_METHODS:
-        for decision in decisions:
+    for decision in decisions:
+        if method in DECOMPOSER_METHODS:
             au, eu = expected_uncertainty(decision["route"])
             assert math.isclose(decision["au"], au, abs_tol=1e-9)
             assert math.isclose(decision["eu"], eu, abs_tol=1e-9)
+        else:  # the LLM router names a mode, no uncertainty
+            assert decision["au"] is None and decision["eu"] is None
 
 
 @pytest.mark.parametrize("method, domain", CELLS)
