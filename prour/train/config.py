@@ -100,7 +100,8 @@ class TrainConfig(Section):
     val_file: str | None = "data/dataset/validation.parquet"
     states_per_step: int = Field(16, ge=1)  # prompts per training step
     total_steps: int = Field(2010, ge=1)
-    # Stop training once more than this fraction of a step's asks failed (responders down).
+    # verl backend: its sampler stops training once more than this fraction of a step's asks
+    # failed (responders down); the local backend logs the failed count (n_failed) per step.
     max_failed_ask_fraction: float = Field(0.5, ge=0, le=1)
     save_every: int = Field(100, ge=1)  # checkpoint every N steps; the last step is always saved
     keep_checkpoints: int | None = Field(None, ge=1)  # newest N kept; None: keep all
@@ -177,11 +178,14 @@ def _check_verl(cfg: TrainConfig, samples: int) -> None:
                 key,
                 f"{size} does not divide the {gpus} GPUs ({v.nnodes} nodes x {v.n_gpus_per_node})",
             )
-    if v.ulysses_sequence_parallel_size > 1 and not v.use_remove_padding:
+    if v.ulysses_sequence_parallel_size > 1 and not (
+        v.use_remove_padding and v.attn_implementation == "flash_attention_2"
+    ):
         raise ConfigError(
             "verl.ulysses_sequence_parallel_size",
-            "Ulysses needs packed sequences in verl: set train.verl.use_remove_padding=true "
-            "(and attn_implementation=flash_attention_2)",
+            "verl's Ulysses all-to-all lives in its flash-attention patch over packed sequences: "
+            "set train.verl.use_remove_padding=true and "
+            "train.verl.attn_implementation=flash_attention_2",
         )
     if cfg.ppo.shuffle:
         raise ConfigError(

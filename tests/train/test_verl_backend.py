@@ -420,6 +420,9 @@ def test_verl_refuses_a_shuffle_that_would_mix_states(tmp_path, tiny_model_dir):
         _paper_like(tmp_path, tiny_model_dir, ppo={"shuffle": True})
     with pytest.raises((ConfigError, ValueError), match="use_remove_padding"):
         _paper_like(tmp_path, tiny_model_dir, verl={"ulysses_sequence_parallel_size": 2})
+    sdpa = {"ulysses_sequence_parallel_size": 2, "use_remove_padding": True}
+    with pytest.raises((ConfigError, ValueError), match="flash_attention_2"):
+        _paper_like(tmp_path, tiny_model_dir, verl=sdpa)
 
 
 def _refill(config: Any, num_prompts: int) -> int:
