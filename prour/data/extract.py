@@ -26,6 +26,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from prour.data.config import DataConfig
 from prour.data.dataset import SPLITS, split_path, write_rows
 from prour.data.decisions import DecisionCache, decision_key, decomposer_calls
 from prour.data.normalize import Goal
-from prour.data.schema import Instance, tool_traffic_hash
+from prour.data.schema import Instance, tool_traffic_hashes
 from prour.data.truncate import PolicyTokens, truncate_history
 from prour.env.trajectory import Trajectory, agent_view
 from prour.llm.base import Message
@@ -251,15 +252,31 @@ def target_of(state: DecisionState, mode: str, goals: dict[tuple[str, str], Goal
 
 def decision_hash(state: DecisionState) -> str:
     """DB hash of the environment at the state's decision (its tool traffic replayed)."""
-    try:
-        return tool_traffic_hash(state.domain, state.task_id, state.env_history)
-    except ValueError as exc:
-        raise ValueError(f"trajectory {state.trajectory_id} decision {state.step}: {exc}") from exc
+    return decision_hashes([state])[0]
+
+
+def decision_hashes(states: Sequence[DecisionState]) -> list[str]:
+    """DB hash of the environment at each state's decision. Consecutive states of one trajectory
+    share one replay of its tool traffic, advanced to each decision in turn; a replayed result
+    that differs from the recorded one is an error naming the trajectory and decision."""
+    hashes: list[str] = []
+    for (_, domain, task_id), group in groupby(
+            states, key=lambda s: (s.trajectory_id, s.domain, s.task_id)):
+        trajectory = list(group)
+        replayed = tool_traffic_hashes(domain, task_id, (s.env_history for s in trajectory))
+        for state in trajectory:
+            try:
+                hashes.append(next(replayed))
+            except ValueError as exc:
+                raise ValueError(
+                    f"trajectory {state.trajectory_id} decision {state.step}: {exc}") from exc
+    return hashes
 
 
 def build_instance(state: DecisionState, routed: Routed, target: str, tokens: PolicyTokens,
-                   budget: int) -> Instance:
-    """Truncate the history to the budget and assemble the instance for the routed mode."""
+                   budget: int, db_hash: str) -> Instance:
+    """Truncate the history to the budget and assemble the instance for the routed mode
+    (``db_hash``: :func:`decision_hash` of the state)."""
     mode = routed.route
     cut = truncate_history(state.history, lambda h: tokens.chat(query_prompt(mode, h)), budget)
     return Instance(
@@ -268,8 +285,7 @@ def build_instance(state: DecisionState, routed: Routed, target: str, tokens: Po
         target=target, au=routed.au, eu=routed.eu, total=routed.total, truncated=cut.truncated,
         dropped_messages=cut.dropped, prompt_tokens=cut.tokens,
         target_tokens=max(1, tokens.text(target)), decomposer_calls=routed.calls,
-        prompts_version=PROMPTS_VERSION, env_history=state.env_history,
-        db_hash=decision_hash(state),
+        prompts_version=PROMPTS_VERSION, env_history=state.env_history, db_hash=db_hash,
     )
 
 
@@ -324,7 +340,7 @@ def extract_instances(
     hits_before = cache.hits
     routed = route_states(states, router, cache, cfg.concurrency, progress)
     summary.cache_hits = cache.hits - hits_before
-    out: dict[str, list[Instance]] = {split: [] for split in SPLITS}
+    kept = []
     for state, r in zip(states, routed):
         _count(summary, r)
         if r.route == "act":
@@ -333,7 +349,11 @@ def extract_instances(
         if target is None:
             summary.dropped[why or "unknown"] += 1
             continue
-        instance = build_instance(state, r, target, tokens, cfg.max_prompt_tokens)
+        kept.append((state, r, target))
+    out: dict[str, list[Instance]] = {split: [] for split in SPLITS}
+    hashes = decision_hashes([state for state, _, _ in kept])
+    for (state, r, target), db_hash in zip(kept, hashes):
+        instance = build_instance(state, r, target, tokens, cfg.max_prompt_tokens, db_hash)
         out[splits[state.trajectory_id]].append(instance)
     for split in SPLITS:
         summary.trajectories[split] = sum(1 for v in splits.values() if v == split)

@@ -43,7 +43,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -236,6 +236,22 @@ def tool_traffic_hash(domain: str, task_id: str | None, env_history: Sequence[Me
     from prour.rollout.verifier import environment_at
 
     return db_hash(environment_at(domain, task_id, env_history))
+
+
+def tool_traffic_hashes(domain: str, task_id: str | None,
+                        prefixes: Iterable[Sequence[Message]]) -> Iterator[str]:
+    """:func:`tool_traffic_hash` of each of ``prefixes``, lazily, each prefix's traffic replayed
+    once: a prefix that extends the one before continues on the same environment (linear, not
+    quadratic, in a trajectory's traffic); any other starts a fresh replay."""
+    from prour.env.environment import db_hash
+    from prour.rollout.verifier import ToolReplay
+
+    replay = None
+    for prefix in prefixes:
+        if replay is None or not replay.extends(prefix):
+            replay = ToolReplay(domain, task_id)
+        replay.extend(prefix[len(replay.replayed):])
+        yield db_hash(replay.env)
 
 
 def decision_environment(state: RewardState) -> Any:

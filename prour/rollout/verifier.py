@@ -324,30 +324,64 @@ def _openai_call(call: ToolCall) -> dict[str, Any]:
 
 
 def environment_at(domain: str, task_id: str | None, history: Sequence[Message]) -> Any:
-    """The tau2 environment at the end of ``history``: the task's initial state plus its tool calls.
+    """The tau2 environment at the end of ``history``: the task's initial state plus its tool calls,
+    each replayed and checked against its recorded result (:class:`ToolReplay`)."""
+    replay = ToolReplay(domain, task_id)
+    replay.extend(history)
+    return replay.env
 
-    Each recorded call is replayed and its observation compared with the recorded one, so a
-    history that does not belong to this task and domain is reported instead of silently verified.
+
+class ToolReplay:
+    """A task's tau2 environment onto which recorded tool traffic is replayed, in order.
+
+    Each call is executed as its requestor (the user for a user message, else the agent) and each
+    recorded tool result is compared with what its call returned on replay, so a history that does
+    not belong to this task and domain is reported instead of silently verified. ``extend`` may be
+    called again with later traffic: after ``replayed`` the environment is the one a fresh replay
+    of ``replayed`` builds.
     """
-    from prour.env.domains import get_task
-    from prour.env.environment import execute_tool_call, make_env
 
-    env = make_env(domain, get_task(domain, task_id) if task_id is not None else None)
-    recorded = {m.get("tool_call_id"): m.get("content") for m in history if m.get("role") == "tool"}
-    for message in history:
-        requestor = "user" if message.get("role") == "user" else "assistant"
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", call)
-            output, _ = execute_tool_call(
-                env, fn.get("name"), fn.get("arguments", {}), requestor, call.get("id", "")
-            )
-            expected = recorded.get(call.get("id"))
-            if expected is not None and _json_or_text(expected) != _json_or_text(output):
-                raise ValueError(
-                    f"replaying {fn.get('name')} (call {call.get('id')!r}) of task {task_id!r} in "
-                    f"{domain} gave a different result than the history records"
+    def __init__(self, domain: str, task_id: str | None):
+        from prour.env.domains import get_task
+        from prour.env.environment import make_env
+
+        self.domain, self.task_id = domain, task_id
+        self.env = make_env(domain, get_task(domain, task_id) if task_id is not None else None)
+        self.replayed: list[Message] = []
+        self._outputs: dict[Any, tuple[str, Any]] = {}  # call id -> (tool name, replayed output)
+
+    def extends(self, history: Sequence[Message]) -> bool:
+        """Whether ``history`` starts with the traffic replayed so far."""
+        return list(history[: len(self.replayed)]) == self.replayed
+
+    def extend(self, messages: Sequence[Message]) -> None:
+        """Replay ``messages`` after the traffic replayed so far (ValueError: a differing result)."""
+        from prour.env.environment import execute_tool_call
+
+        for message in messages:
+            if message.get("role") == "tool":
+                self._check(message)
+            requestor = "user" if message.get("role") == "user" else "assistant"
+            for call in message.get("tool_calls") or []:
+                fn = call.get("function", call)
+                output, _ = execute_tool_call(
+                    self.env, fn.get("name"), fn.get("arguments", {}), requestor, call.get("id", "")
                 )
-    return env
+                self._outputs[call.get("id")] = (fn.get("name"), output)
+            self.replayed.append(message)
+
+    def _check(self, result: Message) -> None:
+        """Compare a recorded tool result with its replayed call's output (results of calls not
+        replayed here are not checked)."""
+        call_id = result.get("tool_call_id")
+        if call_id not in self._outputs:
+            return
+        name, output = self._outputs[call_id]
+        if _json_or_text(result.get("content")) != _json_or_text(output):
+            raise ValueError(
+                f"replaying {name} (call {call_id!r}) of task {self.task_id!r} in "
+                f"{self.domain} gave a different result than the history records"
+            )
 
 
 def _json_or_text(text: Any) -> Any:

@@ -1,0 +1,66 @@
+"""Extraction hashes each trajectory's environment incrementally, with the per-row answers.
+
+On the scripted world of :mod:`recompute_world` (real tau2 tasks: retail 30, airline 39 with
+reservation writes), :func:`prour.data.extract.decision_hashes` replays each trajectory's tool
+traffic once and hashes the environment at every decision; each hash must equal a fresh replay of
+that decision's traffic alone (:func:`prour.data.schema.tool_traffic_hash`, the per-row way), and
+an edited tool result must stop it with the per-row error, naming the first decision that saw it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import recompute_world as world
+
+from prour.data.collect import load_trajectories
+from prour.data.config import DataConfig
+from prour.data.extract import decision_hashes, decision_states
+from prour.data.schema import tool_traffic_hash
+
+CFG = DataConfig(max_decisions=16)
+
+
+@pytest.fixture(scope="module")
+def trajectories(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hashes")
+    world.collect(folder)
+    return load_trajectories(folder / "traj.jsonl")
+
+
+def fresh_hashes(states) -> list[str]:
+    return [tool_traffic_hash(s.domain, s.task_id, s.env_history) for s in states]
+
+
+def test_incremental_hashes_equal_a_fresh_replay_per_decision(trajectories) -> None:
+    states = [s for t in trajectories for s in decision_states(t, CFG)]
+    assert {s.domain for s in states} == {"retail", "airline"}
+    hashes = decision_hashes(states)
+    assert hashes == fresh_hashes(states)
+    airline = [h for s, h in zip(states, hashes) if s.domain == "airline"]
+    assert len(set(airline)) > 1  # writes between decisions: the hashes are not all alike
+    traffic = [len(s.env_history) for s in states if s.domain == "airline"]
+    assert traffic == sorted(traffic) and traffic[-1] > traffic[0]
+
+
+def test_states_out_of_order_are_replayed_afresh(trajectories) -> None:
+    states = [s for t in trajectories for s in decision_states(t, CFG)]
+    shuffled = states[::-1] + states[::2]
+    assert decision_hashes(shuffled) == fresh_hashes(shuffled)
+
+
+def test_an_edited_tool_result_names_the_first_decision_that_saw_it(trajectories) -> None:
+    traj = copy.deepcopy(next(t for t in trajectories if t.domain == "airline"))
+    index = [i for i, m in enumerate(traj.messages) if m["role"] == "tool"][2]
+    traj.messages[index]["content"] = '{"edited": true}'
+    states = decision_states(traj, CFG)
+    first = next(s for s in states if traj.messages[index] in s.env_history)
+    assert first.step > 0
+    with pytest.raises(ValueError) as fresh:
+        tool_traffic_hash(first.domain, first.task_id, first.env_history)
+    expected = f"trajectory {first.trajectory_id} decision {first.step}: {fresh.value}"
+    with pytest.raises(ValueError) as incremental:
+        decision_hashes(states)
+    assert str(incremental.value) == expected
+    assert "gave a different result than the history records" in expected
