@@ -241,17 +241,20 @@ def tool_traffic_hash(domain: str, task_id: str | None, env_history: Sequence[Me
 def tool_traffic_hashes(domain: str, task_id: str | None,
                         prefixes: Iterable[Sequence[Message]]) -> Iterator[str]:
     """:func:`tool_traffic_hash` of each of ``prefixes``, lazily, each prefix's traffic replayed
-    once: a prefix that extends the one before continues on the same environment (linear, not
-    quadratic, in a trajectory's traffic); any other starts a fresh replay."""
+    once: a prefix that extends the one before continues on the same environment (one tau2
+    environment per trajectory, not per row), and one equal to it keeps its hash (tau2's DB hash
+    serializes the whole database: most of the cost); any other starts a fresh replay."""
     from prour.env.environment import db_hash
     from prour.rollout.verifier import ToolReplay
 
-    replay = None
+    replay, last = None, ""
     for prefix in prefixes:
         if replay is None or not replay.extends(prefix):
-            replay = ToolReplay(domain, task_id)
-        replay.extend(prefix[len(replay.replayed):])
-        yield db_hash(replay.env)
+            replay, last = ToolReplay(domain, task_id), ""
+        if not last or len(prefix) > len(replay.replayed):
+            replay.extend(prefix[len(replay.replayed):])
+            last = db_hash(replay.env)
+        yield last
 
 
 def decision_environment(state: RewardState) -> Any:

@@ -23,8 +23,9 @@ DESIGN §3 and paper A.2.1, WITHOUT prour's extraction or truncation code:
   kept history alone would give another database.
 
 Timing: about 40 s on one core (collect 2 episodes, 4 extractions, recomputation); most of it is
-tau2 building and hashing environments, in extraction (one per row) and here (one per trajectory
-plus one per verify state for the reward path).
+tau2 building and hashing environments, in extraction (one per trajectory, hashed at each row
+whose tool traffic grew) and here (one per trajectory plus one per verify state for the reward
+path).
 """
 
 from __future__ import annotations

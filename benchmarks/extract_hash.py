@@ -1,0 +1,67 @@
+"""DB hashes of one trajectory's decisions: a fresh replay per row vs one replay per trajectory.
+
+The trajectory comes from the scripted world of ``tests/data/recompute_world.py`` (real tau2
+train tasks, the oracle agent; collected here, nothing downloaded); the one with the most tool
+traffic is kept and its first ``--max-decisions`` decisions are hashed both ways in one run:
+``old``, :func:`prour.data.schema.tool_traffic_hash` of each decision's traffic (a fresh tau2
+environment per row, what extraction did before) and ``new``,
+:func:`prour.data.extract.decision_hashes` (the traffic replayed once, hashed at each decision).
+Prints the best wall time of each over ``--repeats``, their ratio, and whether the hashes agree.
+
+Usage: python benchmarks/extract_hash.py [--repeats 3] [--max-decisions 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout, no install
+sys.path.insert(0, str(ROOT / "tests" / "data"))  # the scripted world
+
+import recompute_world as world  # noqa: E402
+
+from prour.data.collect import load_trajectories  # noqa: E402
+from prour.data.config import DataConfig  # noqa: E402
+from prour.data.extract import decision_hashes, decision_states  # noqa: E402
+from prour.data.schema import tool_traffic_hash  # noqa: E402
+
+
+def timed(fn, repeats: int) -> tuple[float, list[str]]:
+    """Best wall time over ``repeats`` runs, and the last result."""
+    best, result = float("inf"), []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-decisions", type=int, default=16)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        world.collect(Path(folder))
+        trajectories = load_trajectories(Path(folder) / "traj.jsonl")
+    cfg = DataConfig(max_decisions=args.max_decisions)
+    states = max((decision_states(t, cfg) for t in trajectories),
+                 key=lambda s: len(s[-1].env_history))
+    old_s, old = timed(lambda: [tool_traffic_hash(s.domain, s.task_id, s.env_history)
+                                for s in states], args.repeats)
+    new_s, new = timed(lambda: decision_hashes(states), args.repeats)
+    first = states[0]
+    print(f"trajectory {first.trajectory_id}: {len(states)} decisions, "
+          f"{len(states[-1].env_history)} tool messages before the last")
+    print(f"old (fresh replay per row):        {old_s:.3f} s ({old_s / len(states):.3f} s/row)")
+    print(f"new (one replay per trajectory):   {new_s:.3f} s ({new_s / len(states):.3f} s/row)")
+    print(f"ratio old/new: {old_s / new_s:.1f}x; hashes equal: {old == new}")
+
+
+if __name__ == "__main__":
+    main()
