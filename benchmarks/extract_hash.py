@@ -17,6 +17,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,14 +32,16 @@ from prour.data.extract import decision_hashes, decision_states  # noqa: E402
 from prour.data.schema import tool_traffic_hash  # noqa: E402
 
 
-def timed(fn, repeats: int) -> tuple[float, list[str]]:
-    """Best wall time over ``repeats`` runs, and the last result."""
-    best, result = float("inf"), []
+def timed(ways: dict[str, Callable[[], list[str]]], repeats: int) -> dict[str, tuple[float, list]]:
+    """Best wall time of each way over ``repeats`` rounds (the ways alternate within a round, so
+    a change in the machine's load hits both), and each way's last result."""
+    best: dict[str, tuple[float, list]] = {name: (float("inf"), []) for name in ways}
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        for name, fn in ways.items():
+            start = time.perf_counter()
+            result = fn()
+            best[name] = (min(best[name][0], time.perf_counter() - start), result)
+    return best
 
 
 def main() -> None:
@@ -52,9 +55,10 @@ def main() -> None:
     cfg = DataConfig(max_decisions=args.max_decisions)
     states = max((decision_states(t, cfg) for t in trajectories),
                  key=lambda s: len(s[-1].env_history))
-    old_s, old = timed(lambda: [tool_traffic_hash(s.domain, s.task_id, s.env_history)
-                                for s in states], args.repeats)
-    new_s, new = timed(lambda: decision_hashes(states), args.repeats)
+    times = timed({"old": lambda: [tool_traffic_hash(s.domain, s.task_id, s.env_history)
+                                   for s in states],
+                   "new": lambda: decision_hashes(states)}, args.repeats)
+    (old_s, old), (new_s, new) = times["old"], times["new"]
     first = states[0]
     print(f"trajectory {first.trajectory_id}: {len(states)} decisions, "
           f"{len(states[-1].env_history)} tool messages before the last")
