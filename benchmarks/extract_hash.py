@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout, no install
 sys.path.insert(0, str(ROOT / "tests" / "data"))  # the scripted world
 
-import recompute_world as world  # noqa: E402
+import recompute_world as world
 
-from prour.data.collect import load_trajectories  # noqa: E402
-from prour.data.config import DataConfig  # noqa: E402
-from prour.data.extract import decision_hashes, decision_states  # noqa: E402
-from prour.data.schema import tool_traffic_hash  # noqa: E402
+from prour.data.collect import load_trajectories
+from prour.data.config import DataConfig
+from prour.data.extract import decision_hashes, decision_states
+from prour.data.schema import tool_traffic_hash
 
 
 def timed(ways: dict[str, Callable[[], list[str]]], repeats: int) -> dict[str, tuple[float, list]]:
