@@ -4,8 +4,11 @@
   asks the frozen responder, and scores the information-gain reward with the rollout server's
   prompt log-probs (the policy being trained scores its own beliefs).
 - ``sampler``: :class:`KeepValidFirstReplayBuffer` keeps ``keep`` of the ``n`` sessions of each
-  group (valid questions first) before the update.
+  group (valid questions first) before the update, returns the step's reward diagnostics to
+  verl's step metrics, replaces a batch whose groups were all dropped, and stops training when
+  too many questions failed (``train.max_failed_ask_fraction``).
 - ``dataset``: :class:`ProurRLDataset` asks for ``n`` sessions per prompt while verl's batch
-  arithmetic counts the ``keep`` that reach the update.
+  arithmetic counts the ``keep`` that reach the update, and refuses prompts over
+  ``data.max_prompt_tokens``.
 - ``logic``: the pure parts of the three, tested on CPU.
 """
