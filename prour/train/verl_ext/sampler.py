@@ -57,7 +57,7 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
                 "max_inflight_gen_batches": int(options.get("max_inflight_gen_batches", 2)),
             }
         super().__init__(sampler_kwargs=sampler_kwargs, refill_fn=refill_fn, **kwargs, **extra)
-        self._seen: dict[str, list[SampleInfo]] = {}  # this step's finished groups, by uid
+        self._seen: dict[str, SampleInfo] = {}  # this step's finished trajectories, by key
 
     def _infos(self, partition_id: str, keys: list[str]) -> list[SampleInfo]:
         if not keys:
@@ -65,17 +65,18 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
         data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
         return [sample_info(value) for value in data["extra_fields"]]
 
-    def _record(self, keys: list[str], infos: list[SampleInfo]) -> None:
-        """Remember the groups seen this step and stop when too many questions failed."""
-        for key, info in zip(keys, infos):
-            self._seen.setdefault(parse_trajectory_key(key)[0], []).append(info)
-        seen = [info for group in self._seen.values() for info in group]
+    def _states_seen(self) -> int:
+        return len({parse_trajectory_key(key)[0] for key in self._seen})
+
+    def _check_failed_asks(self) -> None:
+        """Stop training when too many of this step's questions failed."""
+        seen = list(self._seen.values())
         fraction = failed_ask_fraction(seen)
         if fraction > self.max_failed_ask_fraction:
             asks = sum(i.kind == "ask" for i in seen)
             raise FailedAsksError(
                 f"{round(fraction * asks)} of {asks} sampled questions failed (responder or "
-                f"scoring errors) over {len(self._seen)} states, more than "
+                f"scoring errors) over {self._states_seen()} states, more than "
                 f"train.max_failed_ask_fraction={self.max_failed_ask_fraction}; stopping "
                 "training: check that the responder endpoints (models.strict_user, "
                 "models.verifier) are up"
@@ -88,8 +89,9 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
         finished = self.finished_keys[partition_id]
         keys = [k for k in self.partitions[partition_id] if parse_trajectory_key(k)[0] in finished]
         infos = self._infos(partition_id, keys)
-        new = [(k, i) for k, i in zip(keys, infos) if parse_trajectory_key(k)[0] not in self._seen]
-        self._record([k for k, _ in new], [i for _, i in new])
+        self._seen.update(zip(keys, infos))
+        if self._states_seen() >= self.train_batch_size:  # judged on a step's worth of groups
+            self._check_failed_asks()
         flat = flat_groups(keys, infos, self.keep)
         return set(flat), Counter(flat.values())
 
@@ -123,10 +125,8 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
         all its trajectories."""
         keys = list(batch.keys)
         infos = self._infos(partition_id, keys)
-        fresh = [
-            (k, i) for k, i in zip(keys, infos) if parse_trajectory_key(k)[0] not in self._seen
-        ]
-        self._record([k for k, _ in fresh], [i for _, i in fresh])
+        self._seen.update(zip(keys, infos))
+        self._check_failed_asks()
         kept, dropped = kept_keys(keys, infos, self.keep)
         if dropped:
             tq.kv_clear(partition_id=partition_id, keys=dropped)
