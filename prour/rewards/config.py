@@ -16,7 +16,9 @@ class RewardConfig(Section):
     """
 
     invalid_penalty: float = -1.0  # reward of an output that breaks the NO / YES [QUESTION] format
-    aggregation: Literal["sum", "mean"] = "sum"  # log p(Y): token log-probs summed, or their mean
+    # log p(Y) from Y's token log-probs: their "sum", or their "mean" (Deng et al.'s estimator,
+    # which the paper generalizes; recipes/paper.yaml sets it). Either way R = ℓ_post − ℓ_prior.
+    aggregation: Literal["sum", "mean"] = "sum"
     responder_retries: int = Field(2, ge=0)  # retries after a failed responder call, then `failed`
     responder_timeout_s: float | None = Field(300.0, gt=0)  # wall-clock limit per responder call
     retry_backoff_s: float = Field(0.5, ge=0)  # sleep before retry k: backoff * 2**(k-1)

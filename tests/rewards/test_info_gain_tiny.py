@@ -59,8 +59,9 @@ def tiny(tiny_model_dir):
 
 
 @torch.inference_mode()
-def direct_logprob(model, tokenizer, messages, target: str) -> float:
-    """Summed log p(target | chat context) from one plain forward pass over context + target."""
+def direct_token_logprobs(model, tokenizer, messages, target: str) -> list[float]:
+    """log p(target token | chat context, earlier target tokens), one per target token, from one
+    plain forward pass over context + target."""
     context = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
     )
@@ -68,7 +69,12 @@ def direct_logprob(model, tokenizer, messages, target: str) -> float:
     tgt = tokenizer(target, add_special_tokens=False)["input_ids"]
     logits = model(torch.tensor([ctx + tgt])).logits[0].float()
     logp = torch.log_softmax(logits[len(ctx) - 1 : -1], dim=-1)
-    return logp.gather(1, torch.tensor(tgt)[:, None]).sum().item()
+    return logp.gather(1, torch.tensor(tgt)[:, None])[:, 0].tolist()
+
+
+def direct_logprob(model, tokenizer, messages, target: str) -> float:
+    """Summed log p(target | chat context)."""
+    return sum(direct_token_logprobs(model, tokenizer, messages, target))
 
 
 def answer_rules() -> ScriptedLLM:
@@ -110,3 +116,37 @@ def test_reward_equals_direct_forward_pass_and_prior_is_scored_once(tiny):
     )  # the same state again: prior comes from the cache
     assert (policy.score_calls, policy.score_requests) == (3, 4 + 2)
     assert [s.reward for s in again] == pytest.approx([s.reward for s in out[:2]], abs=1e-5)
+
+
+def test_mean_and_sum_aggregation_match_a_hand_computation_on_one_state(tiny):
+    """R under reward.aggregation = sum and = mean (the paper recipe's), from the token log-probs
+    of a direct forward pass: sum(post) - sum(prior), and the same divided by the token count."""
+    hf, model, tokenizer = tiny
+    question = "Where should the refund go?"
+    state = RewardState(
+        mode="clarify", history=HISTORY, target=GOAL, domain="retail", state_id="agg"
+    )
+    prior_tokens = direct_token_logprobs(
+        model, tokenizer, belief_prompt("clarify", HISTORY), GOAL
+    )
+    post_tokens = direct_token_logprobs(
+        model, tokenizer, belief_prompt("clarify", HISTORY, question, ANSWERS[question]), GOAL
+    )
+    n = len(prior_tokens)
+    assert n == len(post_tokens) > 1 and sum(post_tokens) != sum(prior_tokens)  # sum ≠ mean here
+    hand = {
+        "sum": (sum(prior_tokens), sum(post_tokens)),
+        "mean": (sum(prior_tokens) / n, sum(post_tokens) / n),
+    }
+    for aggregation, (prior, post) in hand.items():
+        reward = InfoGainReward(
+            hf,
+            StrictUserSimulator(answer_rules()),
+            None,
+            RewardConfig(aggregation=aggregation, retry_backoff_s=0),
+        )
+        [sample] = reward.score_group(state, [OUTPUTS[1]])
+        assert sample.question == question and sample.n_target_tokens == n
+        assert sample.prior == pytest.approx(prior, abs=1e-3)
+        assert sample.post == pytest.approx(post, abs=1e-3)
+        assert sample.reward == pytest.approx(post - prior, abs=1e-3)
