@@ -8,10 +8,14 @@
    (the domain policy) is left out: the query-generator, decomposer and belief prompts never show
    it, and the verifier reads the policy of the row's domain itself.
 3. Route every state with the decomposer (decisions cached in JSONL, resumable); drop act.
-4. Targets: G* for clarify; for verify, the canonical JSON ``{"tool","arguments"}`` of the
-   decision's first tool call. When the decision is a text reply to the user, ``verify_on_reply``
-   says whether the state is dropped (default: the target is defined as a *tool call*) or gets the
-   decomposer's ``respond`` action. Malformed tool calls give no target and are dropped.
+4. Targets: G* for clarify; for verify (``verify_target``), the canonical JSON
+   ``{"tool","arguments"}`` of the decision's first tool call (``agent``, the default), or of the
+   task's next reference action where the agent's tool calls so far match the reference actions
+   in order (``gold``; other states are dropped). When the next action is a text reply to the user
+   (``agent``: the decision is a reply; ``gold``: the reference actions are all done),
+   ``verify_on_reply`` says whether the state is dropped (default: the target is defined as a
+   *tool call*) or gets the decomposer's ``respond`` action. Malformed tool calls give no target
+   and are dropped.
 5. Left-truncate the history to the prompt budget measured with the policy tokenizer.
 6. Keep the untruncated tool traffic before the decision (every tool call and its result, the
    agent's and the user's) and the DB hash of the environment it leads to: the verifier's
@@ -92,6 +96,7 @@ class DecisionState:
     key: str = ""
     seed: int = 0
     env_history: list[Message] = field(default_factory=list)  # tool traffic before the decision
+    gold: GoldNext | None = None  # the reference's next action (data.verify_target = gold)
 
 
 def is_agent_decision(step: Any) -> bool:
@@ -112,11 +117,62 @@ def call_action(message: Message) -> str | None:
     return canonical_json({"tool": fn["name"], "arguments": arguments})
 
 
+@dataclass(frozen=True)
+class GoldNext:
+    """The task's next reference action at a decision: its canonical JSON (None once every
+    reference action is done), or ``on_reference`` False when the agent's calls left the path."""
+
+    action: str | None
+    on_reference: bool = True
+
+
+def reference_actions(domain: str, task_id: str) -> list[Any]:
+    """The task's reference actions the agent must take (tau2 ``Action``, requestor assistant)."""
+    from prour.env.domains import get_task
+
+    criteria = get_task(domain, task_id).evaluation_criteria
+    return [a for a in (criteria.actions or []) if a.requestor == "assistant"] if criteria else []
+
+
+def agent_calls(traj: Trajectory, before: int) -> list[dict[str, Any]]:
+    """The agent's tool calls (``function`` dicts) in the episode before message ``before``: the
+    task's initial history and the user's own calls are not the agent's."""
+    return [call.get("function") or {} for s in traj.steps
+            if s.kind == "agent_tool_call" and not s.initial and s.message_index < before
+            for call in traj.messages[s.message_index].get("tool_calls") or []]
+
+
+def matches(action: Any, function: dict[str, Any]) -> bool:
+    """Whether a tool call is the reference action, by tau2's own comparison (its compare_args)."""
+    from tau2.data_model.message import ToolCall
+
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return False
+    if not isinstance(arguments, dict) or not function.get("name"):
+        return False
+    return action.compare_with_tool_call(
+        ToolCall(id="gold", name=function["name"], arguments=arguments))
+
+
+def gold_next(reference: Sequence[Any], calls: Sequence[dict[str, Any]]) -> GoldNext:
+    """The reference's next action after ``calls`` when they are its first actions, in order."""
+    if len(calls) > len(reference) or not all(map(matches, reference, calls)):
+        return GoldNext(None, on_reference=False)
+    if len(calls) == len(reference):
+        return GoldNext(None)
+    action = reference[len(calls)]
+    return GoldNext(canonical_json({"tool": action.name, "arguments": action.arguments}))
+
+
 def decision_states(traj: Trajectory, cfg: DataConfig) -> list[DecisionState]:
     """The first ``cfg.max_decisions`` decision states of a trajectory."""
     tid = trajectory_id(traj)
     ok = traj.reward is not None and traj.reward >= cfg.success_threshold
     decisions = [s for s in traj.steps if is_agent_decision(s)][: cfg.max_decisions]
+    reference = reference_actions(traj.domain, traj.task_id) if cfg.verify_target == "gold" \
+        else None
     states = []
     for t, step in enumerate(decisions):
         before = [s for s in traj.steps if s.message_index < step.message_index]
@@ -128,6 +184,8 @@ def decision_states(traj: Trajectory, cfg: DataConfig) -> list[DecisionState]:
         states.append(DecisionState(tid, traj.domain, traj.task_id, t, history, action, is_reply,
                                     ok, seed=stable_seed(tid, t),
                                     env_history=tool_traffic(traj, step.message_index)))
+        if reference is not None:
+            states[-1].gold = gold_next(reference, agent_calls(traj, step.message_index))
     return states
 
 
@@ -243,11 +301,23 @@ def target_of(state: DecisionState, mode: str, goals: dict[tuple[str, str], Goal
         return (goal.goal, None) if goal.goal else (None, "clarify_empty_goal")
     if cfg.only_successful and not state.successful:
         return None, "verify_unsuccessful"
+    if cfg.verify_target == "gold":
+        if state.gold is None:
+            raise ValueError(f"trajectory {state.trajectory_id} decision {state.step}: no gold "
+                             "next action (decision_states ran without data.verify_target=gold)")
+        if not state.gold.on_reference:
+            return None, "verify_off_reference"
+        return (state.gold.action, None) if state.gold.action else reply_target(cfg)
     if state.is_reply:
-        if cfg.verify_on_reply == "drop":
-            return None, "verify_reply"
-        return canonical_json({"tool": RESPOND, "arguments": {}}), None
+        return reply_target(cfg)
     return (state.action, None) if state.action else (None, "verify_bad_call")
+
+
+def reply_target(cfg: DataConfig) -> tuple[str | None, str | None]:
+    """The verify target when the next action is a text reply: dropped, or ``respond``."""
+    if cfg.verify_on_reply == "drop":
+        return None, "verify_reply"
+    return canonical_json({"tool": RESPOND, "arguments": {}}), None
 
 
 def decision_hash(state: DecisionState) -> str:

@@ -63,7 +63,7 @@ def run_extract(recipe: Recipe, builder: Builder | None = None,
     out_dir = cfg.path("dataset_dir", run_dir)
     extra = {"decomposer_model": router.model_id, "thresholds": list(router.thresholds),
              "tokenizer": str(tokenizer), "max_prompt_tokens": cfg.max_prompt_tokens,
-             "split_by": cfg.split_by, "val_ratio": cfg.val_ratio, "split_seed": cfg.split_seed,
+             "verify_target": cfg.verify_target, "split_by": cfg.split_by, "val_ratio": cfg.val_ratio, "split_seed": cfg.split_seed,
              "skipped_lines": {str(source): list(trajectories.skipped),
                                str(cache.path): cache.skipped_lines}}
     card = write_dataset(instances, summary, out_dir, extra)
