@@ -10,7 +10,9 @@ At every agent step a router (the AU/EU decomposer, or the prompted LLM router) 
 - ``act``: the task agent acts.
 
 A generator answer of ``NO``, an invalid one, a disabled route (clarify-only / verify-only) and a
-step without a router call (budget spent, or between every-n-th steps) all fall back to ``act``.
+step without a router call (``router.budget`` spent, or between every ``router.every_n``-th steps;
+the decision records ``skipped`` and why) all fall back to ``act``. The episode's router settings
+and call counts go to the trajectory's meta (:meth:`ProactiveAgent.episode_meta`).
 Every agent step records its route, the router's decision and the turn label in the step meta;
 :func:`turn_labels` turns those into the act / clarify / verify counts of the paper's tables.
 
@@ -115,6 +117,11 @@ class AgentWrapper:
         """Act without any proactive step (used when a drafted message must be replaced)."""
         direct = getattr(self.inner, "act_directly", None)
         return direct(messages, tools) if callable(direct) else self.inner.act(messages, tools)
+
+    def episode_meta(self) -> dict[str, Any]:
+        """The inner agent's record of the episode (the runner stores it in the trajectory)."""
+        inner = getattr(self.inner, "episode_meta", None)
+        return inner() if callable(inner) else {}
 
     def bind_environment(self, env: Any) -> None:
         """Hand the episode's live environment to the inner agent if it wants it."""
@@ -318,8 +325,11 @@ class ProactiveAgent:
     def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> AgentTurn:
         seed = self.state.seed * 1000 + self.state.step
         self.state.step += 1
-        if not self.state.budget.allow():
-            return self._act(messages, tools, {"route": "act", "decision": {"skipped": True}})
+        budget = self.state.budget
+        if not budget.allow():
+            why = "budget" if budget.exhausted else "every_n"
+            return self._act(messages, tools,
+                             {"route": "act", "decision": {"skipped": True, "why": why}})
         choice = self.router.choose(messages, seed)
         meta: dict[str, Any] = {"route": choice.route, "decision": choice.record}
         if choice.route not in self.routes:
@@ -329,6 +339,14 @@ class ProactiveAgent:
         if choice.route == "verify":
             return self._verify(messages, tools, seed, meta)
         return self._act(messages, tools, meta)
+
+    def episode_meta(self) -> dict[str, Any]:
+        """``router``: the episode's router settings (``router.budget``, ``router.every_n``) and
+        how many decision steps ran the router (``calls``) or went to the base agent
+        (``skipped``)."""
+        budget = self.state.budget
+        return {"router": {"budget": budget.max_calls, "every_n": budget.every_n,
+                           "calls": budget.calls, "skipped": budget.skipped}}
 
     def act_directly(self, messages: list[Message], tools: list[dict[str, Any]]) -> AgentTurn:
         """The task agent's own step, no routing (a blocked question is being replaced)."""

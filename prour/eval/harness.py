@@ -5,7 +5,8 @@ A run folder holds:
 - ``episodes.jsonl``: one trajectory per episode, appended as it finishes (the resume log);
 - ``results.jsonl``: one result line per episode (reward, termination — ``max_steps`` marks an
   episode cut at ``env.max_steps`` —, tau2 steps, turn split, model calls, seconds, decisions,
-  attention costs), derived from the trajectory and the judge;
+  the router's budget, frequency and calls, attention costs), derived from the trajectory and
+  the judge;
 - ``provenance.json`` and ``recipe.resolved.yaml``: recipe, commit, versions, endpoints, seeds;
 - ``run.json``: the settings that make results comparable; a rerun with other settings is refused.
 
@@ -285,6 +286,8 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None) -> dict[str
         "model_calls": model_calls(trajectory),
         "seconds": trajectory.seconds,
         "decisions": decisions(trajectory),
+        # router.budget / router.every_n of the episode and its router calls (None: no router)
+        "router": trajectory.meta.get("router"),
         "episode_started_at": trajectory.started_at,
         "attention": None,
     }

@@ -124,6 +124,7 @@ class SystemSummary:
     unscored: int
     cut: int = 0  # episodes that reached env.max_steps (termination max_steps; they score 0)
     problem: str | None = None
+    router: dict[str, Any] | None = None  # router.budget / every_n and calls (router methods)
 
 
 def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemSummary:
@@ -137,7 +138,8 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         errors=sum(bool(line["error"]) for line in system.lines),
         timeouts=sum(bool(line["timeout"]) for line in system.lines),
         unscored=sum(bool(line["unscored"]) for line in system.lines),
-        cut=sum(is_cut(line["termination"]) for line in system.lines))
+        cut=sum(is_cut(line["termination"]) for line in system.lines),
+        router=router_summary(system))
     try:
         tables = system.by_domain()
         summary.pass_at_1 = domain_pass_at_1(tables, n_boot=n_boot, ci=ci)
@@ -146,6 +148,19 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         summary.problem = str(exc)
         logger.warning("%s: %s", system.label, exc)
     return summary
+
+
+def router_summary(system: System) -> dict[str, Any] | None:
+    """The router settings of a system's episodes (``router.budget``, ``router.every_n``; several
+    values are listed) and its router calls and skipped steps per episode (domain mean); None
+    when no episode ran a router."""
+    records = [line.get("router") for line in system.lines]
+    if not any(records):
+        return None
+    count = lambda key: _domain_mean(system, lambda line: (line.get("router") or {}).get(key, 0))
+    settings = lambda key: sorted({r[key] for r in records if r}, key=lambda v: (v is None, v))
+    return {"budget": settings("budget"), "every_n": settings("every_n"),
+            "calls_per_episode": count("calls"), "skipped_per_episode": count("skipped")}
 
 
 def _pass_hat(tables: dict[str, dict[str, dict[int, float]]]) -> dict[str, dict[int, float]]:
@@ -230,6 +245,17 @@ def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> li
     return _table(header, rows)
 
 
+def router_table(summaries: Sequence[SystemSummary]) -> list[str]:
+    """Decomposer (or LLM-router) budget and frequency (paper A.2.3) and the calls they allowed:
+    one row per system that routes."""
+    header = ["System", "Budget", "Every n", "Router calls / episode", "Skipped steps / episode"]
+    shown = lambda values: ", ".join("unlimited" if v is None else str(v) for v in values)
+    rows = [[s.label, shown(s.router["budget"]), shown(s.router["every_n"]),
+             f"{s.router['calls_per_episode']:.2f}", f"{s.router['skipped_per_episode']:.2f}"]
+            for s in summaries if s.router is not None]
+    return _table(header, rows)
+
+
 def pass_hat_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> list[str]:
     """pass^k (%) per domain and average for k = 1..n_seeds."""
     ks = sorted({k for s in summaries for by_k in s.pass_hat.values() for k in by_k})
@@ -286,6 +312,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     lines = _header(run_dirs, ci, n_boot) + ["## Pass@1 (%) and interaction cost", ""]
     lines += main_table(summaries, domains) + [""]
     lines += [f"- {s.label}: {s.problem}" for s in summaries if s.problem]
+    if any(s.router is not None for s in summaries):
+        lines += ["", "## Router budget and frequency (router.budget, router.every_n)", "",
+                  *router_table(summaries)]
     lines += ["", "## pass^k (%)", "", *pass_hat_table(summaries, domains), ""]
     if comparisons:
         lines += ["## Paired differences in Pass@1 (percentage points)", "",
