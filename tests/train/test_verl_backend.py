@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from train_helpers import paper_like
 
-from prour.config import ModelConfig, Recipe
 from prour.llm.base import ChatRequest, SamplingParams, ScoreRequest
 from prour.train.config import TrainConfig
 from prour.train.verl_backend import (
@@ -32,25 +32,12 @@ from prour.train.verl_ext.logic import (
 )
 
 
-def _paper_like(tmp_path: Path, model_dir: Path, **train: Any) -> tuple[Recipe, TrainConfig]:
-    recipe = Recipe(
-        name="paper",
-        seed=7,
-        run_dir=str(tmp_path / "run"),
-        models={"generator": ModelConfig(backend="hf", path=str(model_dir))},
-    )
-    cfg = TrainConfig.model_validate(
-        {"backend": "verl", "output_dir": str(tmp_path / "ckpt"), **train}
-    )
-    return recipe, cfg
-
-
 def _as_dict(overrides: list[str]) -> dict[str, str]:
     return dict(item.lstrip("+").split("=", 1) for item in overrides)
 
 
 def test_overrides_carry_the_paper_numbers(tmp_path, tiny_model_dir):
-    recipe, cfg = _paper_like(tmp_path, tiny_model_dir)
+    recipe, cfg = paper_like(tmp_path, tiny_model_dir)
     run = prepare_verl_run(recipe, cfg)
     o = _as_dict(run.overrides)
     expected = {
@@ -97,7 +84,7 @@ def test_overrides_carry_the_paper_numbers(tmp_path, tiny_model_dir):
 
 
 def test_composed_config_passes_verls_validation(tmp_path, tiny_model_dir):
-    recipe, cfg = _paper_like(tmp_path, tiny_model_dir)
+    recipe, cfg = paper_like(tmp_path, tiny_model_dir)
     config = compose_verl_config(prepare_verl_run(recipe, cfg).overrides)
     check_verl_config(
         config
@@ -318,7 +305,7 @@ def test_dataset_asks_for_n_sessions_per_prompt(tmp_path, tiny_model_dir):
 def _composed(tmp_path: Path, model_dir: Path, **train: Any) -> tuple[TrainConfig, Any]:
     from omegaconf import OmegaConf
 
-    recipe, cfg = _paper_like(tmp_path, model_dir, **train)
+    recipe, cfg = paper_like(tmp_path, model_dir, **train)
     config = compose_verl_config(prepare_verl_run(recipe, cfg).overrides)
     check_verl_config(config)
     OmegaConf.resolve(config)
@@ -417,12 +404,12 @@ def test_verl_refuses_a_shuffle_that_would_mix_states(tmp_path, tiny_model_dir):
     from prour.config import ConfigError
 
     with pytest.raises((ConfigError, ValueError), match="ppo.shuffle"):
-        _paper_like(tmp_path, tiny_model_dir, ppo={"shuffle": True})
+        paper_like(tmp_path, tiny_model_dir, ppo={"shuffle": True})
     with pytest.raises((ConfigError, ValueError), match="use_remove_padding"):
-        _paper_like(tmp_path, tiny_model_dir, verl={"ulysses_sequence_parallel_size": 2})
+        paper_like(tmp_path, tiny_model_dir, verl={"ulysses_sequence_parallel_size": 2})
     sdpa = {"ulysses_sequence_parallel_size": 2, "use_remove_padding": True}
     with pytest.raises((ConfigError, ValueError), match="flash_attention_2"):
-        _paper_like(tmp_path, tiny_model_dir, verl=sdpa)
+        paper_like(tmp_path, tiny_model_dir, verl=sdpa)
 
 
 def _refill(config: Any, num_prompts: int) -> int:

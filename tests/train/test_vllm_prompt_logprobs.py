@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from train_helpers import paper_like
 
 from prour.llm import chat as chat_rules
 from prour.llm.base import ChatRequest, SamplingParams, ScoreRequest
@@ -53,17 +54,9 @@ def rollout_config(tmp_path: Path, model_dir: Path) -> dict[str, Any]:
     config turned into verl's ``RolloutConfig`` as its server does (``omega_conf_to_dataclass``)."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    from prour.config import ModelConfig, Recipe
-    from prour.train.config import TrainConfig
     from prour.train.verl_backend import compose_verl_config, prepare_verl_run
 
-    recipe = Recipe(
-        name="paper",
-        seed=7,
-        run_dir=str(tmp_path / "run"),
-        models={"generator": ModelConfig(backend="hf", path=str(model_dir))},
-    )
-    cfg = TrainConfig.model_validate({"backend": "verl", "output_dir": str(tmp_path / "ckpt")})
+    recipe, cfg = paper_like(tmp_path, model_dir)
     config = compose_verl_config(prepare_verl_run(recipe, cfg).overrides)
     rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     return {

@@ -1,10 +1,15 @@
-"""Helpers of the training tests: instance rows, and a warm start that makes the format likely."""
+"""Helpers of the training tests: instance rows, a paper-like verl recipe, and a warm start that
+makes the format likely."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prour.config import Recipe
+    from prour.train.config import TrainConfig
 
 GOOD = (
     "YES [QUESTION]Which size do you want?[/QUESTION]",
@@ -18,6 +23,24 @@ BAD = (
     "Which size do you want?",
 )
 PROMPT = "Ask me one question."
+
+
+def paper_like(tmp_path: Path, model_dir: Path, **train: Any) -> tuple[Recipe, TrainConfig]:
+    """A paper-named recipe with ``model_dir`` as generator and a verl ``TrainConfig`` (``train``
+    holds extra ``train.*`` values)."""
+    from prour.config import ModelConfig, Recipe
+    from prour.train.config import TrainConfig
+
+    recipe = Recipe(
+        name="paper",
+        seed=7,
+        run_dir=str(tmp_path / "run"),
+        models={"generator": ModelConfig(backend="hf", path=str(model_dir))},
+    )
+    cfg = TrainConfig.model_validate(
+        {"backend": "verl", "output_dir": str(tmp_path / "ckpt"), **train}
+    )
+    return recipe, cfg
 
 
 @functools.cache
