@@ -6,11 +6,15 @@ would otherwise cut them from the left, system prompt first, without a word).
 
 verl sizes its PPO mini-batches by ``actor_rollout_ref.rollout.n``; we set that to the number of
 samples *kept* per state, and request the larger number *sampled* per prompt through the
-``__rollout_n__`` field verl's agent-loop workers honour.
+``__rollout_n__`` field verl's agent-loop workers honour. Only the training files ask for it:
+verl reads that field before ``val_kwargs.n``, so a validation dataset carrying it would decode
+``n`` identical greedy samples per prompt.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -18,16 +22,39 @@ from verl.utils.tokenizer import normalize_token_ids
 
 from prour.data.schema import version_problem
 
+logger = logging.getLogger(__name__)
+
+
+def file_list(value: Any) -> list[str]:
+    """A data-files setting (one path or a list, possibly an OmegaConf list) as a list of str."""
+    if value is None:
+        return []
+    if isinstance(value, str | os.PathLike):
+        return [str(value)]
+    return [str(item) for item in value]
+
 
 class ProurRLDataset(RLHFDataset):
     """verl's RLHF dataset plus the per-prompt sample count."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.sample_n = int(self.config.get("prour_sample_n", 0) or 0)
+        self.sample_n = int(self.config.get("prour_sample_n", 0) or 0) if self.serves_training() else 0
         problems = version_problem(self.dataframe[0]["extra_info"] or {}) if len(self) else []
         if problems:
             raise ValueError(f"{self.data_files}: {problems[0]}")
+
+    def serves_training(self) -> bool:
+        """Whether these are the training files (validation samples once per prompt)."""
+        train = file_list(self.config.get("train_files"))
+        if train == file_list(self.config.get("val_files")):
+            logger.warning(
+                "data.val_files is the training file (train.val_file unset): validation rollouts "
+                "sample %s times per prompt like training; set train.val_file to validate once",
+                self.config.get("prour_sample_n"),
+            )
+            return True
+        return file_list(self.original_data_files) == train
 
     def prompt_length(self, row: dict[str, Any]) -> int:
         """Tokens of a row's prompt as the agent loop renders it (chat template, generation

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 
-def _dataset(tiny_model_dir: Path, tmp_path: Path, rows: list[dict], limit: int):
+def _dataset(
+    tiny_model_dir: Path, tmp_path: Path, rows: list[dict], limit: int, role: str = "train"
+):
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
@@ -15,8 +17,12 @@ def _dataset(tiny_model_dir: Path, tmp_path: Path, rows: list[dict], limit: int)
     from prour.train.verl_ext.dataset import ProurRLDataset
 
     path = write_rows(rows, tmp_path / f"rows_{limit}.parquet")
+    other = str(tmp_path / "other.parquet")
+    train, val = (str(path), other) if role == "train" else (other, str(path))
     config = OmegaConf.create(
         {
+            "train_files": train,
+            "val_files": val,
             "max_prompt_length": limit,
             "filter_overlong_prompts": False,
             "apply_chat_template_kwargs": {"enable_thinking": True},
@@ -62,3 +68,15 @@ def test_prompts_over_max_prompt_tokens_are_refused(tiny_model_dir, tmp_path):
         ),
     ):
         load()
+
+
+def test_only_the_training_files_ask_for_n_samples(tiny_model_dir, tmp_path):
+    """Validation rows carry no ``__rollout_n__``: verl would read it before ``val_kwargs.n``
+    and decode 8 identical greedy samples per prompt."""
+    from train_helpers import instance_rows
+
+    rows = instance_rows(2)
+    train, _ = _dataset(tiny_model_dir, tmp_path, rows, 10**6, role="train")
+    val, _ = _dataset(tiny_model_dir, tmp_path, rows, 10**6, role="validation")
+    assert train()[0]["__rollout_n__"] == 8
+    assert "__rollout_n__" not in val()[0]
