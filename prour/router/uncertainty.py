@@ -33,13 +33,19 @@ def entropy(probs: np.ndarray) -> np.ndarray:
     return -np.sum(np.where(probs > 0, probs * np.log(safe), 0.0), axis=-1)
 
 
+def _finite_matrix(values: ArrayLike, name: str) -> np.ndarray:
+    """``values`` as a float64 [K, C] array with K, C >= 1 and no NaN or infinity."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
+        raise ValueError(f"{name} must have shape [K, C] with K, C >= 1, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return array
+
+
 def _as_distributions(probs: ArrayLike) -> np.ndarray:
     """Check that ``probs`` is a [K, C] array of finite, non-negative rows summing to one."""
-    array = np.asarray(probs, dtype=np.float64)
-    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
-        raise ValueError(f"probs must have shape [K, C] with K, C >= 1, got shape {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError("probs contains NaN or infinite values")
+    array = _finite_matrix(probs, "probs")
     if np.any(array < 0):
         row = int(np.argwhere(array < 0)[0][0])
         raise ValueError(f"probs row {row} has negative entries: {array[row].tolist()}")
@@ -64,11 +70,7 @@ def decompose(probs: ArrayLike) -> Uncertainty:
 
 def softmax_over_candidates(loglik: ArrayLike) -> np.ndarray:
     """Normalize summed log-likelihoods [K, C] over the candidate axis into distributions [K, C]."""
-    array = np.asarray(loglik, dtype=np.float64)
-    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
-        raise ValueError(f"loglik must have shape [K, C] with K, C >= 1, got shape {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError("loglik contains NaN or infinite values")
+    array = _finite_matrix(loglik, "loglik")
     shifted = array - array.max(axis=1, keepdims=True)
     weights = np.exp(shifted)
     return weights / weights.sum(axis=1, keepdims=True)
