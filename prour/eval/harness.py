@@ -37,7 +37,7 @@ RESULT_SCHEMA = 1
 _MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
 _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
-                 "retry_errors", "attention_policies")
+                 "retry_errors", "attention_policies", "protocol")
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,8 @@ class Evaluation:
         write_provenance(self.run_dir, self.recipe, extra={
             "seeds": self.cfg.seeds, "endpoints": endpoints,
             "arms": [arm.key for arm in self.arms], "domains": self.cfg.domains,
-            "split": self.cfg.split})
+            "split": self.cfg.split, "protocol": self.cfg.protocol,
+            "task_counts": {d: len(self.tasks(d)) for d in self.cfg.domains}})
 
     def tasks(self, domain: str) -> list[Any]:
         from prour.env.domains import select_tasks

@@ -309,7 +309,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     summaries = [summarize(s, n_boot, ci) for s in systems]
     comparisons = compare(systems, baseline, n_boot, ci)
     written = _plots(systems, summaries, out)
-    lines = _header(run_dirs, ci, n_boot) + ["## Pass@1 (%) and interaction cost", ""]
+    lines = _header(run_dirs, systems, ci, n_boot) + ["## Pass@1 (%) and interaction cost", ""]
     lines += main_table(summaries, domains) + [""]
     lines += [f"- {s.label}: {s.problem}" for s in summaries if s.problem]
     if any(s.router is not None for s in summaries):
@@ -343,24 +343,40 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     return written
 
 
-def _header(run_dirs: Sequence[str | Path], ci: float, n_boot: int) -> list[str]:
+def _header(run_dirs: Sequence[str | Path], systems: Sequence[System], ci: float,
+            n_boot: int) -> list[str]:
     lines = ["# Evaluation report", ""]
     for run_dir in run_dirs:
-        commit = _commit(Path(run_dir))
-        lines.append(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else ""))
+        record = _provenance(Path(run_dir))
+        commit = ((record.get("git") or {}).get("commit") or "")[:12]
+        lines.append(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else "") + ": "
+                     + _protocol_line(record, [s for s in systems if s.folder == Path(run_dir)]))
     note = (f"Intervals: {100 * ci:.0f}% paired task bootstrap ({n_boot} draws); seeds are "
             "averaged within each task. Average: unweighted mean over domains.")
     lines += ["", note, ""]
     return lines
 
 
-def _commit(run_dir: Path) -> str | None:
+def _provenance(run_dir: Path) -> dict[str, Any]:
+    """The run's ``provenance.json`` (empty when missing or unreadable)."""
     try:
-        record = json.loads((run_dir / "provenance.json").read_text())
+        return json.loads((run_dir / "provenance.json").read_text())
     except (OSError, json.JSONDecodeError):
-        return None
-    commit = (record.get("git") or {}).get("commit")
-    return commit[:12] if commit else None
+        return {}
+
+
+def _protocol_line(record: dict[str, Any], systems: Sequence[System]) -> str:
+    """``protocol `paper` (split base); seeds 0, 1, 2; tasks: retail 114, airline 50``: the
+    protocol and split the run was started with, the seeds and tasks its result lines hold."""
+    lines = [line for s in systems for line in s.lines]
+    seeds = sorted({int(line["seed"]) for line in lines})
+    present = {line["domain"] for line in lines}
+    counts = [f"{d} {len({line['task_id'] for line in lines if line['domain'] == d})}"
+              for d in [d for d in DOMAINS if d in present] + sorted(present - set(DOMAINS))]
+    protocol = record.get("protocol") or "none"
+    split = record.get("split") or "?"
+    return (f"protocol `{protocol}` (split {split}); seeds {', '.join(map(str, seeds))}; "
+            f"tasks: {', '.join(counts)}")
 
 
 def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],

@@ -1,0 +1,1 @@
+"""Data shipped with prour: τ-bench v1 retail training tasks converted to tau2 (see README)."""
