@@ -40,13 +40,14 @@ class DomainSpec:
     name: str
     # keywords of tau2's ``get_environment`` (telecom: the manual policy the agent works under)
     environment_kwargs: dict[str, Any] = field(default_factory=dict)
+    tau2_splits: tuple[str, ...] = TAU2_SPLITS  # the splits tau2 ships for the domain
     # splits prour ships beside tau2's: split name -> data file in prour/env/data
     packaged_splits: dict[str, str] = field(default_factory=dict)
 
     @property
     def splits(self) -> tuple[str, ...]:
         """tau2's splits, then the packaged ones."""
-        return TAU2_SPLITS + tuple(self.packaged_splits)
+        return self.tau2_splits + tuple(self.packaged_splits)
 
     @property
     def tau2_module(self) -> str:

@@ -18,12 +18,15 @@ from prour.env.domains import (
 
 # Split sizes of tau2-bench as published with the benchmark (train / test).
 EXPECTED = {"retail": (74, 40), "airline": (30, 20), "telecom": (74, 40)}
+# Splits prour ships beside tau2's: retail's τ-bench v1 training tasks tau2 can replay.
+PACKAGED = {"retail": {"v1-train": 457}, "airline": {}, "telecom": {}}
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_split_sizes_match_tau2(domain: str) -> None:
     train, test = EXPECTED[domain]
-    assert split_sizes(domain) == {"train": train, "test": test, "base": train + test}
+    assert split_sizes(domain) == {"train": train, "test": test, "base": train + test,
+                                   **PACKAGED[domain]}
     train_ids = {task.id for task in load_tasks(domain, "train")}
     test_ids = {task.id for task in load_tasks(domain, "test")}
     assert not train_ids & test_ids
@@ -92,7 +95,7 @@ def test_a_new_domain_is_one_table_row(monkeypatch: pytest.MonkeyPatch) -> None:
     from prour.env import domains
     from prour.env.environment import new_environment, tool_schemas
 
-    row = domains.DomainSpec("mock", splits=("base",))
+    row = domains.DomainSpec("mock", tau2_splits=("base",))
     monkeypatch.setitem(domains.DOMAIN_SPECS, "mock", row)
     tasks = load_tasks("mock", "base")
     assert tasks and get_task("mock", tasks[0].id).id == tasks[0].id
