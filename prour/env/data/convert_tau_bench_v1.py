@@ -50,7 +50,7 @@ def read_v1_tasks(path: str | Path) -> list[dict[str, Any]]:
 
 def _elements(node: ast.expr, what: str) -> list[ast.expr]:
     if not isinstance(node, ast.List):
-        raise ValueError(f"{what} is not a list literal (line {node.lineno})")
+        raise TypeError(f"{what} is not a list literal (line {node.lineno})")
     return node.elts
 
 
@@ -98,7 +98,7 @@ def refusal(task: dict[str, Any]) -> dict[str, str] | None:
     for action in task["evaluation_criteria"]["actions"]:
         try:
             environment.make_tool_call(action["name"], **action["arguments"])
-        except Exception as exc:  # tau2's tools raise plain exceptions with the reason
+        except ValueError as exc:  # tau2's tools refuse with a ValueError naming the reason
             return {"action": action["action_id"], "name": action["name"], "reason": str(exc)}
     return None
 
