@@ -57,6 +57,7 @@ def _report_skipped(path: Path, skipped: list[int]) -> None:
 def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             progress: bool = ProgressOpt) -> None:
     """Run task agent + teacher + user episodes on the data split; resumable (reruns skip done)."""
+    from prour.cli.recipe import hold_run_folder
     from prour.data.collect import EpisodeFactories, collect_trajectories, teacher_exchanges
     from prour.data.pipeline import record_provenance
 
@@ -67,9 +68,10 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
         make_agent=builder.task_agent, make_user=builder.user_simulator,
         teacher=builder.llm("teacher") if cfg.teacher else None, cfg=cfg)
     out = cfg.path("trajectories", loaded.resolved_run_dir())
-    record_provenance(loaded, "collect")
-    trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,
-                                 max_steps=env.max_steps, max_errors=env.max_errors)
+    with hold_run_folder(out.parent):  # one collector per run folder's trajectories
+        record_provenance(loaded, "collect")
+        trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,
+                                     max_steps=env.max_steps, max_errors=env.max_errors)
     rewards = [t.reward for t in trajs if t.reward is not None]
     errored = sum(t.termination == "error" for t in trajs)
     asked = sum(len(teacher_exchanges(t)) for t in trajs)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
 
-def _fail(message: str, code: int = 2) -> None:
+
+def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
@@ -63,8 +66,8 @@ def eval_command(
     progress: bool = ProgressOpt,
 ) -> None:
     """Evaluate methods on tau2; reruns finish only the missing episodes."""
-    from prour.cli.recipe import load_cli_recipe
-    from prour.eval.harness import Evaluation, with_checkpoint
+    from prour.cli.recipe import hold_run_folder, load_cli_recipe
+    from prour.eval.harness import with_checkpoint
 
     loaded = load_cli_recipe(recipe, overrides, {
         "eval.methods": _split(method), "eval.domains": _split(domains),
@@ -75,14 +78,22 @@ def eval_command(
     except (OSError, ValueError) as exc:
         _fail(f"--checkpoint {checkpoint}: {exc}")
     run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
+    with hold_run_folder(run_dir):
+        results = _evaluate(loaded, run_dir, progress)
+    _print_summary(results, run_dir)
+
+
+def _evaluate(loaded: Recipe, run_dir: Path, progress: bool) -> list[dict[str, Any]]:
+    """Run the evaluation (resumable) and close its clients."""
+    from prour.eval.harness import Evaluation
+
     evaluation = Evaluation(loaded, run_dir, progress=progress)
     try:
-        results = evaluation.run()
+        return evaluation.run()
     except (ValueError, LookupError) as exc:
         _fail(str(exc))
     finally:
         evaluation.close()
-    _print_summary(results, run_dir)
 
 
 def _print_summary(results: list[dict[str, Any]], run_dir: Path) -> None:

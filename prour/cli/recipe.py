@@ -7,7 +7,8 @@ records it as it is; an error exits 2 naming the dotted key.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,3 +40,20 @@ def load_cli_recipe(
     except (ConfigError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+@contextmanager
+def hold_run_folder(folder: str | Path) -> Iterator[None]:
+    """One writer per run folder (:mod:`prour.runlock`): a folder held by another live command
+    exits 2 with one line naming it (pid, host, since, command)."""
+    from prour.runlock import RunLocked, acquire, release
+
+    try:
+        holder = acquire(folder)
+    except RunLocked as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        yield
+    finally:
+        release(folder, holder)

@@ -61,12 +61,17 @@ def train(
     """Train ``models.generator`` with the recipe's ``train`` section."""
     if ctx.invoked_subcommand is not None:
         return
+    from prour.cli.recipe import hold_run_folder
+    from prour.train.recipe import resolve_output_dir
+
     loaded, cfg = _load(recipe, overrides, backend)
     _logging()
-    if cfg.backend == "verl":
-        _run_verl(loaded, cfg, dry_run, resume)
-    else:
-        _run_local(loaded, cfg, dry_run, resume)
+    run = _run_verl if cfg.backend == "verl" else _run_local
+    if dry_run:
+        run(loaded, cfg, dry_run, resume)
+        return
+    with hold_run_folder(resolve_output_dir(cfg, loaded.name)):  # one trainer per output_dir
+        run(loaded, cfg, dry_run, resume)
 
 
 def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:

@@ -214,3 +214,17 @@ def test_killed_collect_resumes_without_duplicates_or_losses(tmp_path: Path) -> 
     assert all(len(teacher_exchanges(t)) == 1 for t in stored)
     assert all(t.meta["teacher"] == {"model": "scripted", "prompts_version": QG_VERSION,
                                      "questions": 1, "max_questions": None} for t in stored)
+
+
+def test_collect_refuses_a_trajectories_folder_held_by_a_live_command(tmp_path: Path) -> None:
+    from prour.runlock import LOCK_FILE, run_lock
+
+    recipe = _recipe(tmp_path, num=2)
+    folder = tmp_path / "run" / "data"
+    with run_lock(folder) as holder:  # this test process is the live holder
+        proc = _collect(recipe)
+        output = proc.communicate(timeout=120)[0].decode()
+        assert proc.returncode == 2, output
+        assert f"error: {folder} is in use by pid {holder.pid} " in output
+        assert not (folder / "trajectories.jsonl").exists()
+    assert not (folder / LOCK_FILE).exists()

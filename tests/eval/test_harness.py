@@ -300,3 +300,45 @@ def test_missing_model_role_is_reported_before_any_episode(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"models\.agent"):
         Evaluation(Recipe(name="x", eval=cfg, router=router), tmp_path, progress=False).run()
     assert not (tmp_path / EPISODES_FILE).exists()
+
+
+# ---- one writer per run folder --------------------------------------------------------------
+
+
+def test_a_second_evaluation_refuses_then_a_rerun_takes_over_the_dead_ones_lock(tmp_path) -> None:
+    """A paused first eval holds the run folder; after its kill -9 a rerun takes the lock over
+    and runs only the missing episodes."""
+    from prour.runlock import LOCK_FILE
+
+    recipe_path = _file_recipe(tmp_path, tmp_path / "unused")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = tmp_path / "run"
+    first = subprocess.Popen(_cli(recipe_path, run), env=env, cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not _lines(run / EPISODES_FILE) and time.monotonic() < deadline:
+        assert first.poll() is None, "the evaluation ended before it could be paused"
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGSTOP)  # alive and holding the folder, writing nothing more
+    try:
+        second = subprocess.run(_cli(recipe_path, run), env=env, cwd=REPO, check=False,
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    assert second.returncode == 2, second.stderr
+    refusal = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+    assert len(refusal) == 1 and f"pid {first.pid} " in refusal[0], second.stderr
+    assert f"prour eval --recipe {recipe_path} --out {run}" in refusal[0]
+    before = _lines(run / EPISODES_FILE)
+    assert 1 <= len(before) < 8 and (run / LOCK_FILE).exists()
+
+    rerun = subprocess.run(_cli(recipe_path, run), env=env, cwd=REPO, check=False,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"taking over the lock of {run} from a dead process (pid {first.pid} " in rerun.stderr
+    after = _lines(run / EPISODES_FILE)
+    assert after[:len(before)] == before  # the dead run's episodes were kept, not rerun
+    keys = [tuple(line["key"]) for line in read_jsonl(run / RESULTS_FILE)]
+    assert len(keys) == len(set(keys)) == 8
+    assert not (run / LOCK_FILE).exists()

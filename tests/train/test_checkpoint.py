@@ -180,3 +180,43 @@ def test_kill_minus_nine_then_resume_matches_an_uninterrupted_run(tiny_model_dir
     assert all(torch.equal(ours[k], theirs[k]) for k in ours), (
         "resumed run diverged from the uninterrupted one"
     )
+
+
+def test_a_second_trainer_refuses_then_resume_takes_over_the_dead_ones_lock(tiny_model_dir,
+                                                                            tmp_path):
+    """A paused trainer holds its output_dir (even a --resume is refused); after its kill -9,
+    --resume takes the lock over and continues from the newest checkpoint."""
+    from prour.data.dataset import write_rows
+    from prour.runlock import LOCK_FILE
+
+    data = write_rows(instance_rows(5), tmp_path / "train.parquet")
+    recipe = _recipe_file(tmp_path, "locked", tiny_model_dir, data)
+    out = tmp_path / "ckpt" / "locked"
+    first = _train(recipe)
+    deadline = time.time() + 600
+    while ckpt.latest_checkpoint(out) is None and time.time() < deadline:
+        assert first.poll() is None, first.communicate()[0]
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGSTOP)  # alive and holding output_dir
+    try:
+        second = _train(recipe, "--resume")
+        refused = second.communicate(timeout=300)[0]
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    assert second.returncode == 2, refused
+    errors = [line for line in refused.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"pid {first.pid} " in errors[0], refused
+    assert f"prour train --recipe {recipe}" in errors[0] and str(out) in errors[0]
+    finished_before = [s for s, _ in ckpt.complete_checkpoints(out)]
+    assert finished_before and max(finished_before) < 4 and (out / LOCK_FILE).exists()
+
+    resumed = _train(recipe, "--resume")
+    log = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, log
+    assert f"taking over the lock of {out} from a dead process (pid {first.pid} " in log
+    assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1, 2, 3, 4]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert json.loads((out / "provenance.json").read_text())["start_step"] == max(finished_before)
+    assert not (out / LOCK_FILE).exists()

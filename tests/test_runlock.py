@@ -1,0 +1,118 @@
+"""The run-folder lock: one holder, refusals naming it, dead holders taken over, release always."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from prour import runlock
+from prour.runlock import LOCK_FILE, Holder, RunLocked, acquire, read_holder, release, run_lock
+
+
+def _dead_pid() -> int:
+    """The PID of a process that has ended and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _write_lock(folder: Path, holder: Holder) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LOCK_FILE).write_text(json.dumps(asdict(holder)))
+
+
+def test_the_lock_records_this_process_and_is_released_after_the_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/prour", "eval", "--recipe", "my run.yaml"])
+    folder = tmp_path / "run"
+    with run_lock(folder) as holder:
+        stored = json.loads((folder / LOCK_FILE).read_text())
+        assert stored["pid"] == os.getpid() == holder.pid
+        assert stored["host"] == socket.gethostname()
+        assert stored["command"] == "prour eval --recipe 'my run.yaml'"
+        assert stored["since"] and stored["started"]  # /proc exists on the test machines
+    assert not (folder / LOCK_FILE).exists()
+
+
+def test_a_live_holder_is_refused_with_its_pid_command_and_start(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        other = Holder(pid=sleeper.pid, host=socket.gethostname(), command="prour eval -r a.yaml",
+                       since="2026-12-01T00:10:00+0000", started=runlock._process_start(sleeper.pid))
+        _write_lock(tmp_path, other)
+        with pytest.raises(RunLocked) as refused:
+            acquire(tmp_path)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"pid {sleeper.pid}" in message and "prour eval -r a.yaml" in message
+    assert "since 2026-12-01T00:10:00+0000" in message and str(tmp_path) in message
+    assert read_holder(tmp_path / LOCK_FILE) == other  # the refusal left the holder's lock alone
+
+
+def test_a_second_acquire_in_the_same_process_is_refused(tmp_path):
+    with run_lock(tmp_path), pytest.raises(RunLocked, match=f"pid {os.getpid()}"):
+        acquire(tmp_path)
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_dead_holders_lock_is_taken_over_with_a_log_line(tmp_path, caplog):
+    dead = Holder(pid=_dead_pid(), host=socket.gethostname(), command="prour train -r t.yaml",
+                  since="2026-12-01T00:00:00+0000")
+    _write_lock(tmp_path, dead)
+    with caplog.at_level(logging.WARNING, logger="prour.runlock"):
+        holder = acquire(tmp_path)
+    assert read_holder(tmp_path / LOCK_FILE) == holder and holder.pid == os.getpid()
+    assert f"dead process (pid {dead.pid}" in caplog.text and "prour train -r t.yaml" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE]  # nothing set aside left
+    release(tmp_path, holder)
+
+
+def test_a_reused_pid_is_not_the_holder(tmp_path):
+    """Our own PID with another process start time: the recorded process has ended."""
+    reused = Holder(pid=os.getppid(), host=socket.gethostname(), command="prour collect",
+                    since="2026-12-01T00:00:00+0000", started="1")
+    _write_lock(tmp_path, reused)
+    assert acquire(tmp_path).pid == os.getpid()
+
+
+def test_a_torn_lock_is_taken_over(tmp_path):
+    torn = tmp_path / LOCK_FILE
+    torn.write_text('{"pid": 12')  # killed between create and write
+    os.utime(torn, (0, 0))  # long ago: a fresh torn lock may still be being written
+    assert acquire(tmp_path).pid == os.getpid()
+
+
+def test_a_holder_on_another_host_is_refused(tmp_path):
+    remote = Holder(pid=_dead_pid(), host="node-elsewhere", command="prour eval",
+                    since="2026-12-01T00:00:00+0000")
+    _write_lock(tmp_path, remote)
+    with pytest.raises(RunLocked, match="on node-elsewhere"):
+        acquire(tmp_path)
+
+
+@pytest.mark.parametrize("error", [ValueError("boom"), KeyboardInterrupt()])
+def test_the_lock_is_released_on_an_error_and_on_ctrl_c(tmp_path, error):
+    with pytest.raises(type(error)), run_lock(tmp_path):
+        assert (tmp_path / LOCK_FILE).exists()
+        raise error
+    assert not (tmp_path / LOCK_FILE).exists()
+    with run_lock(tmp_path):  # free again
+        pass
+
+
+def test_release_leaves_a_lock_taken_over_by_another_process(tmp_path):
+    holder = acquire(tmp_path)
+    newer = Holder(pid=holder.pid + 1, host=holder.host, command="prour eval", since="later")
+    _write_lock(tmp_path, newer)
+    release(tmp_path, holder)
+    assert read_holder(tmp_path / LOCK_FILE) == newer
