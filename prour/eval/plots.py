@@ -1,8 +1,16 @@
 """PNG plots of evaluation reports: success versus interaction steps, and uncertainty over steps
-(the prour paper's Figure 6). matplotlib is imported inside each function (Agg backend)."""
+(the prour paper's Figure 6). matplotlib is imported inside each function (Agg backend).
+
+Every plot is written with a sidecar ``<name>.json`` next to the PNG: the series as drawn
+(x, y and error-bar extents per label) and each panel's axis limits, so a test or a reader can
+check what the picture shows without reading pixels. Systems are told apart by marker and
+legend entry, never by text placed at the point (two systems on one point would overprint).
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,18 +18,48 @@ from typing import Any
 
 UNCERTAINTY_KEYS = (("total", "Total uncertainty"), ("au", "AU (user side)"),
                     ("eu", "EU (world side)"))
+MARKERS = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "h")
+PERCENT = (0.0, 100.0)
 
 
 @dataclass(frozen=True)
 class SystemPoint:
-    """One evaluated system: mean total steps per episode and average Pass@1 (%)."""
+    """One evaluated system: mean total steps per episode and average Pass@1 (%) with its
+    interval [low, high] (%; equal to ``pass_at_1`` when no interval is known)."""
 
     label: str
     steps: float
     pass_at_1: float
+    low: float | None = None
+    high: float | None = None
 
 
-def _pyplot() -> Any:
+def padded_limits(values: Sequence[float], min_span: float, pad: float = 0.08,
+                  bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+    """Axis limits around ``values``: ``pad`` × span on each side, widened symmetrically to at
+    least ``min_span`` (so equal values do not give a hair-thin axis), then clipped to ``bounds``
+    (e.g. (0, 100) for percentages), widening on the other side to keep ``min_span``."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        finite = [bounds[0] if bounds else 0.0]
+    low, high = min(finite), max(finite)
+    margin = pad * (high - low)
+    low, high = low - margin, high + margin
+    if high - low < min_span:
+        middle = (low + high) / 2
+        low, high = middle - min_span / 2, middle + min_span / 2
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+        if high - low < min_span:  # clipped on one side: widen on the other
+            if low == bounds[0]:
+                high = min(bounds[1], low + min_span)
+            else:
+                low = max(bounds[0], high - min_span)
+    return low, high
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,27 +68,46 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, out: str | Path) -> Path:
+def save_plot(fig: Any, out: str | Path, series: Mapping[str, Any]) -> Path:
+    """Write the PNG and its sidecar JSON (``series`` plus every panel's title and limits)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120, bbox_inches="tight")
-    _pyplot().close(fig)
+    axes = [{"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+             "xlim": list(ax.get_xlim()), "ylim": list(ax.get_ylim())} for ax in fig.axes]
+    sidecar = {"png": out.name, "series": series, "axes": axes}
+    out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    pyplot().close(fig)
     return out
 
 
 def plot_success_vs_steps(points: Sequence[SystemPoint], out: str | Path) -> Path:
-    """One marker per system: x = mean act+clarify+verify turns, y = average Pass@1 (%)."""
-    plt = _pyplot()
+    """One marker per system with its interval as a vertical error bar: x = mean
+    act+clarify+verify turns, y = average Pass@1 (%); systems are named in the legend. Markers
+    are open and shrink with the system's index, so systems on one point stay visible."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for point in points:
-        ax.scatter(point.steps, point.pass_at_1, s=40)
-        ax.annotate(point.label, (point.steps, point.pass_at_1), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
+    series: dict[str, Any] = {}
+    for i, point in enumerate(points):
+        low = point.pass_at_1 if point.low is None else point.low
+        high = point.pass_at_1 if point.high is None else point.high
+        ax.errorbar(point.steps, point.pass_at_1,
+                    yerr=[[point.pass_at_1 - low], [high - point.pass_at_1]],
+                    fmt=MARKERS[i % len(MARKERS)], markersize=7 + 3 * (len(points) - 1 - i),
+                    markerfacecolor="none", markeredgewidth=1.6, capsize=4, clip_on=False,
+                    label=point.label)
+        series[point.label] = {"x": [point.steps], "y": [point.pass_at_1],
+                               "low": [low], "high": [high]}
+    xs = [p.steps for p in points]
+    ax.set_xlim(*padded_limits(xs, min_span=2.0, bounds=(0.0, math.inf)))
+    ys = [v for p in points for v in (p.pass_at_1, p.low, p.high) if v is not None]
+    ax.set_ylim(*padded_limits(ys, min_span=10.0, bounds=PERCENT))
     ax.set_xlabel("total interaction steps per episode (act + clarify + verify)")
     ax.set_ylabel("average Pass@1 (%)")
     ax.set_title("Success versus interaction steps")
     ax.grid(alpha=0.3)
-    return _save(fig, out)
+    ax.legend(fontsize=7, loc="best")
+    return save_plot(fig, out, series)
 
 
 def mean_curves(decisions: Sequence[Sequence[Mapping[str, Any]]], max_steps: int = 16,
@@ -72,19 +129,25 @@ def mean_curves(decisions: Sequence[Sequence[Mapping[str, Any]]], max_steps: int
 
 def plot_uncertainty(curves: Mapping[str, Mapping[str, Sequence[float | None]]],
                      out: str | Path) -> Path:
-    """Three panels (total, AU, EU), one line per system over agent steps (Figure 6 style)."""
-    plt = _pyplot()
+    """Three panels (total, AU, EU), one line per system over agent steps (Figure 6 style);
+    each panel's y axis spans at least 0.1 nats and starts no lower than 0."""
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharex=True)
+    series: dict[str, Any] = {}
     for ax, (key, title) in zip(axes, UNCERTAINTY_KEYS):
-        for label, by_key in curves.items():
+        drawn: list[float] = []
+        for i, (label, by_key) in enumerate(curves.items()):
             values = by_key.get(key) or []
-            xs = [i + 1 for i, v in enumerate(values) if v is not None]
-            ys = [v for v in values if v is not None]
+            xs = [step + 1 for step, v in enumerate(values) if v is not None]
+            ys = [float(v) for v in values if v is not None]
             if xs:
-                ax.plot(xs, ys, "-o", markersize=3, label=label)
+                ax.plot(xs, ys, "-" + MARKERS[i % len(MARKERS)], markersize=3, label=label)
+                series.setdefault(key, {})[label] = {"x": xs, "y": ys}
+                drawn += ys
+        ax.set_ylim(*padded_limits(drawn, min_span=0.1, bounds=(0.0, math.inf)))
         ax.set_title(title)
         ax.set_xlabel("agent step")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("nats")
     axes[0].legend(fontsize=7)
-    return _save(fig, out)
+    return save_plot(fig, out, series)

@@ -383,8 +383,10 @@ def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],
            out: Path) -> dict[str, Path]:
     from prour.eval.plots import SystemPoint, mean_curves, plot_success_vs_steps, plot_uncertainty
 
-    points = [SystemPoint(s.label, s.steps["total"], 100 * s.pass_at_1[AVERAGE].estimate)
-              for s in summaries if s.pass_at_1 is not None]
+    points = [SystemPoint(s.label, s.steps["total"], 100 * average.estimate,
+                          100 * average.low, 100 * average.high)
+              for s in summaries if s.pass_at_1 is not None
+              for average in [s.pass_at_1[AVERAGE]]]
     written = {}
     if points:
         written["success_vs_steps"] = plot_success_vs_steps(points, out / SUCCESS_PLOT)

@@ -7,11 +7,12 @@ import math
 from pathlib import Path
 
 import pytest
+from plot_check import read_plot
 from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.eval.harness import RESULTS_FILE
-from prour.eval.plots import mean_curves
+from prour.eval.plots import SystemPoint, mean_curves, padded_limits, plot_success_vs_steps
 from prour.eval.report import load_systems, summarize, write_report
 from prour.eval.stats import bootstrap_mean_ci
 
@@ -104,13 +105,55 @@ def test_paired_difference_by_hand(run: Path, tmp_path: Path) -> None:
 
 def test_plots_are_written(run: Path, tmp_path: Path) -> None:
     written = write_report([run], tmp_path / "rep", n_boot=200)
-    for name in ("success_vs_steps", "uncertainty_over_steps"):
-        assert written[name].read_bytes()[:8] == PNG
+    systems = {s["label"]: s["pass_at_1"]["average"]
+               for s in json.loads(written["json"].read_text())["systems"]}
+    success = read_plot(written["success_vs_steps"])
+    # Pass@1: prour (retail .75 + airline .25)/2 = 50 %, base (.25 + 0)/2 = 12.5 %; steps 5 and 6
+    assert success["series"]["prour"]["x"] == [5.0] and success["series"]["base"]["x"] == [6.0]
+    assert success["series"]["prour"]["y"] == [pytest.approx(50.0)]
+    assert success["series"]["base"]["y"] == [pytest.approx(12.5)]
+    for label, interval in systems.items():  # error bars are the report's intervals, in %
+        bar = success["series"][label]
+        assert bar["low"] == [pytest.approx(100 * interval["low"])]
+        assert bar["high"] == [pytest.approx(100 * interval["high"])]
+        assert bar["low"][0] <= bar["y"][0] <= bar["high"][0]
+    [axes] = success["axes"]
+    assert 0.0 <= axes["ylim"][0] <= min(100 * i["low"] for i in systems.values())
+    assert max(100 * i["high"] for i in systems.values()) <= axes["ylim"][1] <= 100.0
+    uncertainty = read_plot(written["uncertainty_over_steps"])
+    # only prour decides; one decision at step 0 (drawn at agent step 1): total .75, AU .5, EU .25
+    for key, value in (("total", 0.75), ("au", 0.5), ("eu", 0.25)):
+        assert uncertainty["series"][key] == {"prour": {"x": [1], "y": [value]}}
+    # a single value gets the minimum span of 0.1 nats around it
+    assert [a["ylim"] for a in uncertainty["axes"]] == [
+        [pytest.approx(0.7), pytest.approx(0.8)], [pytest.approx(0.45), pytest.approx(0.55)],
+        [pytest.approx(0.2), pytest.approx(0.3)]]
     curves = mean_curves([[{"step": 0, "au": 0.5, "eu": 0.1, "total": 0.6},
                            {"step": 1, "au": 0.2, "eu": None, "total": 0.3}],
                           [{"step": 0, "au": 0.3, "eu": 0.3, "total": 0.6}]], max_steps=3)
     assert curves["au"][:2] == pytest.approx([0.4, 0.2])
     assert curves["eu"][:2] == [pytest.approx(0.2), None] and curves["total"][2] is None
+
+
+def test_coinciding_systems_get_readable_axes(tmp_path: Path) -> None:
+    """Two systems on one point (the demo's "base" and "prour" at 0 %): both are legend entries
+    with distinct markers, and the axes keep a minimum span clipped to [0, 100] %."""
+    points = [SystemPoint("base", 4.0, 0.0, 0.0, 0.0), SystemPoint("prour", 4.0, 0.0, 0.0, 0.0)]
+    sidecar = read_plot(plot_success_vs_steps(points, tmp_path / "s.png"))
+    assert list(sidecar["series"]) == ["base", "prour"]
+    [axes] = sidecar["axes"]
+    assert axes["ylim"] == [0.0, 10.0]  # span 10 around 0 %, shifted up to start at 0
+    assert axes["xlim"] == [3.0, 5.0]  # span 2 steps around 4
+    top = plot_success_vs_steps([SystemPoint("a", 1.0, 100.0, 90.0, 100.0)], tmp_path / "t.png")
+    assert read_plot(top)["axes"][0]["ylim"] == [pytest.approx(89.2), 100.0]  # 90 − 8 % of 10
+
+
+def test_padded_limits() -> None:
+    assert padded_limits([2.0, 4.0], min_span=1.0) == (pytest.approx(1.84), pytest.approx(4.16))
+    assert padded_limits([3.0], min_span=1.0) == (2.5, 3.5)
+    assert padded_limits([0.5], min_span=4.0, bounds=(0.0, 100.0)) == (0.0, 4.0)
+    assert padded_limits([99.0], min_span=4.0, bounds=(0.0, 100.0)) == (96.0, 100.0)
+    assert padded_limits([], min_span=2.0, bounds=(0.0, 100.0)) == (0.0, 2.0)
 
 
 def test_incomplete_system_is_reported_not_zeroed(run: Path, tmp_path: Path) -> None:

@@ -319,31 +319,36 @@ def attention_paths(rows: Sequence[MethodRow], budgets: Sequence[int] = (1, 2, 3
 def plot_reward_attention(paths: Mapping[str, Sequence[PlotPoint]], out: str | Path,
                           extras: Mapping[str, Sequence[PlotPoint]] | None = None,
                           title: str = "Reward versus user-attention cost") -> Path:
-    """Write a PNG: one line per model through its path; ``extras`` as unconnected markers."""
-    import matplotlib
+    """Write a PNG (and its sidecar JSON, see :mod:`prour.eval.plots`): one line per model
+    through its path (No-ask a square, Unrestricted a diamond); ``extras`` as unconnected
+    markers, one marker shape per policy, named in the legend rather than by text at the point."""
+    from prour.eval.plots import MARKERS, padded_limits, pyplot, save_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig, ax = pyplot().subplots(figsize=(6, 4.5))
+    series: dict[str, Any] = {}
+    extra_methods = sorted({p.label for pts in (extras or {}).values() for p in pts})
+    shapes = {m: MARKERS[3 + i % (len(MARKERS) - 3)] for i, m in enumerate(extra_methods)}
     for model, points in paths.items():
         line, = ax.plot([p.cost for p in points], [p.reward for p in points], "-o", label=model)
+        series[model] = {"x": [p.cost for p in points], "y": [p.reward for p in points],
+                         "labels": [p.label for p in points]}
         for p in points:
             marker = "s" if p.label == NO_ASK else "D" if p.label == UNRESTRICTED else None
             if marker:
                 ax.plot(p.cost, p.reward, marker, color=line.get_color(), markersize=8)
         for p in (extras or {}).get(model, []):
-            ax.plot(p.cost, p.reward, "^", color=line.get_color(), markersize=8)
-            ax.annotate(p.label, (p.cost, p.reward), fontsize=7)
+            ax.plot(p.cost, p.reward, shapes[p.label], color=line.get_color(), markersize=8,
+                    label=f"{p.label} ({model})")
+            series[f"{p.label} ({model})"] = {"x": [p.cost], "y": [p.reward]}
+    xs = [x for s in series.values() for x in s["x"]]
+    ys = [y for s in series.values() for y in s["y"]]
+    ax.set_xlim(*padded_limits(xs, min_span=0.5, bounds=(0.0, math.inf)))
+    ax.set_ylim(*padded_limits(ys, min_span=0.1))
     ax.set_xlabel("user-attention cost A per conversation")
     ax.set_ylabel("reward R")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save_plot(fig, out, series)
 
 
 # --- human burden study -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from plot_check import read_plot
 
 from prour.eval.attention.analysis import (
     ConversationRecord,
@@ -120,8 +121,13 @@ def test_paths_and_plot(tmp_path):
     assert [p.cost for p in paths["m"]] == pytest.approx([0.0, 1.0, 2.7, 4.4])
     frugal = {"m": [PlotPoint("frugal", r.cost, r.reward) for r in rows if r.method == "frugal"]}
     out = plot_reward_attention(paths, tmp_path / "plots" / "ra.png", extras=frugal)
-    data = out.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    sidecar = read_plot(out)
+    assert sidecar["series"]["m"]["x"] == pytest.approx([0.0, 1.0, 2.7, 4.4])
+    assert sidecar["series"]["m"]["y"] == pytest.approx([0.2, 0.5, 0.6, 0.7])
+    assert sidecar["series"]["frugal (m)"] == {"x": [pytest.approx(1.0)], "y": [0.65]}
+    [axes] = sidecar["axes"]  # 8 % of the span on each side; cost clipped at 0
+    assert axes["xlim"] == [0.0, pytest.approx(4.4 + 0.08 * 4.4)]
+    assert axes["ylim"] == pytest.approx([0.2 - 0.04, 0.7 + 0.04])
 
 
 def test_export_pairs_with_equal_question_counts(tmp_path):
