@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -78,8 +79,13 @@ def eval_command(
     except (OSError, ValueError) as exc:
         _fail(f"--checkpoint {checkpoint}: {exc}")
     run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
-    with hold_run_folder(run_dir):
+    if os.environ.get("SLURM_ARRAY_TASK_ID"):
+        # The tasks of one `prour slurm` eval array share the run folder by design, each on its
+        # own seed x domain slice (appends are atomic); Slurm runs each slice once.
         results = _evaluate(loaded, run_dir, progress)
+    else:
+        with hold_run_folder(run_dir):
+            results = _evaluate(loaded, run_dir, progress)
     _print_summary(results, run_dir)
 
 
