@@ -56,21 +56,7 @@ def test_probe_with_scripted_models(tmp_path):
         f"  generator: {{backend: scripted, script: {policy_script}}}\n"
         f"  strict_user: {{backend: scripted, script: {script}}}\n"
     )
-    result = runner.invoke(
-        app,
-        [
-            "reward",
-            "probe",
-            "--dataset",
-            str(data),
-            "--row",
-            "1",
-            "--query",
-            "What do you want to do with the order?",
-            "--recipe",
-            str(recipe),
-        ],
-    )
+    result = _probe(data, 1, "What do you want to do with the order?", "--recipe", recipe)
     assert result.exit_code == 0, result.output
     out = values(result.output)
     prior = sum(word_overlap_logprobs(render_prompt(belief_prompt("clarify", HISTORY)), GOAL))
@@ -103,42 +89,23 @@ def test_probe_with_the_tiny_model_and_a_bad_row(tmp_path, tiny_model_dir):
         f"  generator: {{backend: hf, path: {tiny_model_dir}, device: cpu, dtype: float32}}\n"
         f"  strict_user: {{backend: scripted, script: {script}}}\n"
     )
-    result = runner.invoke(
-        app,
-        [
-            "reward",
-            "probe",
-            "--dataset",
-            str(data),
-            "--row",
-            "0",
-            "--query",
-            "Which order is it?",
-            "--recipe",
-            str(recipe),
-        ],
-    )
+    result = _probe(data, 0, "Which order is it?", "--recipe", recipe)
     assert result.exit_code == 0, result.output
     out = values(result.output)
     assert out["kind"] == "ask" and out["answer"] == "It is order #W1234567."
     assert float(out["R"]) == pytest.approx(float(out["l_post"]) - float(out["l_prior"]), abs=2e-4)
     assert float(out["l_prior"]) < 0 and int(out["target tokens"]) > 0
-    result = runner.invoke(
-        app,
-        [
-            "reward",
-            "probe",
-            "--dataset",
-            str(data),
-            "--row",
-            "5",
-            "--query",
-            "Which order?",
-            "--model",
-            str(tiny_model_dir),
-        ],
-    )
+    result = _probe(data, 5, "Which order?", "--model", tiny_model_dir)
     assert result.exit_code == 2 and "out of range" in result.output
+
+
+def _probe(data, row: int, query: str, flag: str, value):
+    """``prour reward probe`` on one dataset row, with a recipe or a model folder."""
+    return runner.invoke(
+        app,
+        ["reward", "probe", "--dataset", str(data), "--row", str(row), "--query", query,
+         flag, str(value)],
+    )
 
 
 def test_probe_needs_models(tmp_path):
