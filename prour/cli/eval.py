@@ -38,7 +38,8 @@ ConcurrencyOpt = typer.Option(None, "--concurrency", help="Episodes run at the s
 OutOpt = typer.Option(None, "--out", help="Run folder (default <run_dir>/eval).")
 SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
-RunsArg = typer.Argument(..., help="Run folder(s) written by `prour eval`.")
+RunsArg = typer.Argument(..., help="Run folder(s) written by `prour eval`, or training output "
+                         "folders (holding metrics.jsonl) for the training report.")
 ReportOutOpt = typer.Option(None, "--out", help="Report folder (default RUN/report).")
 AttentionOpt = typer.Option(False, "--attention", help="Add the attention-protocol tables.")
 BaselineOpt = typer.Option(None, "--baseline", help="System the others are compared with.")
@@ -130,13 +131,37 @@ def report_command(
     burden_pairs: int = BurdenPairsOpt,
     annotations: str | None = AnnotationsOpt,
 ) -> None:
-    """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots."""
+    """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots; a training
+    output folder (metrics.jsonl, no results.jsonl) gets the training report instead."""
+    from prour.eval.harness import RESULTS_FILE
     from prour.eval.report import write_report
+    from prour.train.report import is_training_folder
 
+    training = [r for r in runs if is_training_folder(r) and not (Path(r) / RESULTS_FILE).exists()]
+    evaluations = [r for r in runs if r not in training]
+    if training and evaluations and out:
+        _fail("--out takes one kind of report: pass the training folders and the evaluation "
+              "runs in separate `prour report` calls")
+    for run in training:
+        training_report(run, out if len(training) == 1 else None)
+    if not evaluations:
+        return
     try:
-        written = write_report(runs, out, attention=attention, baseline=baseline,
+        written = write_report(evaluations, out, attention=attention, baseline=baseline,
                                n_boot=n_boot, accounting=accounting, lam=lam,
                                burden_pairs=burden_pairs, annotations=annotations)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    for name, path in written.items():
+        typer.echo(f"{name}: {path}")
+
+
+def training_report(output_dir: str, out: str | None) -> None:
+    """Write the training report of one training output folder and print its files."""
+    from prour.train.report import write_training_report
+
+    try:
+        written = write_training_report(output_dir, out)
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     for name, path in written.items():

@@ -1,4 +1,5 @@
-"""``prour train --recipe R [--backend local|verl] [--dry-run] [--resume]`` and ``train export``."""
+"""``prour train --recipe R [--backend local|verl] [--dry-run] [--resume]``, ``train export`` and
+``train report``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1)
 RecipeOpt = typer.Option(None, "--recipe", "-r", help="Path to a YAML recipe.")
 SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 TargetOpt = typer.Option(None, "--target", help="Output folder (default: <output_dir>/step_N).")
+OutputDirArg = typer.Argument(..., help="Training output folder (train.output_dir).")
+ReportOutOpt = typer.Option(None, "--out", help="Report folder (default OUTPUT_DIR/report).")
 
 
 def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Recipe, TrainConfig]:
@@ -92,7 +95,8 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
     except (FileExistsError, FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"checkpoint: {last}\nmetrics: {out / 'metrics.jsonl'}")
+    typer.echo(f"checkpoint: {last}\nmetrics: {out / 'metrics.jsonl'}\n"
+               f"training curves: prour train report {out}")
 
 
 def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
@@ -136,6 +140,18 @@ def export(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(shlex.join(command) if dry_run else f"exported: {folder}")
+
+
+@train_app.command("report")
+def report(
+    output_dir: Path = OutputDirArg,
+    out: Path = ReportOutOpt,
+) -> None:
+    """Plot a training run's metrics.jsonl (local or verl): reward by mode, sample kinds,
+    prior/posterior, entropy, clip fraction, grad norm, lr, tokens/s; PNGs and markdown."""
+    from prour.cli.eval import training_report
+
+    training_report(str(output_dir), str(out) if out else None)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,5 +8,9 @@ core algorithms, the local trainer, and the verl backend. Heavy modules load on 
 - ``local``: :class:`~prour.train.local.LocalTrainer` (one process, CPU or one GPU);
 - ``verl_backend``: Hydra overrides and launch of ``verl.trainer.main_ppo``; ``verl_ext``: the
   agent loop, sampler and dataset verl loads on the GPU nodes;
-- ``checkpoint``, ``metrics``, ``data``, ``policy``, ``reward``: the trainer's parts.
+- ``metrics``: the per-step metrics file (and wandb), and the sample diagnostics both backends
+  log under the same names;
+- ``report``: :func:`~prour.train.report.write_training_report`, the training curves (PNG, series
+  JSON, markdown) of a run's metrics, local or verl; ``progress``: the training progress bar;
+- ``checkpoint``, ``data``, ``policy``, ``reward``: the trainer's parts.
 """

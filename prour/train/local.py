@@ -32,7 +32,7 @@ from prour.train.algorithm import (
 )
 from prour.train.config import TrainConfig
 from prour.train.data import DataOrder, read_instances
-from prour.train.metrics import MetricsLog
+from prour.train.metrics import MetricsLog, sample_diagnostics
 from prour.train.policy import Policy, Rollout
 from prour.train.recipe import recipe_dict, resolve_output_dir, train_section
 from prour.train.reward import RewardFn
@@ -195,27 +195,38 @@ class LocalTrainer:
 
     # ---- the loop ------------------------------------------------------------------------
 
-    def run(self, resume: bool = False) -> Path | None:
-        """Train to ``total_steps``; returns the last checkpoint folder."""
+    def run(self, resume: bool = False, progress: bool | None = None) -> Path | None:
+        """Train to ``total_steps``; returns the last checkpoint folder. ``progress``: draw the
+        progress bar (default: when stderr is a terminal)."""
+        from prour.train.progress import StepProgress
+
         self.setup(resume=resume)
         last = ckpt.latest_checkpoint(self.output_dir)
         try:
-            while self.step < self.cfg.total_steps:
-                metrics = self.train_step()
-                self.metrics.log(self.step, metrics)
-                logger.info(
-                    "step %d/%d reward %s kept %d lr %.3g (%.1fs)",
-                    self.step,
-                    self.cfg.total_steps,
-                    metrics["reward_mean"],
-                    metrics["n_kept"],
-                    metrics["lr"],
-                    metrics["time_step_s"],
-                )
-                if self.step % self.cfg.save_every == 0 or self.step == self.cfg.total_steps:
-                    last = self.save()
+            with StepProgress(self.cfg.total_steps, self.step, enabled=progress) as bar:
+                last = self._loop(bar) or last
         finally:
             self.metrics.close()
+        return last
+
+    def _loop(self, bar: Any) -> Path | None:
+        """Steps up to ``total_steps``: metrics line, log line, bar, checkpoint when due."""
+        last = None
+        while self.step < self.cfg.total_steps:
+            metrics = self.train_step()
+            self.metrics.log(self.step, metrics)
+            bar.advance(self.step, metrics["reward_mean"])
+            logger.info(
+                "step %d/%d reward %s kept %d lr %.3g (%.1fs)",
+                self.step,
+                self.cfg.total_steps,
+                metrics["reward_mean"],
+                metrics["n_kept"],
+                metrics["lr"],
+                metrics["time_step_s"],
+            )
+            if self.step % self.cfg.save_every == 0 or self.step == self.cfg.total_steps:
+                last = self.save()
         return last
 
     def save(self) -> Path:
@@ -254,16 +265,19 @@ class LocalTrainer:
         self.scheduler.step()
         self.step += 1
         t3 = time.perf_counter()
-        metrics = sample_metrics(rollouts, rewards)
+        metrics = sample_metrics(rollouts, rewards, [row_mode(row) for row in rows])
         metrics.update(select_stats)
         metrics.update(update)
         n_generated = sum(len(r.response_ids) for g in rollouts for r in g)
+        n_tokens = n_generated + sum(len(r.prompt_ids) for g in rollouts for r in g)
         metrics.update(
             time_rollout_s=t1 - t0,
             time_reward_s=t2 - t1,
             time_update_s=t3 - t2,
             time_step_s=t3 - t0,
             rollout_tokens_per_s=n_generated / max(t1 - t0, 1e-9),
+            # verl's perf/throughput on one device: prompt + response tokens per step second
+            throughput_tokens_per_s=n_tokens / max(t3 - t0, 1e-9),
             lr=lr,
         )
         return metrics
@@ -428,11 +442,22 @@ class _Tally:
         return out
 
 
+def row_mode(row: dict[str, Any]) -> str | None:
+    """The belief mode (clarify / verify) of a dataset row's state, None when it names none."""
+    return (row.get("extra_info") or {}).get("mode")
+
+
 def sample_metrics(
-    rollouts: list[list[Rollout]], rewards: list[list[SampleReward]]
+    rollouts: list[list[Rollout]],
+    rewards: list[list[SampleReward]],
+    modes: Sequence[str | None] | None = None,
 ) -> dict[str, Any]:
-    """Counts by kind, reward/prior/posterior statistics and response lengths of all samples."""
+    """Counts by kind, the shared diagnostics (fractions, reward by mode — ``modes[g]`` is state
+    g's mode —, prior, posterior; :func:`~prour.train.metrics.sample_diagnostics`) and response
+    lengths of all samples."""
+    modes = list(modes) if modes is not None else [None] * len(rewards)
     samples = [s for group in rewards for s in group]
+    sample_modes = [mode for mode, group in zip(modes, rewards) for _ in group]
     values = [s.reward for s in samples if not s.failed and s.reward is not None]
     lengths = [len(r.response_ids) for group in rollouts for r in group]
     return {
@@ -442,10 +467,8 @@ def sample_metrics(
         "n_none": sum(s.kind == "none" for s in samples),
         "n_invalid": sum(s.kind == "invalid" for s in samples),
         "n_failed": sum(s.failed for s in samples),
-        "reward_mean": _mean(values),
+        **sample_diagnostics(samples, sample_modes),
         "reward_std": statistics.pstdev(values) if len(values) > 1 else 0.0,
-        "prior_mean": _mean([s.prior for s in samples if s.prior is not None]),
-        "post_mean": _mean([s.post for s in samples if s.post is not None]),
         "response_length_mean": _mean(lengths),
         "truncated_fraction": _mean([r.finish_reason == "length" for g in rollouts for r in g]),
     }

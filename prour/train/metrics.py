@@ -1,4 +1,9 @@
-"""Per-step training metrics: always a JSONL file, and Weights & Biases when the recipe asks."""
+"""Per-step training metrics: always a JSONL file, and Weights & Biases when the recipe asks.
+
+Both backends report a step's sampled outputs under the same names (:func:`sample_diagnostics`):
+the local trainer as plain keys in ``metrics.jsonl`` (and wandb), verl with the prefix
+``training/prour/`` in its step metrics. :mod:`prour.train.report` reads either.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,72 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from prour.train.config import WandbSettings
 
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+SEGMENT_PREFIX = "metrics.from_step_"
+
+
+def segment_name(start_step: int) -> str:
+    """The metrics file of a run resumed at ``start_step`` whose logger cannot append (verl)."""
+    return f"{SEGMENT_PREFIX}{start_step}.jsonl"
+
+
+KINDS = ("ask", "none", "invalid")
+MODES = ("clarify", "verify")
+
+
+class ScoredSample(Protocol):
+    """What the diagnostics read of one sampled output (a reward's sample or verl's info)."""
+
+    kind: str
+    failed: bool
+    reward: float | None
+    prior: float | None
+    post: float | None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def failed_ask_fraction(samples: Sequence[ScoredSample]) -> float:
+    """Share of the sampled questions (kind ``ask``) whose responder call or scoring failed."""
+    asks = [s for s in samples if s.kind == "ask"]
+    return sum(bool(s.failed) for s in asks) / len(asks) if asks else 0.0
+
+
+def sample_diagnostics(
+    samples: Sequence[ScoredSample], modes: Sequence[str | None]
+) -> dict[str, float | None]:
+    """One step's sampled outputs (``modes[i]``: the belief mode of sample i's state):
+
+    ``<kind>_fraction`` for ask / none / invalid, ``failed_fraction`` (responder or scoring
+    failed), ``failed_ask_fraction`` (of the asks), ``reward_mean`` and ``reward_mean_<mode>``
+    over the samples that got a reward (the paper's Figure 4 curves; None when a mode has none
+    this step), and ``prior_mean`` / ``post_mean`` over the samples that carry them.
+    """
+    n = len(samples)
+    if not n:
+        return {}
+    out: dict[str, float | None] = {
+        f"{kind}_fraction": sum(s.kind == kind for s in samples) / n for kind in KINDS
+    }
+    out["failed_fraction"] = sum(bool(s.failed) for s in samples) / n
+    out["failed_ask_fraction"] = failed_ask_fraction(samples)
+    scored = [(s, m) for s, m in zip(samples, modes) if not s.failed and s.reward is not None]
+    out["reward_mean"] = _mean([float(s.reward) for s, _ in scored])
+    for mode in MODES:
+        out[f"reward_mean_{mode}"] = _mean([float(s.reward) for s, m in scored if m == mode])
+    for name in ("prior", "post"):
+        out[f"{name}_mean"] = _mean([v for s in samples if (v := getattr(s, name)) is not None])
+    return out
 
 
 def _clean(value: Any) -> Any:

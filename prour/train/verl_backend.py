@@ -192,7 +192,8 @@ def trainer_overrides(
     out: dict[str, Any] = {
         "trainer.project_name": cfg.wandb.project,
         "trainer.experiment_name": recipe.name,
-        "trainer.logger": ["console", "wandb"] if cfg.wandb.track else ["console"],
+        # "file": verl's step metrics as JSON lines (VERL_FILE_LOGGER_PATH, see metrics_file)
+        "trainer.logger": ["console", "file", "wandb"] if cfg.wandb.track else ["console", "file"],
         "trainer.nnodes": v.nnodes,
         "trainer.n_gpus_per_node": v.n_gpus_per_node,
         "trainer.total_training_steps": cfg.total_steps,
@@ -260,7 +261,8 @@ def prepare_verl_run(
         data = recipe_dict(recipe) | {"train": cfg.model_dump(mode="json")}
         recipe_file.write_text(yaml.safe_dump(data, sort_keys=False))
         loops_file.write_text(yaml.safe_dump(agent_loops(recipe_file), sort_keys=False))
-    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           "VERL_FILE_LOGGER_PATH": str(metrics_file(output_dir, resume))}
     if cfg.wandb.track:
         from prour.train.metrics import wandb_mode
 
@@ -268,6 +270,16 @@ def prepare_verl_run(
     overrides = verl_overrides(recipe, cfg, output_dir, loops_file, resume)
     warn_mixed_mini_batches(cfg)
     return VerlRun(output_dir, recipe_file, loops_file, overrides, env)
+
+
+def metrics_file(output_dir: Path, resume: bool) -> Path:
+    """Where verl's file logger writes the step metrics: ``metrics.jsonl``, or, resuming from
+    ``global_step_N``, a new segment ``metrics.from_step_N.jsonl`` (verl's logger truncates the
+    file it opens; :func:`prour.train.report.read_metrics` joins the segments)."""
+    from prour.train.metrics import METRICS_FILE, segment_name
+
+    start = latest_verl_step(output_dir) if resume else None
+    return output_dir / (METRICS_FILE if start is None else segment_name(start))
 
 
 def warn_mixed_mini_batches(cfg: TrainConfig) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from prour.llm import chat as chat_rules
 from prour.llm.base import ChatRequest, Completion, ScoreRequest, ScoreResult
 from prour.train.algorithm import select_kept
+from prour.train.metrics import sample_diagnostics
 
 SCORE_SAMPLING = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "detokenize": False}
 """vLLM parameters of a scoring call: one forward pass returning the prompt tokens' log-probs."""
@@ -75,33 +76,13 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def failed_ask_fraction(infos: Sequence[SampleInfo]) -> float:
-    """Share of the sampled questions (kind ``ask``) whose responder call or scoring failed."""
-    asks = [i for i in infos if i.kind == "ask"]
-    return sum(i.failed for i in asks) / len(asks) if asks else 0.0
-
-
 def step_metrics(infos: Sequence[SampleInfo], prefix: str = "training/prour") -> dict[str, float]:
     """The reward diagnostics of one step's sampled trajectories, as verl logs step metrics:
-    fractions by kind, failed asks, mean information gain by mode, mean prior and posterior."""
-    n = len(infos)
-    if not n:
-        return {}
-    metrics = {
-        f"{prefix}/{kind}_fraction": sum(i.kind == kind for i in infos) / n
-        for kind in ("ask", "none", "invalid")
-    }
-    metrics[f"{prefix}/failed_fraction"] = sum(i.failed for i in infos) / n
-    metrics[f"{prefix}/failed_ask_fraction"] = failed_ask_fraction(infos)
-    scored = [i for i in infos if i.kind == "ask" and not i.failed and i.reward is not None]
-    for mode in sorted({i.mode for i in scored if i.mode}):
-        values = [i.reward for i in scored if i.mode == mode]
-        metrics[f"{prefix}/ig_mean/{mode}"] = sum(values) / len(values)
-    for name in ("prior", "post"):
-        values = [getattr(i, name) for i in infos if getattr(i, name) is not None]
-        if values:
-            metrics[f"{prefix}/{name}_mean"] = sum(values) / len(values)
-    return metrics
+    the local trainer's names (:func:`~prour.train.metrics.sample_diagnostics`: fractions by
+    kind, failed asks, mean reward overall and by mode, mean prior and posterior) under
+    ``prefix``; values that are None this step (no sample of a mode) are left out."""
+    diagnostics = sample_diagnostics(infos, [i.mode for i in infos])
+    return {f"{prefix}/{key}": value for key, value in diagnostics.items() if value is not None}
 
 
 def _groups(keys: Sequence[str]) -> dict[str, list[int]]:

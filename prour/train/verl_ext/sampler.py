@@ -23,9 +23,9 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
+from prour.train.metrics import failed_ask_fraction
 from prour.train.verl_ext.logic import (
     SampleInfo,
-    failed_ask_fraction,
     flat_groups,
     kept_keys,
     parse_trajectory_key,

@@ -173,8 +173,11 @@ def test_sampler_metrics_reach_verl_step_metrics(paper_step):
     assert metrics["training/prour/failed_ask_fraction"] == pytest.approx(
         sum(i.failed for i in asks) / len(asks)
     )
-    ig = [i.reward for i in asks if not i.failed]
-    assert metrics["training/prour/ig_mean/clarify"] == pytest.approx(sum(ig) / len(ig))
+    scored = [i.reward for i in infos if not i.failed and i.reward is not None]
+    assert {i.mode for i in infos} == {"clarify"}
+    assert metrics["training/prour/reward_mean"] == pytest.approx(sum(scored) / len(scored))
+    assert metrics["training/prour/reward_mean_clarify"] == pytest.approx(sum(scored) / len(scored))
+    assert "training/prour/reward_mean_verify" not in metrics  # no verify state this step
     priors = [i.prior for i in infos if i.prior is not None]
     assert metrics["training/prour/prior_mean"] == pytest.approx(sum(priors) / len(priors))
     assert metrics["training/prour/kept_samples"] == N_STATES * KEEP
