@@ -35,6 +35,11 @@ class ServedModel(Section):
     dtype: str = "auto"  # vLLM --dtype (float32 for the CPU build)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # None: vLLM's 0.9
     enforce_eager: bool = False  # no CUDA graphs (needed by the CPU build; slower on GPUs)
+    # Flags by what the served roles need (prour.cluster.serve.server_flags). Qwen3 writes tool
+    # calls as hermes-style <tool_call>{json}</tool_call> blocks and thinks in <think></think>.
+    tool_call_parser: str | None = "hermes"  # agent/user/verifier send tools; None: no tool calling
+    reasoning_parser: str | None = "qwen3"  # think block returned apart; None: left in the text
+    enable_prefix_caching: bool = True  # the long shared prefix (policy + tools) is reused
     extra_args: list[str] = []  # appended to the vLLM command line as given
     env: dict[str, str] = {}  # extra environment of this server
 

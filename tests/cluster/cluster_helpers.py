@@ -55,3 +55,41 @@ def alive(pid: int, settle_s: float = 5.0) -> bool:
         if state == "Z" or time.monotonic() > deadline:
             return state != "Z"
         time.sleep(0.05)
+
+
+# A retail-like tool and the one exchange the tool-calling tiny model learns by heart.
+ORDER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_order_details",
+        "description": "Look up an order by its id.",
+        "parameters": {
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}},
+            "required": ["order_id"],
+        },
+    },
+}
+TOOL_PROMPT = [
+    {"role": "system", "content": "You are a retail support agent."},
+    {"role": "user", "content": "Where is my order #W1001?"},
+]
+TOOL_CALL = {"name": "get_order_details", "arguments": {"order_id": "#W1001"}}
+
+
+def tool_calling_model(model_dir: Path, out_dir: Path, steps: int = 40) -> Path:
+    """The tiny model fine-tuned (the demo's warm start) to answer TOOL_PROMPT with ORDER_TOOL
+    offered by exactly one ``<tool_call>`` block of TOOL_CALL, so that greedy decoding writes a
+    tool call for a server's tool parser to find."""
+    from transformers import AutoTokenizer
+
+    from prour.demo.corpus import SFTExample
+    from prour.demo.training import encode_example
+    from prour.demo.warmstart import fine_tune
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    reply = {"role": "assistant", "content": "", "tool_calls": [{"function": TOOL_CALL}]}
+    example = SFTExample("agent", TOOL_PROMPT, reply, tools=[ORDER_TOOL])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fine_tune(model_dir, out_dir, [[[encode_example(tokenizer, example, 512)]]] * steps, 5e-3, 0)
+    return out_dir

@@ -295,3 +295,46 @@ def test_a_second_serve_on_the_same_endpoints_is_refused(
     stopped.set()  # the owner is gone: a new serve may take the file over (and stops at once here)
     path = serve(load_cluster_recipe(recipe_path), stopped)
     assert read_endpoints(path)["status"] == "stopped"
+
+
+def test_server_flags_merge_what_the_sharing_roles_need(tmp_path: Path) -> None:
+    """A server with a tool-calling role gets tool choice and its parser; every server gets the
+    reasoning parser and prefix caching unless its spec says otherwise."""
+    from prour.cluster.config import ServedModel
+    from prour.cluster.serve import server_flags
+
+    spec = ServedModel()
+    assert server_flags(spec, ["decomposer", "agent"]) == [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--reasoning-parser",
+        "qwen3",
+        "--enable-prefix-caching",
+    ]
+    assert server_flags(spec, ["teacher"]) == [
+        "--reasoning-parser",
+        "qwen3",
+        "--enable-prefix-caching",
+    ]
+    plain = ServedModel(reasoning_parser=None, enable_prefix_caching=False)
+    assert server_flags(plain, ["judge"]) == ["--no-enable-prefix-caching"]
+    with pytest.raises(ServeError, match="roles agent, verifier send tool-calling requests"):
+        server_flags(ServedModel(tool_call_parser=None), ["verifier", "agent"])
+
+
+def test_cpu_build_never_chunks_a_prefill() -> None:
+    """vLLM's CPU build kills its engine on a seeded request whose prefill is chunked; the CPU
+    command line keeps every prefill whole, unless the recipe's extra_args decide."""
+    from prour.cluster.vllm_server import unchunked_prefill_args
+
+    assert unchunked_prefill_args(4096, []) == [
+        "--no-enable-chunked-prefill",
+        "--max-num-batched-tokens",
+        "4096",
+    ]
+    assert unchunked_prefill_args(512, [])[-1] == "2048"  # never below vLLM's CPU default
+    assert unchunked_prefill_args(4096, ["--max-num-batched-tokens", "8192"]) == [
+        "--no-enable-chunked-prefill"
+    ]
+    assert unchunked_prefill_args(4096, ["--enable-chunked-prefill"]) == []

@@ -1,8 +1,10 @@
 """`prour serve` against the real vLLM CPU server with the tiny model (needs .venv-vllm).
 
 One test serves the tiny model, reads the endpoints through the recipe as train/eval do, makes a
-chat call and stops with SIGINT. The other points vLLM at a folder that holds no model: the
-command must fail with vLLM's reason long before the time limit. (That a failure also stops the
+chat call and stops with SIGINT. One serves the task agent: its tool-calling requests go through
+vLLM's hermes tool parser, and a seeded request longer than the CPU build's step budget leaves the
+server alive. The other points vLLM at a folder that holds no model: the command must fail with
+vLLM's reason long before the time limit. (That a failure also stops the
 other servers is tested with a stand-in server in test_serve.py.)
 """
 
@@ -17,9 +19,17 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_helpers import alive, write_recipe
+from cluster_helpers import (
+    ORDER_TOOL,
+    TOOL_CALL,
+    TOOL_PROMPT,
+    alive,
+    tool_calling_model,
+    write_recipe,
+)
 
 from prour.cluster.endpoints import load_run_recipe
+from prour.env.agents import LLMAgent, TaskView
 from prour.llm.base import ChatRequest, SamplingParams
 from prour.llm.registry import build_llm
 
@@ -28,12 +38,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 START_TIMEOUT_S = float(os.environ.get("PROUR_VLLM_START_TIMEOUT", "300"))
 
 
-def served(model_dir: Path) -> dict:
+def served(model_dir: Path, max_model_len: int = 2048) -> dict:
     return {
         "path": str(model_dir),
         "dtype": "float32",
         "enforce_eager": True,
-        "max_model_len": 2048,
+        "max_model_len": max_model_len,
     }
 
 
@@ -123,6 +133,66 @@ def test_serve_tiny_model_endpoints_chat_and_clean_stop(
     assert not alive(server["pid"]), f"vLLM pid {server['pid']} survived prour serve"
     assert json.loads((tmp_path / "run" / "endpoints.json").read_text())["status"] == "stopped"
     assert load_run_recipe(stage).models["user"].base_url is None
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGINT, then the output; a process that does not stop in a minute is killed."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_agent_tool_calls_through_vllm_parser_and_seeded_long_prompt(
+    vllm_python: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The agent's server gets tool calling, hermes and the qwen3 reasoning parser; our agent's
+    request comes back with the server's parsed tool call. A seeded prompt longer than the CPU
+    build's 2048-token step (vLLM crashed on it with `CPU Generator does not use offset`) is
+    answered and the server lives on."""
+    model = tool_calling_model(tiny_model_dir, tmp_path / "tool-model")
+    serving, stage = recipes(
+        tmp_path, vllm_python, {"tiny": served(model, 4096)}, {"agent": "tiny", "judge": "tiny"}
+    )
+    proc = start_serve(serving)
+    try:
+        record = read_status(
+            tmp_path / "run" / "endpoints.json", proc, "ready", START_TIMEOUT_S + 30
+        )
+        command = " ".join(record["servers"]["tiny"]["command"])
+        for flag in (
+            "--enable-auto-tool-choice --tool-call-parser hermes",
+            "--reasoning-parser qwen3",
+            "--enable-prefix-caching",
+            "--no-enable-chunked-prefill --max-num-batched-tokens 4096",
+        ):
+            assert flag in command, (flag, command)
+        llm = build_llm(load_run_recipe(stage).models["agent"])
+        agent = LLMAgent(llm, temperature=0.0, max_tokens=48)
+        try:
+            agent.reset("retail", TaskView("retail", "0", "policy", seed=3))
+            turn = agent.act(list(TOOL_PROMPT), [ORDER_TOOL])
+            filler = " ".join(f"item{i % 50}" for i in range(900))  # ~2.9k prompt tokens
+            long_turn = agent.act([*TOOL_PROMPT, {"role": "user", "content": filler}], [ORDER_TOOL])
+        finally:
+            llm.close()
+        assert [(c.name, c.arguments) for c in turn.tool_calls] == [
+            (TOOL_CALL["name"], TOOL_CALL["arguments"])
+        ]
+        assert turn.tool_calls[0].id.startswith("chatcmpl-tool-")  # parsed by vLLM, not by us
+        assert "<tool_call>" not in turn.content
+        assert long_turn.meta["prompt_tokens"] > 2048
+        assert proc.poll() is None and alive(record["servers"]["tiny"]["pid"], settle_s=0)
+    finally:
+        _, err = stop_serve(proc)
+    assert proc.returncode == 0, err
+    assert (
+        "CPU Generator does not use offset"
+        not in Path(record["servers"]["tiny"]["log"]).read_text()
+    )
 
 
 def test_a_model_folder_vllm_cannot_load_fails_fast(vllm_python: Path, tmp_path: Path) -> None:
