@@ -172,21 +172,48 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Read a YAML recipe, apply ``key.sub=value`` overrides, and validate it.
 
-    Pure: reads no other file. Stages that call served models load with
+    A recipe may start from another: ``extends: <file>`` (relative to the recipe) reads that
+    recipe first and lays this one over it, mappings merged key by key, any other value replaced.
+    Reads no file but the recipe and those it extends. Stages that call served models load with
     :func:`prour.cluster.endpoints.load_run_recipe`, which also fills ``openai`` base URLs.
     """
-    path = Path(path)
+    data = read_recipe_data(Path(path))
+    for item in overrides or []:
+        apply_override(data, item)
+    return parse_recipe(data, str(path))
+
+
+def read_recipe_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The mapping of a YAML recipe with its ``extends`` chain merged in (base first)."""
     if not path.is_file():
-        raise ConfigError("<file>", f"recipe file not found: {path}")
+        where = f" (extended by {seen[-1]})" if seen else ""
+        raise ConfigError("<file>", f"recipe file not found: {path}{where}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError("<yaml>", f"not valid YAML at{line}: {exc}", str(path)) from None
-    for item in overrides or []:
-        apply_override(data, item)
-    return parse_recipe(data, str(path))
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    base = data.pop("extends")
+    if not isinstance(base, str) or not base:
+        raise ConfigError("extends", f"must name a recipe file, got {base!r}", str(path))
+    base_path = (path.parent / base).resolve()
+    if base_path in seen or base_path == path.resolve():
+        raise ConfigError("extends", f"recipes extend each other in a cycle at {base}", str(path))
+    return merge_recipe(read_recipe_data(base_path, (*seen, path.resolve())), data)
+
+
+def merge_recipe(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``: nested mappings merged, every other value replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_recipe(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def apply_override(data: dict[str, Any], item: str) -> None:

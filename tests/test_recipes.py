@@ -76,3 +76,23 @@ def _is_field(key: str) -> bool:
                  if isinstance(a, type) and issubclass(a, BaseModel)]
         model = inner[0] if inner else BaseModel
     return True
+
+
+def test_a_recipe_extends_another_merging_mappings(tmp_path: Path):
+    (tmp_path / "base.yaml").write_text(
+        "name: base\nseed: 3\nreward:\n  aggregation: mean\n  invalid_penalty: -1.0\n")
+    (tmp_path / "child.yaml").write_text(
+        "extends: base.yaml\nname: child\nreward:\n  attention:\n    lambda: 0.2\n")
+    recipe = load_recipe(tmp_path / "child.yaml", ["reward.invalid_penalty=-0.5"])
+    assert (recipe.name, recipe.seed, recipe.reward.aggregation) == ("child", 3, "mean")
+    assert (recipe.reward.attention.lam, recipe.reward.invalid_penalty) == (0.2, -0.5)
+
+
+def test_extends_refuses_a_cycle_and_names_a_missing_base(tmp_path: Path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\nname: b\n")
+    with pytest.raises(ConfigError, match="extends: recipes extend each other in a cycle"):
+        load_recipe(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("extends: gone.yaml\nname: c\n")
+    with pytest.raises(ConfigError, match=r"gone.yaml \(extended by .*c.yaml\)"):
+        load_recipe(tmp_path / "c.yaml")

@@ -9,6 +9,23 @@ from pydantic import Field
 from prour.section import Section
 
 
+class AttentionRewardConfig(Section):
+    """The attention-aware reward R = IG − λ·cost(question), beyond both papers (issue 16).
+
+    It prices what a clarify question costs the user with the ask-less paper's attention cost
+    (:mod:`prour.rewards.attention`); verify questions go to the verifier, not the user, and cost
+    nothing. ``lambda`` 0 turns the term off (the papers' reward).
+    """
+
+    model_config = Section.model_config | {"populate_by_name": True}
+
+    lam: float = Field(0.0, ge=0, allow_inf_nan=False, alias="lambda")  # λ; 0 = off
+    # "proxy": the question's atomic asks (the ask-less `atomic` accounting, rule-counted, free);
+    # "judge": the ask-less `full` cost 1 + r/20 + (1 − v/10) from the LLM judge on models.judge.
+    cost: Literal["proxy", "judge"] = "proxy"
+    judge_attempts: int = Field(3, ge=1)  # judge replies tried per question before it fails
+
+
 class RewardConfig(Section):
     """How queries are rewarded (paper 3.3, A.3) and how the frozen responders are called.
 
@@ -26,3 +43,4 @@ class RewardConfig(Section):
     verifier_max_steps: int = Field(4, ge=0)  # tool rounds of the verifier's ReAct loop
     responder_max_tokens: int = Field(256, ge=1)  # reply length of strict user and verifier turns
     responder_temperature: float = Field(0.0, ge=0)  # frozen responders decode greedily by default
+    attention: AttentionRewardConfig = Field(default_factory=AttentionRewardConfig)

@@ -4,6 +4,9 @@ For a state (history h, mode m, target Y) and a sampled query Q answered with A:
 ℓ_prior = log p_θ(Y | belief_m(h)), ℓ_post = log p_θ(Y | belief_m(h, Q, A)), R = ℓ_post − ℓ_prior,
 scored by the current policy θ itself. ``NO`` earns 0, an invalid output the configured penalty,
 and a query whose responder fails (after bounded retries) is flagged ``failed`` with no reward.
+With ``reward.attention.lambda`` λ > 0 an answered clarify query earns R = IG − λ·cost(Q), its
+attention cost priced by :mod:`prour.rewards.attention`; ``ig`` and ``attention_cost`` keep the
+two terms apart for the metrics.
 
 Cost per group: one responder batch, one prior score request per state (cached across groups
 until :meth:`InfoGainReward.policy_updated`), and one batched score call for all posteriors.
@@ -22,6 +25,7 @@ from typing import Any, Literal
 
 from prour.data.schema import EnvironmentMismatch, RewardState, decision_environment
 from prour.llm.base import LLM, Completion, ScoreRequest, ScoreResult
+from prour.rewards.attention import QuestionCost, attention_reward
 from prour.rewards.belief import belief_prompt
 from prour.rewards.config import RewardConfig
 from prour.rollout.query import ParsedQuery, parse_query
@@ -38,7 +42,11 @@ def info_gain(prior_logprob: float, post_logprob: float) -> float:
 
 @dataclass
 class SampleReward:
-    """The reward of one sampled output; ``reward`` is None exactly when ``failed``."""
+    """The reward of one sampled output; ``reward`` is None exactly when ``failed``.
+
+    For an answered question ``ig`` = post − prior and ``attention_cost`` is its priced cost (None
+    when the attention term is off); ``reward`` = ig − λ·attention_cost.
+    """
 
     kind: Literal["ask", "none", "invalid"]
     question: str | None = None
@@ -49,13 +57,17 @@ class SampleReward:
     failed: bool = False
     reason: str | None = None
     n_target_tokens: int = 0
+    ig: float | None = None
+    attention_cost: float | None = None
 
 
 class InfoGainReward:
     """Scores groups of query-generator outputs of one state with the information-gain reward.
 
-    ``verifier_factory(domain)`` builds the verifier of a domain (once). Call
-    :meth:`policy_updated` after every optimizer step: cached priors belong to the old policy.
+    ``verifier_factory(domain)`` builds the verifier of a domain (once). ``question_cost`` prices
+    clarify questions when ``config.attention.lam`` > 0 (built from the config when not given;
+    the ``judge`` cost needs it given). Call :meth:`policy_updated` after every optimizer step:
+    cached priors belong to the old policy.
     """
 
     def __init__(
@@ -64,11 +76,16 @@ class InfoGainReward:
         strict_user: StrictUserSimulator,
         verifier_factory: Callable[[str], Verifier] | None,
         config: RewardConfig | None = None,
+        question_cost: QuestionCost | None = None,
     ):
         self.policy_llm = policy_llm
         self.strict_user = strict_user
         self.verifier_factory = verifier_factory
         self.config = config or RewardConfig()
+        attention = self.config.attention
+        if question_cost is None and attention.lam > 0:
+            question_cost = QuestionCost(attention)
+        self.question_cost = question_cost if attention.lam > 0 else None
         self.policy_version = 0
         self._priors: OrderedDict[tuple[str, int], ScoreResult] = OrderedDict()
         self._verifiers: dict[str, Verifier] = {}
@@ -98,7 +115,21 @@ class InfoGainReward:
                 scored.append(i)
         if scored:
             self._score_posteriors(state, [rewards[i] for i in scored])
+            self._charge_attention(state, [rewards[i] for i in scored])
         return rewards
+
+    def _charge_attention(self, state: RewardState, samples: list[SampleReward]) -> None:
+        """R = IG − λ·cost(Q) for answered clarify questions (verify questions reach no user);
+        a question that cannot be priced (the judge failed) fails its sample."""
+        if self.question_cost is None or state.mode != "clarify":
+            return
+        costs = self.question_cost.costs(state.history, [s.question or "" for s in samples])
+        for s, (cost, error) in zip(samples, costs):
+            if cost is None:
+                s.failed, s.reward, s.reason = True, None, f"attention cost failed: {error}"
+                continue
+            s.attention_cost = cost
+            s.reward = attention_reward(s.ig, cost, self.question_cost.lam)
 
     def _decided(self, parsed: ParsedQuery) -> SampleReward:
         """The reward of an output before any responder call (ask stays pending)."""
@@ -141,7 +172,7 @@ class InfoGainReward:
         for s in samples:
             result = results[unique[(s.question or "", s.answer or "")]]
             s.prior, s.post = prior, self._logprob(result)
-            s.reward = info_gain(s.prior, s.post)
+            s.ig = s.reward = info_gain(s.prior, s.post)
             s.n_target_tokens = result.n_tokens
 
     def _score(self, requests: list[ScoreRequest], state: RewardState) -> list[ScoreResult]:

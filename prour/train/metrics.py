@@ -60,7 +60,9 @@ def sample_diagnostics(
     ``<kind>_fraction`` for ask / none / invalid, ``failed_fraction`` (responder or scoring
     failed), ``failed_ask_fraction`` (of the asks), ``reward_mean`` and ``reward_mean_<mode>``
     over the samples that got a reward (the paper's Figure 4 curves; None when a mode has none
-    this step), and ``prior_mean`` / ``post_mean`` over the samples that carry them.
+    this step), and ``prior_mean`` / ``post_mean`` over the samples that carry them;
+    ``ig_mean`` and ``attention_cost_mean``: the two terms of R = IG − λ·cost over the answered
+    questions (the cost only with ``reward.attention`` on, else None).
     """
     n = len(samples)
     if not n:
@@ -74,8 +76,10 @@ def sample_diagnostics(
     out["reward_mean"] = _mean([float(s.reward) for s, _ in scored])
     for mode in MODES:
         out[f"reward_mean_{mode}"] = _mean([float(s.reward) for s, m in scored if m == mode])
-    for name in ("prior", "post"):
-        out[f"{name}_mean"] = _mean([v for s in samples if (v := getattr(s, name)) is not None])
+    for name in ("prior", "post", "ig", "attention_cost"):
+        out[f"{name}_mean"] = _mean(
+            [v for s in samples if (v := getattr(s, name, None)) is not None]
+        )
     return out
 
 

@@ -18,6 +18,7 @@ from prour.rollout.query import parse_query
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
+    from prour.rewards.attention import QuestionCost
     from prour.rollout import StrictUserSimulator, Verifier
 
 
@@ -57,11 +58,13 @@ class VerifiableFormatReward:
 
 @dataclass
 class Responders:
-    """The frozen side of the reward: the strict user and a verifier per domain (None: no
-    ``models.verifier``, so verify queries cannot be answered)."""
+    """The frozen side of the reward: the strict user, a verifier per domain (None: no
+    ``models.verifier``, so verify queries cannot be answered) and the attention pricing of
+    questions (None: ``reward.attention.lambda`` is 0)."""
 
     strict_user: StrictUserSimulator
     verifier_factory: Callable[[str], Verifier] | None
+    question_cost: QuestionCost | None = None
 
 
 def build_responders(builder: Builder) -> Responders:
@@ -74,7 +77,24 @@ def build_responders(builder: Builder) -> Responders:
             "models.strict_user", "the information-gain reward needs the strict user simulator"
         )
     verifier_factory = cache(builder.verifier) if "verifier" in builder.recipe.models else None
-    return Responders(builder.strict_user(), verifier_factory)
+    return Responders(builder.strict_user(), verifier_factory, question_cost(builder))
+
+
+def question_cost(builder: Builder) -> QuestionCost | None:
+    """The attention pricing of ``reward.attention`` (the ``judge`` cost on ``models.judge``)."""
+    from prour.config import ConfigError
+    from prour.rewards.attention import QuestionCost
+
+    attention = builder.recipe.reward.attention
+    if attention.lam == 0:
+        return None
+    if attention.cost == "proxy":
+        return QuestionCost(attention)
+    if "judge" not in builder.recipe.models:
+        raise ConfigError(
+            "models.judge", "reward.attention.cost 'judge' needs a judge model (or cost: proxy)"
+        )
+    return QuestionCost(attention, builder.judge(attention.judge_attempts))
 
 
 def info_gain_reward(builder: Builder, responders: Responders | None = None) -> RewardFn:
@@ -84,4 +104,4 @@ def info_gain_reward(builder: Builder, responders: Responders | None = None) -> 
 
     r = responders or build_responders(builder)
     return InfoGainReward(builder.llm("generator"), r.strict_user, r.verifier_factory,
-                          builder.recipe.reward)
+                          builder.recipe.reward, r.question_cost)

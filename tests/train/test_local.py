@@ -298,7 +298,8 @@ def _tau2_rows() -> list[dict[str, Any]]:
 
 
 def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_dir, fresh_dir):
-    """The real reward (policy-scored prior/posterior, tiny strict user and verifier on tau2)."""
+    """The real reward (policy-scored prior/posterior, tiny strict user and verifier on tau2),
+    with the attention term on (proxy cost): metrics keep IG and cost apart."""
     recipe = Recipe(
         name="t",
         seed=3,
@@ -307,7 +308,8 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
                               dtype="float32")
             for role in ("generator", "strict_user", "verifier")
         },
-        reward={"responder_max_tokens": 16, "verifier_max_steps": 1},
+        reward={"responder_max_tokens": 16, "verifier_max_steps": 1,
+                "attention": {"lambda": 0.1, "cost": "proxy"}},
     )
     cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24})
     trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
@@ -320,3 +322,7 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
     # information gain, not a stand-in: asked samples carry a prior and a posterior
     assert logged["prior_mean"] is not None and logged["post_mean"] is not None
     assert logged["prior_mean"] < 0 and logged["post_mean"] < 0
+    assert logged["ig_mean"] is not None
+    assert trainer._reward_fn.question_cost is not None  # the recipe's attention term is on
+    cost = logged["attention_cost_mean"]  # None when no clarify question was answered this step
+    assert cost is None or cost >= 1.0  # a question asks at least one thing

@@ -110,7 +110,7 @@ def test_report_series_equal_the_samples_by_mode(tiny_run, tmp_path):
     assert "Clip fraction" in titles and "Attention-aware reward terms" not in titles  # no data
     markdown = written["markdown"].read_text()
     assert f"![reward_plot]({REWARD_PLOT})" in markdown and CURVES_PLOT in markdown
-    assert "Not logged by this run: `ig_mean`, `cost_mean`" in markdown
+    assert "Not logged by this run: `ig_mean`, `attention_cost_mean`" in markdown
 
 
 def test_prour_report_detects_a_training_folder(tiny_run):

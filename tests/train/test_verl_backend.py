@@ -28,6 +28,7 @@ from prour.train.verl_ext.logic import (
     kept_keys,
     reward_extra_info,
     sample_info,
+    step_metrics,
     target_logprobs,
 )
 
@@ -168,13 +169,30 @@ def test_sample_info_reads_verl_extra_fields():
         data: dict = field(default_factory=dict)
 
     class Sample:
-        kind, failed, reward, prior, post = "ask", False, 0.25, -3.0, -2.75
+        kind, failed, reward, prior, post = "ask", False, 0.15, -3.0, -2.75
+        ig, attention_cost = 0.25, 1.0  # R = IG − λ·cost with λ = 0.1
 
     fields = {"reward_extra_info": reward_extra_info(Sample(), "clarify")}
-    expected = SampleInfo("ask", False, 0.25, "clarify", -3.0, -2.75)
+    expected = SampleInfo("ask", False, 0.15, "clarify", -3.0, -2.75, 0.25, 1.0)
     assert sample_info(fields) == expected
     assert sample_info(Wrapped(fields)) == expected
     assert sample_info({}) == SampleInfo("invalid", True, None)  # no reward info: never kept
+
+
+def test_step_metrics_keep_information_gain_and_attention_cost_apart():
+    """With the attention term on, verl's step metrics show R, IG and the cost separately."""
+    infos = [
+        SampleInfo("ask", False, 0.15, "clarify", -3.0, -2.75, ig=0.25, attention_cost=1.0),
+        SampleInfo("ask", False, 0.3, "clarify", -3.0, -2.5, ig=0.5, attention_cost=2.0),
+        SampleInfo("ask", False, 0.4, "verify", -2.0, -1.6, ig=0.4),  # verify: no user, no cost
+        SampleInfo("none", False, 0.0),
+    ]
+    metrics = step_metrics(infos, prefix="p")
+    assert metrics["p/reward_mean_clarify"] == pytest.approx((0.15 + 0.3) / 2)
+    assert metrics["p/reward_mean_verify"] == pytest.approx(0.4)
+    assert metrics["p/ig_mean"] == pytest.approx((0.25 + 0.5 + 0.4) / 3)
+    assert metrics["p/attention_cost_mean"] == pytest.approx(1.5)
+    assert metrics["p/ask_fraction"] == 0.75
 
 
 def test_target_logprobs_indexing():

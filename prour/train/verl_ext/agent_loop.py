@@ -94,6 +94,7 @@ def _step_reward(loop: QueryAgentLoop, step: int) -> StepPriorReward:
                 loop.responders.strict_user,
                 loop.responders.verifier_factory,
                 loop.recipe.reward,
+                loop.responders.question_cost,
             )
             _shared[loop.recipe_path] = reward
     reward.at_step(step)

@@ -30,6 +30,8 @@ class SampleInfo:
     mode: str | None = None
     prior: float | None = None
     post: float | None = None
+    ig: float | None = None
+    attention_cost: float | None = None
 
 
 def parse_trajectory_key(key: str) -> tuple[str, int, int]:
@@ -40,7 +42,9 @@ def parse_trajectory_key(key: str) -> tuple[str, int, int]:
 
 def reward_extra_info(sample: Any, mode: str) -> dict[str, Any]:
     """The per-sample facts the agent loop hands to verl (metrics and our sampler read them);
-    ``mode`` is the state's belief mode (clarify or verify).
+    ``mode`` is the state's belief mode (clarify or verify). ``ig_reward`` is the reward the
+    update uses (R = IG − λ·cost with the attention term on); ``ig`` and ``attention_cost`` are
+    its two terms.
 
     Keys avoid verl's own ``reward`` entry, which its validation fills with the scalar score.
     """
@@ -51,6 +55,8 @@ def reward_extra_info(sample: Any, mode: str) -> dict[str, Any]:
         "ig_reward": None if sample.reward is None else float(sample.reward),
         "prior": sample.prior,
         "post": sample.post,
+        "ig": sample.ig,
+        "attention_cost": sample.attention_cost,
         "valid": sample.kind == "ask",
     }
 
@@ -69,6 +75,8 @@ def sample_info(extra_fields: Any) -> SampleInfo:
         mode=info.get("mode"),
         prior=_optional_float(info.get("prior")),
         post=_optional_float(info.get("post")),
+        ig=_optional_float(info.get("ig")),
+        attention_cost=_optional_float(info.get("attention_cost")),
     )
 
 
