@@ -87,6 +87,9 @@ def _stage_evaluate(builder: Builder, console) -> None:
 def calibrate(
     recipe: str = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe."),
     stage: str = typer.Option("all", help="label, search, evaluate or all."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", help="Override a recipe value: key.sub=value (repeatable)."
+    ),
 ) -> None:
     """Label decision states, grid-search (τ_AU, τ_EU) for the decomposer, evaluate held-out."""
     from rich.console import Console
@@ -96,7 +99,7 @@ def calibrate(
 
     if stage not in STAGES:
         _fail(f"--stage must be one of {', '.join(STAGES)}; got {stage!r}")
-    builder = Builder(load_cli_recipe(recipe))
+    builder = Builder(load_cli_recipe(recipe, overrides))
     console = Console()
     steps = {"label": _stage_label, "search": _stage_search, "evaluate": _stage_evaluate}
     try:

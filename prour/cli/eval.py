@@ -67,7 +67,8 @@ def eval_command(
     overrides: list[str] | None = SetOpt,
     progress: bool = ProgressOpt,
 ) -> None:
-    """Evaluate methods on tau2; reruns finish only the missing episodes."""
+    """Evaluate methods on tau2; reruns finish the missing and the errored episodes. Exits 1 when
+    more than eval.max_error_fraction of the episodes ended in an error."""
     from prour.cli.recipe import hold_run_folder, load_cli_recipe
     from prour.eval.harness import with_checkpoint
 
@@ -88,6 +89,17 @@ def eval_command(
         with hold_run_folder(run_dir):
             results = _evaluate(loaded, run_dir, progress)
     _print_summary(results, run_dir)
+    _check_errors(results, loaded.eval.max_error_fraction)
+
+
+def _check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:
+    """Exit 1 when too many episodes errored (the run measured nothing)."""
+    from prour.eval.harness import TooManyErrors, check_errors
+
+    try:
+        check_errors(results, max_fraction)
+    except TooManyErrors as exc:
+        _fail(str(exc), code=1)
 
 
 def _evaluate(loaded: Recipe, run_dir: Path, progress: bool) -> list[dict[str, Any]]:

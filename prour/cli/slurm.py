@@ -15,7 +15,10 @@ slurm_app = typer.Typer(help="Submit the pipeline to Slurm and follow it.", no_a
 
 RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
 StagesOpt = typer.Option(
-    "serve,train,eval", "--stages", help="Comma-separated stages, run in pipeline order."
+    "serve,train,eval",
+    "--stages",
+    help="Comma-separated stages, run in pipeline order: serve, collect, normalize, calibrate, "
+    "extract, train, export, eval, report.",
 )
 DryRunOpt = typer.Option(
     False, "--dry-run", help="Print the sbatch commands and scripts; submit nothing."
@@ -105,6 +108,7 @@ def status(run_dir: Path = RunArg, tail: int = TailOpt) -> None:
 
 def _print_report(report: RunStatus, tail: int) -> None:
     """A table of units, then the failed stage with its log and the stages it kept from running."""
+    from prour.cluster.jobs import failure_cause
     from prour.cluster.vllm_server import log_tail
 
     manifest = report.manifest
@@ -127,6 +131,9 @@ def _print_report(report: RunStatus, tail: int) -> None:
         f"{failed.state}, exit code {code})"
     )
     typer.echo(f"log: {failed.log}")
+    cause = failure_cause(Path(failed.log))
+    if cause:
+        typer.echo(f"cause: {cause}")
     if report.never_ran:
         typer.echo(f"never ran: {', '.join(report.never_ran)}")
     text = log_tail(Path(failed.log), tail)

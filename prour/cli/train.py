@@ -122,24 +122,40 @@ def export(
     step: int = typer.Option(None, "--step", help="verl step to convert (default: the newest)."),
     target: Path = TargetOpt,
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print the verl.model_merger command only."
+        False, "--dry-run", help="Print the verl.model_merger command (or the local folder) only."
     ),
     overrides: list[str] = SetOpt,
 ) -> None:
-    """Convert a verl (FSDP) checkpoint of the run into a Hugging Face folder."""
+    """Write a saved checkpoint of the run as a Hugging Face folder (what `prour eval` loads).
+
+    verl (FSDP shards) is merged into ``<output_dir>/step_N``; a local ``step_N`` already is one,
+    so it is checked (and copied to ``--target`` without the trainer state).
+    """
     import shlex
 
+    from prour.train.checkpoint import export_hf
     from prour.train.recipe import resolve_output_dir
     from prour.train.verl_backend import export_checkpoint
 
     loaded, cfg = _load(recipe, overrides, None)
     out = Path(resolve_output_dir(cfg, loaded.name))
     try:
-        command, folder = export_checkpoint(out, step, target, dry_run=dry_run)
+        if cfg.backend == "verl":
+            command, folder = export_checkpoint(out, step, target, dry_run=dry_run)
+        else:
+            source = export_hf(out, step)
+            folder = source if dry_run or target is None else export_hf(out, step, target)
+            command = []
     except FileNotFoundError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(shlex.join(command) if dry_run else f"exported: {folder}")
+    if dry_run and command:
+        typer.echo(shlex.join(command))
+    elif dry_run:
+        copy = f"; would copy it without the trainer state to {target}" if target else ""
+        typer.echo(f"{folder} is a Hugging Face folder already{copy}")
+    else:
+        typer.echo(f"exported: {folder}")
 
 
 @train_app.command("report")

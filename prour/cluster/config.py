@@ -19,7 +19,10 @@ from pydantic import Field, field_validator, model_validator
 from prour.section import ConfigError, Section
 
 VLLM_DEFAULT_GPU_SHARE = 0.9  # vLLM's own default for --gpu-memory-utilization
-STAGES = ("serve", "train", "eval")
+# Pipeline order; `prour slurm submit --stages` runs any subset in this order.
+STAGES = (
+    "serve", "collect", "normalize", "calibrate", "extract", "train", "export", "eval", "report"
+)
 SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^\d+-\d+$|^(UNLIMITED|INFINITE)$")
 
 
@@ -150,8 +153,16 @@ class SlurmConfig(Section):
 
     defaults: SlurmResources = SlurmResources()  # shared by all stages (partition, account, ...)
     serve: SlurmResources = SlurmResources()
+    # The data, export and report stages (slurm/stage.sbatch) ask for no GPU unless their
+    # gpus_per_node does (a model loaded in process instead of served).
+    collect: SlurmResources = SlurmResources()
+    normalize: SlurmResources = SlurmResources()
+    calibrate: SlurmResources = SlurmResources()
+    extract: SlurmResources = SlurmResources()
     train: SlurmResources = SlurmResources()
+    export: SlurmResources = SlurmResources()
     eval: SlurmResources = SlurmResources()
+    report: SlurmResources = SlurmResources()
     # Shell lines run before any prour command (module load, venv activation). None: put the
     # bin folder of the python running `prour slurm submit` first on PATH.
     setup: list[str] | None = None
@@ -172,6 +183,17 @@ class SlurmConfig(Section):
 
     def resources(self, stage: str) -> SlurmResources:
         """The stage's resources with ``defaults`` filled in."""
-        if stage not in STAGES:
+        own = {
+            "serve": self.serve,
+            "collect": self.collect,
+            "normalize": self.normalize,
+            "calibrate": self.calibrate,
+            "extract": self.extract,
+            "train": self.train,
+            "export": self.export,
+            "eval": self.eval,
+            "report": self.report,
+        }
+        if stage not in own:
             raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
-        return getattr(self, stage).merged(self.defaults)
+        return own[stage].merged(self.defaults)

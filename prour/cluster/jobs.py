@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prour.cluster.config import STAGES
 from prour.cluster.slurm import MANIFEST, StagePlan, SubmitRequest
 from prour.config import Recipe
 
@@ -29,7 +30,7 @@ Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 FAILED = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 NEVER_SATISFIED = "DependencyNeverSatisfied"
-JOB_VARS = {"serve": "JOB_SERVE", "train": "JOB_TRAIN", "eval": "JOB_EVAL"}
+JOB_VARS = {stage: f"JOB_{stage.upper()}" for stage in STAGES}
 
 
 class SubmitError(RuntimeError):
@@ -427,6 +428,24 @@ class RunStatus:
     @property
     def finished(self) -> bool:
         return all(u.state not in ACTIVE for u in self.units)
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
+
+
+def failure_cause(log: Path) -> str | None:
+    """Why a stage failed, from its log: the last ``error:`` line a prour command printed, else
+    the last exception line of a traceback, else the last line; None without a log."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+    except OSError:
+        return None
+    lines = [line for line in lines if line]
+    for pattern in (re.compile(r"^error: "), EXCEPTION_LINE):
+        found = [line for line in lines if pattern.match(line)]
+        if found:
+            return found[-1]
+    return lines[-1] if lines else None
 
 
 def load_manifest(run_dir: str | Path) -> dict[str, Any]:

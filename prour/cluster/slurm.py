@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.config import SlurmResources
+from prour.cluster.config import STAGES, SlurmResources
 from prour.config import ConfigError, Recipe
 from prour.train.config import TrainConfig
 from prour.train.recipe import resolve_output_dir
@@ -33,6 +33,7 @@ DIRECTIVE = re.compile(r"^#SBATCH\s+--([A-Za-z][\w-]*)(?:=(\S*))?(.*)$")
 MANIFEST = "slurm_jobs.json"
 TEMPLATES = {
     "serve": "serve.sbatch",
+    "stage": "stage.sbatch",
     "train": "train_1node.sbatch",
     "train_multinode": "train_multinode.sbatch",
     "eval": "eval_array.sbatch",
@@ -295,6 +296,30 @@ def eval_stage(
     )
 
 
+def stage_command(request: SubmitRequest, stage: str) -> list[str]:
+    """The ``prour`` arguments of a data, export or report stage on the submission's run folder."""
+    recipe = ["--recipe", str(request.recipe_path), *stage_overrides(request)]
+    commands = {
+        "collect": ["collect", *recipe, "--no-progress"],
+        "normalize": ["normalize", *recipe],
+        "calibrate": ["calibrate", *recipe],
+        "extract": ["extract", *recipe, "--no-progress"],
+        "export": ["train", "export", *recipe],
+        "report": ["report", str(request.run_dir / "eval")],  # the eval stage's folder
+    }
+    return commands[stage]
+
+
+def command_stage(request: SubmitRequest, stage: str, slurm_dir: Path, wait: int) -> StageLayout:
+    """A stage that runs one ``prour`` command; export and report use no served model."""
+    variables = {
+        "PROUR_COMMAND": stage_command(request, stage),
+        "PROUR_WAIT_ENDPOINTS": 0 if stage in ("export", "report") else wait,
+    }
+    log = str(slurm_dir / "logs" / f"{stage}-%j.out")
+    return StageLayout("stage", log, variables=variables)
+
+
 def plan_stage(
     recipe: Recipe, request: SubmitRequest, stage: str, serves: bool
 ) -> StagePlan:
@@ -305,8 +330,10 @@ def plan_stage(
         layout = serve_stage(recipe, slurm_dir)
     elif stage == "train":
         layout = train_stage(recipe, slurm_dir, wait)
-    else:
+    elif stage == "eval":
         layout = eval_stage(recipe, request, slurm_dir, wait)
+    else:
+        layout = command_stage(request, stage, slurm_dir, wait)
     variables: dict[str, Any] = {
         "PROUR_STAGE": stage,
         "PROUR_WORKDIR": str(request.workdir),
@@ -350,15 +377,23 @@ def plan_stage(
 
 
 def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
-    """Scripts for the requested stages in pipeline order, each depending on the one before."""
-    unknown = [s for s in request.stages if s not in ("serve", "train", "eval")]
+    """Scripts for the requested stages in pipeline order, each depending on the one before.
+
+    With train or export submitted, eval evaluates the newest checkpoint of ``train.output_dir``
+    in Hugging Face format (what ``prour train export`` leaves there) unless ``--checkpoint`` says
+    otherwise.
+    """
+    unknown = [s for s in request.stages if s not in STAGES]
     if unknown or not request.stages:
-        raise ValueError(f"--stages: unknown {unknown or 'empty list'}; valid: serve, train, eval")
+        raise ValueError(
+            f"--stages: unknown {unknown or 'empty list'}; valid: {', '.join(STAGES)}"
+        )
     serves = bool(recipe.serve.models)
-    if "train" in request.stages and "eval" in request.stages and not request.checkpoint:
+    trains = {"train", "export"} & set(request.stages)
+    if trains and "eval" in request.stages and not request.checkpoint:
         request.checkpoint = str(request.workdir / train_output_dir(recipe))
     plans: list[StagePlan] = []
-    for stage in ("serve", "train", "eval"):
+    for stage in STAGES:
         if stage not in request.stages:
             continue
         plan = plan_stage(recipe, request, stage, serves)

@@ -73,7 +73,11 @@ class EvalConfig(Section):
     # The query generator decodes greedily in evaluation (paper: 0.0, training samples at 0.8);
     # None: the training temperature, train.rollout.temperature.
     generator_temperature: float | None = Field(0.0, ge=0)
-    retry_errors: bool = False  # a rerun also repeats episodes that ended in an error
+    retry_errors: bool = True  # a rerun also repeats episodes that ended in an error
+    # `prour eval` exits non-zero, naming the most common error, when more than this share of its
+    # episodes ended in an error (an unreachable server, a missing model): such a run measures
+    # nothing. 0.1 lets an odd timeout through; the report still marks its cell.
+    max_error_fraction: float = Field(0.1, ge=0, le=1)
     # Attention protocol: None runs without a gate. ``attention_policies`` lists variants
     # ("no-ask", "budgeted@2", ...) run in turn, each under attention's other settings.
     attention: AttentionConfig | None = None

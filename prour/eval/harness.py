@@ -11,14 +11,17 @@ A run folder holds:
 - ``run.json``: the settings that make results comparable; a rerun with other settings is refused.
 
 A rerun after a crash or a kill runs only the episodes missing from ``episodes.jsonl`` (their
-key is (domain, task, seed, method[/variant])) and writes result lines for episodes that have
-none, so the finished folder equals that of an uninterrupted run.
+key is (domain, task, seed, method[/variant])), plus those that ended in an error unless
+``eval.retry_errors`` is false, and writes result lines for episodes that have none, so the
+finished folder equals that of an uninterrupted run. :func:`check_errors` fails an evaluation
+where more than ``eval.max_error_fraction`` of the episodes errored.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,7 @@ RESULT_SCHEMA = 1
 _MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
 _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
-                 "retry_errors", "attention_policies", "protocol")
+                 "retry_errors", "max_error_fraction", "attention_policies", "protocol")
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,32 @@ class Evaluation:
 
     def close(self) -> None:
         self.kit.close()
+
+
+class TooManyErrors(RuntimeError):
+    """More than ``eval.max_error_fraction`` of an evaluation's episodes ended in an error."""
+
+
+def first_error(line: dict[str, Any]) -> str:
+    """The first error of an errored result line, on one line (what the episode died of)."""
+    errors = line.get("errors") or ["(no message recorded)"]
+    text = " ".join(str(errors[0]).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:
+    """Raise :class:`TooManyErrors` when more than ``max_fraction`` of the episodes errored; the
+    message names the share, the most common error and how a rerun retries them."""
+    errored = [line for line in results if line["error"]]
+    if not results or len(errored) <= max_fraction * len(results):
+        return
+    causes = Counter(first_error(line) for line in errored)
+    cause, count = causes.most_common(1)[0]
+    raise TooManyErrors(
+        f"{len(errored)} of {len(results)} episodes ended in an error "
+        f"({len(errored) / len(results):.0%}, more than eval.max_error_fraction={max_fraction:g}); "
+        f"most common ({count} of {len(errored)}): {cause}. Fix the cause and rerun the same "
+        f"command: it runs the errored episodes again (eval.retry_errors=true)")
 
 
 def wanted_tasks(entries: list[str], domain: str) -> set[str]:

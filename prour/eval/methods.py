@@ -105,9 +105,31 @@ def _verl_steps(root: Path) -> list[tuple[int, Path]]:
             if p.is_dir() and (m := _VERL_STEP.match(p.name))]
 
 
+def _newest_verl_step(root: Path) -> Path | None:
+    """The newest ``global_step_N`` of a verl output folder, or its export ``step_N`` (an HF
+    folder written by ``prour train export``) when there is one."""
+    newest = _newest(_verl_steps(root))
+    if newest is None:
+        return None
+    exported = root / newest.name.removeprefix("global_")
+    return exported if is_hf_folder(exported) else newest
+
+
+def _export_hint(actor: Path) -> str:
+    """What to run when a checkpoint holds verl FSDP shards only."""
+    step = actor.parent.name if actor.name == "actor" else actor.name
+    match = _VERL_STEP.match(step)
+    output = actor.parent.parent if actor.name == "actor" else actor.parent
+    number = match.group(1) if match else "N"
+    return (f"{actor} holds verl FSDP shards, not a Hugging Face model; export them with "
+            f"`prour train export --recipe RECIPE --step {number}` (the recipe that trained "
+            f"them; it writes {output / f'step_{number}'}) and pass {output} again")
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """The HF folder inside a checkpoint path: the folder itself, a verl ``huggingface`` folder,
-    or the newest step of a trainer output folder (local ``step_N`` or verl ``global_step_N``)."""
+    or the newest step of a trainer output folder (local ``step_N``; verl ``global_step_N`` as
+    ``prour train export`` left it in ``step_N``)."""
     from prour.train.checkpoint import latest_checkpoint
 
     root = Path(path).expanduser()
@@ -116,16 +138,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
     for candidate in (root, root / "huggingface", root / "actor" / "huggingface"):
         if is_hf_folder(candidate):
             return _with_tokenizer(candidate)
-    newest = latest_checkpoint(root) or _newest(_verl_steps(root))
+    newest = latest_checkpoint(root) or _newest_verl_step(root)
     if newest is not None:
         return resolve_checkpoint(newest)
     shards = list(root.glob(_VERL_SHARD)) + list(root.glob(f"actor/{_VERL_SHARD}"))
     if shards:
-        actor = shards[0].parent
-        raise ValueError(
-            f"{actor} holds verl FSDP shards, not a merged model; merge them once with "
-            f"`python -m verl.model_merger merge --backend fsdp --local_dir {actor} "
-            f"--target_dir {actor / 'huggingface'}` and pass that checkpoint again")
+        raise ValueError(_export_hint(shards[0].parent))
     raise ValueError(f"{root} is not a checkpoint: no config.json with weights in it, in "
                      "huggingface/ or actor/huggingface/, and no step_N or global_step_N folder")
 

@@ -4,7 +4,8 @@ A *system* is one (run folder, method, attention variant). For each system the r
 Pass@1 per domain and the unweighted average over domains, each with a paired task-bootstrap
 interval (seeds are averaged within a task first), pass^k, the act / clarify / verify turn split,
 wall-clock seconds, model calls, error, timeout and cut counts (cut: the episode reached
-``env.max_steps`` and scores 0); paired differences against a baseline
+``env.max_steps`` and scores 0); a Pass@1, pass^k or difference cell whose episodes include
+errored ones reads ``error (n/N)`` instead of a number; paired differences against a baseline
 system on the same tasks and seeds, with Holm-adjusted p-values. Steps, seconds and calls are
 means over a domain's episodes, then averaged over domains (like Pass@1).
 
@@ -123,6 +124,9 @@ class SystemSummary:
     timeouts: int
     unscored: int
     cut: int = 0  # episodes that reached env.max_steps (termination max_steps; they score 0)
+    # (errored, episodes) per domain and over all (AVERAGE): a cell with errored episodes shows
+    # "error (n/N)", not a Pass@1 that counts them as failures
+    errored: dict[str, tuple[int, int]] = field(default_factory=dict)
     problem: str | None = None
     router: dict[str, Any] | None = None  # router.budget / every_n and calls (router methods)
 
@@ -139,7 +143,7 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         timeouts=sum(bool(line["timeout"]) for line in system.lines),
         unscored=sum(bool(line["unscored"]) for line in system.lines),
         cut=sum(is_cut(line["termination"]) for line in system.lines),
-        router=router_summary(system))
+        errored=error_counts(system), router=router_summary(system))
     try:
         tables = system.by_domain()
         summary.pass_at_1 = domain_pass_at_1(tables, n_boot=n_boot, ci=ci)
@@ -148,6 +152,27 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         summary.problem = str(exc)
         logger.warning("%s: %s", system.label, exc)
     return summary
+
+
+def error_counts(system: System) -> dict[str, tuple[int, int]]:
+    """(errored episodes, episodes) per domain, and over every domain under AVERAGE."""
+    counts = {}
+    for domain in system.domains:
+        lines = [line for line in system.lines if line["domain"] == domain]
+        counts[domain] = (sum(bool(line["error"]) for line in lines), len(lines))
+    counts[AVERAGE] = (sum(n for n, _ in counts.values()), sum(t for _, t in counts.values()))
+    return counts
+
+
+def error_cell(counts: tuple[int, int] | None) -> str | None:
+    """``error (n/N)`` when a cell's episodes include errored ones, else None (a measurement)."""
+    if counts is None or counts[0] == 0:
+        return None
+    return f"error ({counts[0]}/{counts[1]})"
+
+
+ERROR_NOTE = ("error (n/N): n of the cell's N episodes ended in an error, so it holds no "
+              "measurement; rerun `prour eval` with the same recipe and folder to run them again.")
 
 
 def router_summary(system: System) -> dict[str, Any] | None:
@@ -180,6 +205,7 @@ class Comparison:
     deltas: dict[str, BootstrapResult] | None
     holm: dict[str, float] = field(default_factory=dict)
     problem: str | None = None
+    errored: dict[str, tuple[int, int]] = field(default_factory=dict)  # both systems together
 
 
 def compare(systems: Sequence[System], baseline: str | None, n_boot: int = 10_000,
@@ -192,9 +218,12 @@ def compare(systems: Sequence[System], baseline: str | None, n_boot: int = 10_00
     for system in systems:
         if system is base:
             continue
+        mine, theirs = error_counts(system), error_counts(base)
+        errored = {d: (mine[d][0] + theirs[d][0], mine[d][1] + theirs[d][1])
+                   for d in mine if d in theirs}
         try:
             deltas = compare_runs(system.by_domain(), base.by_domain(), n_boot=n_boot, ci=ci)
-            out.append(Comparison(system.label, base.label, deltas))
+            out.append(Comparison(system.label, base.label, deltas, errored=errored))
         except ValueError as exc:
             out.append(Comparison(system.label, base.label, None, problem=str(exc)))
     family = {(i, d): c.deltas[d] for i, c in enumerate(out) if c.deltas for d in c.deltas}
@@ -237,8 +266,8 @@ def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> li
         if s.pass_at_1 is None:
             passes = ["–"] * (len(domains) + 1)
         else:
-            passes = [pct(s.pass_at_1[d]) if d in s.pass_at_1 else "–"
-                      for d in [*domains, AVERAGE]]
+            passes = [error_cell(s.errored.get(d)) or (pct(s.pass_at_1[d]) if d in s.pass_at_1
+                                                       else "–") for d in [*domains, AVERAGE]]
         rows.append([s.label, *passes, *(f"{s.steps[k]:.2f}" for k in (*STEP_KINDS, "total")),
                      f"{s.seconds:.2f}", f"{s.model_calls:.1f}", s.errors, s.timeouts, s.cut,
                      s.episodes])
@@ -264,9 +293,9 @@ def pass_hat_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -
     for s in summaries:
         for domain in [*domains, AVERAGE]:
             if domain in s.pass_hat:
-                values = s.pass_hat[domain]
-                rows.append([s.label, domain,
-                             *(f"{100 * values[k]:.2f}" if k in values else "–" for k in ks)])
+                values, errored = s.pass_hat[domain], error_cell(s.errored.get(domain))
+                rows.append([s.label, domain, *(errored or (f"{100 * values[k]:.2f}" if k in values
+                                                            else "–") for k in ks)])
     return _table(header, rows)
 
 
@@ -278,7 +307,8 @@ def comparison_table(comparisons: Sequence[Comparison], domains: Sequence[str]) 
             rows.append([c.label, c.baseline, *(["–"] * (len(domains) + 1)),
                          f"not comparable: {c.problem}"])
             continue
-        cells = [pct(c.deltas[d]) if d in c.deltas else "–" for d in [*domains, AVERAGE]]
+        cells = [error_cell(c.errored.get(d)) or (pct(c.deltas[d]) if d in c.deltas else "–")
+                 for d in [*domains, AVERAGE]]
         rows.append([c.label, c.baseline, *cells, f"{c.holm.get(AVERAGE, math.nan):.4f}"])
     return _table(header, rows)
 
@@ -311,6 +341,8 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     written = _plots(systems, summaries, out)
     lines = _header(run_dirs, systems, ci, n_boot) + ["## Pass@1 (%) and interaction cost", ""]
     lines += main_table(summaries, domains) + [""]
+    if any(s.errors for s in summaries):
+        lines += [ERROR_NOTE, ""]
     lines += [f"- {s.label}: {s.problem}" for s in summaries if s.problem]
     if any(s.router is not None for s in summaries):
         lines += ["", "## Router budget and frequency (router.budget, router.every_n)", "",

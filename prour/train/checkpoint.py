@@ -96,6 +96,39 @@ def save_checkpoint(
     return final
 
 
+HF_FILES = ("config.json", "tokenizer_config.json")
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def export_hf(output_dir: str | Path, step: int | None = None, target: Path | None = None) -> Path:
+    """The Hugging Face folder of a finished local checkpoint (newest when ``step`` is None).
+
+    ``step_N`` already is one (weights, config, tokenizer; loaders ignore the trainer state
+    beside them), so without ``target`` it is checked and returned; with ``target`` its files
+    except the trainer state are copied there. Missing steps or files raise FileNotFoundError.
+    """
+    found = dict(complete_checkpoints(output_dir))
+    if not found:
+        raise FileNotFoundError(
+            f"no finished checkpoint (step_N with {STATE_FILE}) under {output_dir}; "
+            "run `prour train` first"
+        )
+    step = max(found) if step is None else step
+    if step not in found:
+        steps = ", ".join(map(str, sorted(found)))
+        raise FileNotFoundError(f"no finished step_{step} under {output_dir} (steps: {steps})")
+    folder = found[step]
+    missing = [name for name in HF_FILES if not (folder / name).is_file()]
+    if not any((folder / name).is_file() for name in HF_WEIGHTS):
+        missing.append("weights (" + " or ".join(HF_WEIGHTS) + ")")
+    if missing:
+        raise FileNotFoundError(f"{folder} is not a Hugging Face folder: no {', '.join(missing)}")
+    if target is None:
+        return folder
+    shutil.copytree(folder, target, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
+    return target
+
+
 def load_trainer_state(folder: str | Path) -> dict[str, Any]:
     """The trainer state of a finished checkpoint (optimizer, scheduler, RNG, data position)."""
     path = Path(folder) / STATE_FILE

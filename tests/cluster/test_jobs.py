@@ -202,3 +202,30 @@ def test_submission_records_its_provenance(tmp_path: Path) -> None:
     resolved = yaml.safe_load((folder / "recipe.resolved.yaml").read_text())
     assert resolved["eval"]["seeds"] == [0, 1] and resolved["name"] == "unit"
     assert resolved["slurm"]["kill_on_invalid_dep"] is True
+
+
+def test_status_names_the_cause_of_a_failed_eval_task(tmp_path: Path) -> None:
+    """An eval task that exited 1 because its episodes errored: FAILED, with the eval's own
+    error line as the cause (not the lines printed after it)."""
+    manifest = submitted(tmp_path, FakeSlurm())
+    status_dir = tmp_path / "run" / "slurm" / "status"
+    for name, rc in (("serve", 0), ("train", 0), ("eval.0", 0), ("eval.1", 1)):
+        (status_dir / name).write_text(f"start=1\nend=2\nrc={rc}\n")
+    cause = (
+        "error: 1 of 1 episodes ended in an error (100%, more than eval.max_error_fraction=0.1); "
+        "most common (1 of 1): BackendError: connection refused"
+    )
+    log = Path(manifest["stages"][2]["tasks"][1]["log"])
+    log.write_text(f"[prour] task 1: seed 1, domain retail\nbase: 1 episodes\n{cause}\n"
+                   "Exception ignored in: <function Client.__del__>\n")
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
+    done = subprocess.run(
+        [sys.executable, "-m", "prour.cli.main", "slurm", "status", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    state = {line.split()[0]: line.split()[5] for line in done.stdout.splitlines()
+             if line.startswith("eval[")}  # eval[i] seed S domain job state ...
+    assert state == {"eval[0]": "COMPLETED", "eval[1]": "FAILED"}
+    assert "failed stage: eval (eval[1] seed 1 retail" in done.stdout
+    assert f"cause: {cause}\n" in done.stdout

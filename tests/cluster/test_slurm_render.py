@@ -130,6 +130,7 @@ def test_templates_are_valid_bash_and_fill_every_setting(template: str, tmp_path
     bash_syntax_ok(text, tmp_path, template)
     train = verl_train(nnodes=2, gpus=4, mini_batch_states=4) if "multinode" in template else {}
     stage = next(s for s, name in TEMPLATES.items() if name == template).replace("_multinode", "")
+    stage = {"stage": "collect"}.get(stage, stage)  # stage.sbatch serves the one-command stages
     _, plans = plan(tmp_path, base_recipe(tmp_path, train=train), stages=[stage])
     script = plans[0].script
     bash_syntax_ok(script, tmp_path, f"rendered-{template}")
@@ -271,3 +272,74 @@ def test_cli_dry_run_and_bad_stage(tmp_path: Path) -> None:
         [*cmd, "--stages", "train,evl"], capture_output=True, text=True, cwd=tmp_path, check=False
     )
     assert bad.returncode == 2 and "unknown ['evl']" in bad.stderr
+
+
+def test_every_stage_in_pipeline_order_with_its_command(tmp_path: Path) -> None:
+    """Any subset of the nine stages, submitted in any order, runs in pipeline order; each data,
+    export and report script runs its own `prour` command on the run folder."""
+    data = base_recipe(
+        tmp_path, serve={"models": {"big": {"gpus": [0]}}}, slurm={"setup": []}
+    )
+    data["models"]["verifier"] = {"backend": "openai", "model": "big"}
+    everything = [
+        "report", "eval", "export", "train", "extract", "calibrate", "normalize", "collect", "serve"
+    ]
+    loaded, plans = plan(tmp_path, data, stages=everything, overrides=["env.max_steps=4"])
+    assert [(p.stage, p.after, p.dependency) for p in plans] == [
+        ("serve", None, None),
+        ("collect", "serve", "after"),
+        ("normalize", "collect", "afterok"),
+        ("calibrate", "normalize", "afterok"),
+        ("extract", "calibrate", "afterok"),
+        ("train", "extract", "afterok"),
+        ("export", "train", "afterok"),
+        ("eval", "export", "afterok"),
+        ("report", "eval", "afterok"),
+    ]
+    text = dry_run_text(plans, loaded)
+    assert "JOB_REPORT=$(sbatch --parsable --dependency=afterok:$JOB_EVAL" in text
+    run = tmp_path / "run"
+    recipe_args = ["--recipe", str(tmp_path / "recipe.yaml"), "--set", f"run_dir={run}",
+                   "--set", "env.max_steps=4"]
+    expected = {
+        "collect": ["collect", *recipe_args, "--no-progress"],
+        "normalize": ["normalize", *recipe_args],
+        "calibrate": ["calibrate", *recipe_args],
+        "extract": ["extract", *recipe_args, "--no-progress"],
+        "export": ["train", "export", *recipe_args],
+        "report": ["report", str(run / "eval")],
+    }
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "prour").write_text('#!/bin/bash\nprintf "%s\\n" "$@" >> "$PROUR_ARGS_OUT"\n')
+    (fake_bin / "prour").chmod(0o755)
+    for stage_plan in plans:
+        if stage_plan.stage not in expected:
+            continue
+        out = tmp_path / f"args-{stage_plan.stage}"
+        script = tmp_path / f"{stage_plan.stage}.sbatch"
+        script.write_text(stage_plan.script)
+        env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "PROUR_ARGS_OUT": str(out)}
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        calls = out.read_text().splitlines()
+        served = stage_plan.stage not in ("export", "report")  # these read no served model
+        waits = ["endpoints", *recipe_args, "--wait", "3600"] if served else []
+        assert calls == [*waits, *expected[stage_plan.stage]], stage_plan.stage
+        assert Path(stage_plan.status_path).read_text().endswith("rc=0\n")
+        assert f"#SBATCH --output={run}/slurm/logs/{stage_plan.stage}-%j.out" in stage_plan.script
+    # eval evaluates what train wrote and export turned into a Hugging Face folder
+    eval_plan = next(p for p in plans if p.stage == "eval")
+    assert f"PROUR_CHECKPOINT={tmp_path / 'checkpoints' / 'unit'}" in eval_plan.script
+
+
+def test_stage_resources_come_from_their_own_section_then_the_defaults(tmp_path: Path) -> None:
+    data = base_recipe(
+        tmp_path,
+        slurm={"defaults": {"mem": "8G", "partition": "cpu"}, "collect": {"gpus_per_node": 1}},
+    )
+    _, plans = plan(tmp_path, data, stages=["collect", "report"])
+    collect, report = (p.script.splitlines() for p in plans)
+    assert "#SBATCH --gpus-per-node=1" in collect and "#SBATCH --mem=8G" in collect
+    assert not any(line.startswith("#SBATCH --gpus") for line in report)
+    assert "#SBATCH --partition=cpu" in report and "#SBATCH --cpus-per-task=8" in report

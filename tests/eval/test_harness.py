@@ -261,8 +261,13 @@ def test_checkpoint_layouts(trainer_checkpoint, tmp_path) -> None:
     shards = tmp_path / "shards" / "global_step_1" / "actor"
     shards.mkdir(parents=True)
     (shards / "model_world_size_2_rank_0.pt").write_bytes(b"")
-    with pytest.raises(ValueError, match="verl.model_merger merge"):
+    hint = (f"export them with `prour train export --recipe RECIPE --step 1` (the recipe that "
+            f"trained them; it writes {tmp_path / 'shards' / 'step_1'})")
+    with pytest.raises(ValueError, match=re.escape(hint)):
         resolve_checkpoint(tmp_path / "shards")
+    exported = tmp_path / "shards" / "step_1"  # where `prour train export` writes
+    exported.symlink_to(step, target_is_directory=True)
+    assert resolve_checkpoint(tmp_path / "shards") == exported
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ValueError, match="is not a checkpoint"):

@@ -74,8 +74,10 @@ def test_pass_at_1_pass_hat_k_and_costs_by_hand(run: Path, tmp_path: Path) -> No
     # prour retail: seed 0 solves 2/2, seed 1 solves 1/2 -> 75; airline: 1/2 and 0/2 -> 25
     assert rows["prour"][1].startswith("75.00 [") and rows["prour"][2].startswith("25.00 [")
     assert rows["prour"][3].startswith("50.00 [")
-    assert rows["base"][1].startswith("25.00 [") and rows["base"][2].startswith("0.00 [")
-    assert rows["base"][3].startswith("12.50 [")
+    # base airline a1 seed 1 errored: its cells say so instead of a Pass@1 counting it as 0
+    assert rows["base"][1].startswith("25.00 [") and rows["base"][2:4] == ["error (1/4)",
+                                                                           "error (1/8)"]
+    assert "error (n/N): n of the cell's N episodes ended in an error" in markdown
     assert rows["prour"][4:8] == ["3.00", "1.00", "1.00", "5.00"]
     assert rows["base"][4:8] == ["6.00", "0.00", "0.00", "6.00"]
     assert rows["prour"][8] == "10.50"  # seconds 10 and 11 in every domain
@@ -88,6 +90,9 @@ def test_pass_at_1_pass_hat_k_and_costs_by_hand(run: Path, tmp_path: Path) -> No
     assert hat[("prour", "retail")] == ["75.00", "50.00"]
     assert hat[("prour", "airline")] == ["25.00", "0.00"]
     assert hat[("prour", "average")] == ["50.00", "25.00"]
+    assert hat[("base", "retail")] == ["25.00", "0.00"]
+    assert hat[("base", "airline")] == ["error (1/4)"] * 2
+    assert hat[("base", "average")] == ["error (1/8)"] * 2
 
 
 def test_paired_difference_by_hand(run: Path, tmp_path: Path) -> None:
@@ -95,9 +100,11 @@ def test_paired_difference_by_hand(run: Path, tmp_path: Path) -> None:
     [row] = _rows(written["markdown"].read_text(), "Paired differences")
     # per task means, prour − base: retail t1 .5−0, t2 1−.5 -> .5; airline a1 0, a2 .5 -> .25
     assert row[:2] == ["prour", "base"]
-    assert row[2].startswith("50.00 [") and row[3].startswith("25.00 [")
-    assert row[4].startswith("37.50 [")
+    assert row[2].startswith("50.00 [")
+    # airline holds base's errored episode (1 of both systems' 8), so does the average (1 of 16)
+    assert row[3:5] == ["error (1/8)", "error (1/16)"]
     data = json.loads(written["json"].read_text())
+    assert data["comparisons"][0]["deltas"]["airline"]["estimate"] == pytest.approx(0.25)
     delta = data["comparisons"][0]["deltas"]["average"]
     assert delta["estimate"] == pytest.approx(0.375)
     assert delta["low"] <= 0.375 <= delta["high"]
