@@ -107,7 +107,8 @@ def status(run_dir: Path = RunArg, tail: int = TailOpt) -> None:
 
 
 def _print_report(report: RunStatus, tail: int) -> None:
-    """A table of units, then the failed stage with its log and the stages it kept from running."""
+    """A table of units, then every failed unit with its log and cause, the stages they kept from
+    running, and the tail of the first one's log."""
     from prour.cluster.jobs import failure_cause
     from prour.cluster.vllm_server import log_tail
 
@@ -125,15 +126,16 @@ def _print_report(report: RunStatus, tail: int) -> None:
     if failed is None:
         typer.echo("all stages done" if report.finished else "no failure so far")
         return
-    code = "-" if failed.exit_code is None else failed.exit_code
-    typer.echo(
-        f"failed stage: {failed.stage} ({failed.label}, job {failed.job}, state "
-        f"{failed.state}, exit code {code})"
-    )
-    typer.echo(f"log: {failed.log}")
-    cause = failure_cause(Path(failed.log))
-    if cause:
-        typer.echo(f"cause: {cause}")
+    for unit in report.failures:  # each with its log and cause; the first one's tail below
+        code = "-" if unit.exit_code is None else unit.exit_code
+        typer.echo(
+            f"failed stage: {unit.stage} ({unit.label}, job {unit.job}, state "
+            f"{unit.state}, exit code {code})"
+        )
+        typer.echo(f"log: {unit.log}")
+        cause = failure_cause(Path(unit.log))
+        if cause:
+            typer.echo(f"cause: {cause}")
     if report.never_ran:
         typer.echo(f"never ran: {', '.join(report.never_ran)}")
     text = log_tail(Path(failed.log), tail)

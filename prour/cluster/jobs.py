@@ -426,6 +426,11 @@ class RunStatus:
     never_ran: list[str] = field(default_factory=list)
 
     @property
+    def failures(self) -> list[UnitStatus]:
+        """Every failed unit, in manifest order (``failed`` is the first)."""
+        return [unit for unit in self.units if unit.failed]
+
+    @property
     def finished(self) -> bool:
         return all(u.state not in ACTIVE for u in self.units)
 

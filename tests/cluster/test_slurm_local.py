@@ -139,7 +139,8 @@ def smoke_inputs(tmp_path: Path, model_dir: Path) -> list[str]:
         rows.append(instance.to_row(i))
     train_file = write_rows(rows, tmp_path / "data" / "train.parquet")
     tiny = str(model_dir)
-    model = f"{{backend: hf, path: {tiny}, device: cpu, dtype: float32}}"
+    # the retail policy and tool schemas alone are ~9k tiny-tokenizer tokens (as in smoke.yaml)
+    model = f"{{backend: hf, path: {tiny}, device: cpu, dtype: float32, max_model_len: 16384}}"
     return [
         f"models.generator={model}",
         f"models.strict_user={model}",
