@@ -97,6 +97,13 @@ class Builder:
         shared = self.shared_llm(role)
         return self._wrap(role, shared) if self._wrap is not None else shared
 
+    def backbone(self, module: str) -> LLM:
+        """The agent's backend (``models.agent``) for a module of a baseline method built on the
+        agent backbone; this builder's components see it as role ``module`` (calls are
+        counted under that name)."""
+        shared = self.shared_llm("agent")
+        return self._wrap(module, shared) if self._wrap is not None else shared
+
     def close(self) -> None:
         """Release every backend this builder loaded (given instances belong to their owner)."""
         with self._instances.lock:

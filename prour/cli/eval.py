@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import Recipe
+    from prour.config import ModelConfig, Recipe
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -76,6 +76,7 @@ def eval_command(
         "eval.methods": _split(method), "eval.domains": _split(domains),
         "eval.seeds": _split(seeds), "eval.attention_policies": _split(attention_policy),
         "eval.max_tasks": max_tasks, "eval.concurrency": concurrency})
+    default_generator = _file_generator(recipe) if overrides or checkpoint else None
     try:
         loaded = with_checkpoint(loaded, checkpoint)
     except (OSError, ValueError) as exc:
@@ -84,10 +85,10 @@ def eval_command(
     if os.environ.get("SLURM_ARRAY_TASK_ID"):
         # The tasks of one `prour slurm` eval array share the run folder by design, each on its
         # own seed x domain slice (appends are atomic); Slurm runs each slice once.
-        results = _evaluate(loaded, run_dir, progress)
+        results = _evaluate(loaded, run_dir, progress, default_generator)
     else:
         with hold_run_folder(run_dir):
-            results = _evaluate(loaded, run_dir, progress)
+            results = _evaluate(loaded, run_dir, progress, default_generator)
     _print_summary(results, run_dir)
     _check_errors(results, loaded.eval.max_error_fraction)
 
@@ -102,11 +103,24 @@ def _check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:
         _fail(str(exc), code=1)
 
 
-def _evaluate(loaded: Recipe, run_dir: Path, progress: bool) -> list[dict[str, Any]]:
+def _file_generator(path: str) -> ModelConfig | None:
+    """``models.generator`` as the recipe file writes it (before ``--set`` and ``--checkpoint``):
+    report rows name the generator where a run swapped it."""
+    from prour.config import ConfigError, load_recipe
+
+    try:
+        return load_recipe(path).models.get("generator")
+    except ConfigError:  # valid only with its overrides: no default to compare with
+        return None
+
+
+def _evaluate(loaded: Recipe, run_dir: Path, progress: bool,
+              default_generator: ModelConfig | None = None) -> list[dict[str, Any]]:
     """Run the evaluation (resumable) and close its clients."""
     from prour.eval.harness import Evaluation
 
-    evaluation = Evaluation(loaded, run_dir, progress=progress)
+    evaluation = Evaluation(loaded, run_dir, progress=progress,
+                            default_generator=default_generator)
     try:
         return evaluation.run()
     except (ValueError, LookupError) as exc:

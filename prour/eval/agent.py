@@ -13,8 +13,10 @@ A generator answer of ``NO``, an invalid one, a disabled route (clarify-only / v
 step without a router call (``router.budget`` spent, or between every ``router.every_n``-th steps;
 the decision records ``skipped`` and why) all fall back to ``act``. The episode's router settings
 and call counts go to the trajectory's meta (:meth:`ProactiveAgent.episode_meta`).
-Every agent step records its route, the router's decision and the turn label in the step meta;
-:func:`turn_labels` turns those into the act / clarify / verify counts of the paper's tables.
+Every agent step records its route, the router's decision and its turn tag (:data:`TURN_TAGS`:
+question, confirmation, verification, act) in the step meta; :func:`turn_labels` reads the tags
+back and :func:`paper_split` turns them into the act / clarify / verify counts of the paper's
+tables. Baselines (:mod:`prour.eval.baselines`) tag their turns the same way.
 
 Model calls are counted per episode by :class:`CountingLLM` proxies and written into each step's
 meta by :class:`MeteredAgent` / :class:`MeteredUser`.
@@ -55,6 +57,11 @@ logger = logging.getLogger(__name__)
 
 EVIDENCE_PREFIX = "[Verification]"
 AGENT_TURN_KINDS = ("agent_message", "agent_tool_call")
+TURN_TAGS = ("act", "clarify", "confirm", "verify")
+"""What an agent turn did, stored as the step meta's ``turn`` (``verify`` is added by
+:func:`step_labels` when the step carries verification evidence): ``clarify`` a question to the
+user, ``confirm`` a request for the user's consent before a mutating action, ``verify`` evidence
+from the world added to the agent's context, ``act`` the task agent's own step."""
 
 
 # ---- model-call accounting ------------------------------------------------------------------
@@ -392,12 +399,21 @@ class ProactiveAgent:
         """Verifier answer on a copy of the live environment (or one rebuilt from the history)."""
         if self.verifier is None:  # __init__ refuses the verify route without one
             raise RuntimeError("verify was routed but the proactive agent has no verifier")
-        if self.state.env is not None:
-            return self.verifier.answer(question, messages, self.state.env)
-        from prour.rollout.verifier import environment_at
+        state = self.state
+        return verify_in_episode(self.verifier, question, messages, state.env, state.domain,
+                                 state.task_id)
 
-        env = environment_at(self.state.domain, self.state.task_id, messages)
-        return self.verifier.answer(question, messages, env, copy_env=False)
+
+def verify_in_episode(verifier: Verifier, question: str, messages: list[Message], env: Any,
+                      domain: str, task_id: str) -> VerifierResult:
+    """The verifier's answer on a copy of the episode's live environment ``env``, or, without
+    one (no runner hook), on the environment rebuilt from the agent's view of the history."""
+    if env is not None:
+        return verifier.answer(question, messages, env)
+    from prour.rollout.verifier import environment_at
+
+    rebuilt = environment_at(domain, task_id, messages)
+    return verifier.answer(question, messages, rebuilt, copy_env=False)
 
 
 # ---- turn labels --------------------------------------------------------------------------
@@ -409,16 +425,29 @@ def is_agent_turn(step: StepRecord) -> bool:
 
 
 def step_labels(meta: dict[str, Any]) -> list[str]:
-    """Turns one agent step stands for: ``verify`` when evidence was added, then its own label."""
+    """Turns one agent step stands for: ``verify`` when evidence was added, then its own tag
+    (``meta["turn"]``, one of :data:`TURN_TAGS`; an untagged step acts)."""
     verify = meta.get("verify")
     labels = ["verify"] if isinstance(verify, dict) and not verify.get("failed") else []
-    return [*labels, meta.get("turn", "act")]
+    tag = meta.get("turn", "act")
+    if tag not in TURN_TAGS:
+        raise ValueError(f"agent step tagged {tag!r}; valid turn tags: {', '.join(TURN_TAGS)}")
+    return [*labels, tag]
 
 
 def turn_labels(trajectory: Trajectory) -> list[str]:
-    """act / clarify / verify label of every agent turn, in order (untagged steps are act)."""
+    """The turn tag of every agent turn, in order (:data:`TURN_TAGS`; untagged steps are act)."""
     return [label for step in trajectory.steps if is_agent_turn(step)
             for label in step_labels(step.meta)]
+
+
+def paper_split(labels: Sequence[str]) -> dict[str, int]:
+    """Act / Clarify / Verify counts of the paper's tables from turn tags (a confirmation is a
+    user-facing turn: it counts as Clarify)."""
+    from prour.eval.metrics import PAPER_KIND, STEP_KINDS
+
+    kinds = [PAPER_KIND.get(label, label) for label in labels]
+    return {kind: kinds.count(kind) for kind in STEP_KINDS}
 
 
 def is_stop_only(text: str | None) -> bool:

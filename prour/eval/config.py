@@ -21,7 +21,8 @@ from prour.section import Section
 
 # The names of prour.eval.methods.METHODS (a test keeps the two equal), known here so that a
 # recipe naming an unknown method fails when it loads.
-METHOD_NAMES = ("base", "prour", "clarify-only", "verify-only", "llm-router", "oracle")
+METHOD_NAMES = ("base", "prour", "clarify-only", "verify-only", "llm-router", "oracle",
+                "ig-clarifier")
 
 
 # Evaluation protocols: named presets of (domains, split, seeds). ``paper``: the Prour paper's

@@ -4,9 +4,10 @@ A run folder holds:
 
 - ``episodes.jsonl``: one trajectory per episode, appended as it finishes (the resume log);
 - ``results.jsonl``: one result line per episode (reward, termination — ``max_steps`` marks an
-  episode cut at ``env.max_steps`` —, tau2 steps, turn split, model calls, seconds, decisions,
-  the router's budget, frequency and calls, attention costs), derived from the trajectory and
-  the judge;
+  episode cut at ``env.max_steps`` —, tau2 steps, turn split, the turn tag of every agent turn
+  (question / confirmation / verification / act), model calls by role, seconds, decisions,
+  the router's budget, frequency and calls, the query generator when it is not the recipe's
+  default, attention costs), derived from the trajectory and the judge;
 - ``provenance.json`` and ``recipe.resolved.yaml``: recipe, commit, versions, endpoints, seeds;
 - ``run.json``: the settings that make results comparable; a rerun with other settings is refused.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.build import Builder
-from prour.config import Recipe
+from prour.config import ModelConfig, Recipe
 from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl, tau2_steps
 from prour.eval.methods import MethodKit, checkpoint_model, variant_name
 
@@ -73,10 +74,15 @@ class Evaluation:
     """Runs and resumes one evaluation; :meth:`run` returns the result lines in job order."""
 
     def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True,
-                 builder: Builder | None = None):
+                 builder: Builder | None = None, default_generator: ModelConfig | None = None):
+        """``default_generator``: the recipe file's own ``models.generator`` (before ``--set``
+        and ``--checkpoint``); result lines name the generator where the run's differs. None:
+        the run's generator is the default."""
         from prour.eval.attention.strict_json import JsonCache
 
         self.recipe, self.cfg = recipe, recipe.eval
+        self.generator = recipe.models.get("generator")
+        self.default_generator = default_generator or self.generator
         self.run_dir = Path(run_dir)
         self.progress = progress
         attention = self.cfg.attention
@@ -129,7 +135,8 @@ class Evaluation:
             "seeds": self.cfg.seeds, "endpoints": endpoints,
             "arms": [arm.key for arm in self.arms], "domains": self.cfg.domains,
             "split": self.cfg.split, "protocol": self.cfg.protocol,
-            "task_counts": {d: len(self.tasks(d)) for d in self.cfg.domains}})
+            "task_counts": {d: len(self.tasks(d)) for d in self.cfg.domains},
+            "generator": self.generator_swap() or "default"})
 
     def tasks(self, domain: str) -> list[Any]:
         from prour.env.domains import select_tasks
@@ -179,10 +186,23 @@ class Evaluation:
         for arm, traj in zip(arms, trajectories):
             line = stored.get(result_key(traj.key))
             if line is None or not _same_episode(line, traj):
-                line = result_line(traj, arm, judge)
+                line = result_line(traj, arm, judge, self.generator_of(arm))
                 append_jsonl(path, line)
             out.append(line)
         return out
+
+    def generator_swap(self) -> str | None:
+        """The generator's name when it is not the recipe's default (a ``--set
+        models.generator…`` or ``--checkpoint`` swap), else None."""
+        if self.generator is None or same_model(self.generator, self.default_generator):
+            return None
+        return model_name(self.generator)
+
+    def generator_of(self, arm: Arm) -> str | None:
+        """The swapped generator's name for a method that writes queries with it."""
+        from prour.eval.methods import check_method
+
+        return self.generator_swap() if "generator" in check_method(arm.method).roles else None
 
     def _judge(self) -> Any:
         if not self.cfg.judge or self.cfg.attention is None:
@@ -217,6 +237,19 @@ def check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:
         f"({len(errored) / len(results):.0%}, more than eval.max_error_fraction={max_fraction:g}); "
         f"most common ({count} of {len(errored)}): {cause}. Fix the cause and rerun the same "
         f"command: it runs the errored episodes again (eval.retry_errors=true)")
+
+
+def same_model(a: ModelConfig | None, b: ModelConfig | None) -> bool:
+    """Whether two model configs give the same outputs (their identity fields agree)."""
+    if a is None or b is None:
+        return a is b
+    fields = set(_MODEL_IDENTITY)
+    return a.model_dump(include=fields) == b.model_dump(include=fields)
+
+
+def model_name(cfg: ModelConfig) -> str:
+    """A short name of a model for report labels: served name, folder name, or script."""
+    return cfg.model or (Path(cfg.path).name if cfg.path else None) or cfg.script or cfg.backend
 
 
 def wanted_tasks(entries: list[str], domain: str) -> set[str]:
@@ -287,9 +320,11 @@ def is_timeout(trajectory: Trajectory) -> bool:
     return trajectory.termination == "error" and ("timeout" in text or "timed out" in text)
 
 
-def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None) -> dict[str, Any]:
-    """The compact, report-ready record of one episode."""
-    from prour.eval.agent import turn_labels
+def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
+                generator: str | None = None) -> dict[str, Any]:
+    """The compact, report-ready record of one episode; ``generator`` names a query generator
+    swapped in for the recipe's default (None: the default, or a method without one)."""
+    from prour.eval.agent import paper_split, turn_labels
     from prour.eval.metrics import is_success
 
     labels = turn_labels(trajectory)
@@ -310,7 +345,8 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None) -> dict[str
         "timeout": is_timeout(trajectory),
         "unscored": trajectory.reward is None,
         "errors": trajectory.errors[:3],
-        "steps": {kind: labels.count(kind) for kind in ("act", "clarify", "verify")},
+        "steps": paper_split(labels),  # the paper's Act / Clarify / Verify split
+        "turns": labels,  # turn tag of every agent turn in order (prour.eval.agent.TURN_TAGS)
         "tau2_steps": tau2_steps(trajectory.steps),  # what env.max_steps caps
         "records": len(trajectory.steps),
         "model_calls": model_calls(trajectory),
@@ -319,6 +355,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None) -> dict[str
         # router.budget / router.every_n of the episode and its router calls (None: no router)
         "router": trajectory.meta.get("router"),
         "episode_started_at": trajectory.started_at,
+        "generator": generator,
         "attention": None,
     }
     line["model_calls_total"] = sum(line["model_calls"].values())

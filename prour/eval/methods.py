@@ -7,7 +7,13 @@
 ``verify-only``         as ``prour`` with the clarify branch disabled (clarify routes act)
 ``llm-router``          a prompted router picks the mode instead of the decomposer
 ``oracle``              replays the reference actions with the oracle user (a harness check)
+``ig-clarifier``        baseline: the clarifier itself decides at every step whether to ask
 ======================  ===========================================================================
+
+Baselines (:mod:`prour.eval.baselines`, one module each) run on the recipe's agent backbone
+(``models.agent``; their own modules are counted under their own role names) and write their
+questions with ``models.generator``, so a generator swap (``--set models.generator…``) applies to
+them as to prour.
 
 The query generator is whatever ``models.generator`` names (any backend: a prompted model, a
 served checkpoint) or, with ``--checkpoint DIR``, an HF folder written by the local trainer or a
@@ -32,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.env.agents import Agent
     from prour.env.users import UserSimulator
-    from prour.eval.agent import CallCounts, Router
+    from prour.eval.agent import CallCounts, QueryGenerator, Router
     from prour.eval.attention.config import AttentionConfig
     from prour.eval.attention.strict_json import JsonCache
 
@@ -47,10 +53,16 @@ class MethodSpec:
     routes: tuple[str, ...] = ()
     router: str | None = None  # "decomposer" or "llm"
     oracle: bool = False
+    baseline: str | None = None  # module of prour.eval.baselines whose build() makes the agent
 
     @property
     def proactive(self) -> bool:
         return bool(self.routes)
+
+
+def _baseline(name: str, summary: str, module: str, *roles: str) -> MethodSpec:
+    """A baseline on the agent backbone (agent, user and the roles it adds)."""
+    return MethodSpec(name, summary, ("agent", "user", *roles), baseline=module)
 
 
 _PROACTIVE = ("agent", "user", "generator")
@@ -66,6 +78,8 @@ METHODS: Registry[MethodSpec] = Registry("method", {
     "llm-router": MethodSpec("llm-router", "prompted router instead of the decomposer",
                              (*_PROACTIVE, "router", "verifier"), ROUTES, "llm"),
     "oracle": MethodSpec("oracle", "reference-action replay (harness check)", (), oracle=True),
+    "ig-clarifier": _baseline("ig-clarifier", "clarifier decides to ask at every step",
+                              "ig_clarifier", "generator"),
 })
 
 
@@ -257,25 +271,32 @@ class MethodKit:
         if spec.oracle:
             return OracleAgent()
         task_agent = episode.task_agent()
+        if spec.baseline is not None:
+            from prour.eval.baselines import BaselineContext, build_baseline
+
+            context = BaselineContext(domain, task_agent, episode,
+                                      lambda: self.query_generator(episode))
+            return build_baseline(spec, context)
         if not spec.proactive:
             return task_agent
         return self._proactive(spec, domain, task_agent, episode)
 
-    def _proactive(self, spec: MethodSpec, domain: str, task_agent: Agent,
-                   episode: Builder) -> Agent:
-        from prour.eval.agent import (
-            DecomposerRouter,
-            ProactiveAgent,
-            PromptedRouter,
-            QueryGenerator,
-        )
+    def query_generator(self, episode: Builder) -> QueryGenerator:
+        """The query generator on ``models.generator``, decoding as the recipe says."""
+        from prour.eval.agent import QueryGenerator
 
         temperature = self.cfg.generator_temperature
-        generator = QueryGenerator(episode.llm("generator"),
-                                   temperature=self.rollout.temperature if temperature is None
-                                   else temperature,
-                                   max_tokens=self.rollout.max_response_tokens,
-                                   enable_thinking=self.rollout.enable_thinking)
+        return QueryGenerator(episode.llm("generator"),
+                              temperature=self.rollout.temperature if temperature is None
+                              else temperature,
+                              max_tokens=self.rollout.max_response_tokens,
+                              enable_thinking=self.rollout.enable_thinking)
+
+    def _proactive(self, spec: MethodSpec, domain: str, task_agent: Agent,
+                   episode: Builder) -> Agent:
+        from prour.eval.agent import DecomposerRouter, ProactiveAgent, PromptedRouter
+
+        generator = self.query_generator(episode)
         router: Router = PromptedRouter(episode.llm_router(domain)) if spec.router == "llm" \
             else DecomposerRouter(episode.decomposer(domain))
         verifier = episode.verifier(domain) if "verify" in spec.routes else None

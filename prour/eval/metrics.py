@@ -18,6 +18,9 @@ from prour.eval.stats import BootstrapResult, bootstrap_mean_ci, paired_bootstra
 
 SUCCESS_TOLERANCE = 1e-6
 STEP_KINDS = ("act", "clarify", "verify")
+PAPER_KIND = {"confirm": "clarify"}
+"""Turn tags the paper's Act / Clarify / Verify split counts under another kind: a confirmation
+(the user's consent before a mutating action) is a turn addressed to the user, so Clarify."""
 AVERAGE = "average"
 
 RewardTable = Mapping[str, Mapping[int, float]]
@@ -148,15 +151,17 @@ class StepSplit:
 
 
 def step_split(episodes: Sequence[Sequence[str]]) -> StepSplit:
-    """Average per-episode counts of each turn label; unknown labels are errors."""
+    """Average per-episode counts of each turn label (``confirm`` counts as clarify); unknown
+    labels are errors."""
     if not episodes:
         raise ValueError("step_split needs at least one episode")
     counts = np.zeros((len(episodes), len(STEP_KINDS)))
     for i, labels in enumerate(episodes):
         for label in labels:
-            if label not in STEP_KINDS:
+            kind = PAPER_KIND.get(label, label)
+            if kind not in STEP_KINDS:
                 raise ValueError(f"episode {i}: unknown step label {label!r}; "
-                                 f"valid: {', '.join(STEP_KINDS)}")
-            counts[i, STEP_KINDS.index(label)] += 1
+                                 f"valid: {', '.join([*STEP_KINDS, *PAPER_KIND])}")
+            counts[i, STEP_KINDS.index(kind)] += 1
     act, clarify, verify = counts.mean(axis=0)
     return StepSplit(float(act), float(clarify), float(verify), len(episodes))

@@ -5,9 +5,11 @@ Pass@1 per domain and the unweighted average over domains, each with a paired ta
 interval (seeds are averaged within a task first), pass^k, the act / clarify / verify turn split,
 wall-clock seconds, model calls, error, timeout and cut counts (cut: the episode reached
 ``env.max_steps`` and scores 0); a Pass@1, pass^k or difference cell whose episodes include
-errored ones reads ``error (n/N)`` instead of a number; paired differences against a baseline
-system on the same tasks and seeds, with Holm-adjusted p-values. Steps, seconds and calls are
-means over a domain's episodes, then averaged over domains (like Pass@1).
+errored ones reads ``error (n/N)`` instead of a number; the agent turns by tag (question,
+confirmation, verification, act) and the model calls by role; paired differences against a
+baseline system on the same tasks and seeds, with Holm-adjusted p-values. Steps, seconds and calls are
+means over a domain's episodes, then averaged over domains (like Pass@1). A system whose query
+generator was swapped for the recipe's default is labelled ``method (generator NAME)``.
 
 With ``attention=True`` the ask-less tables follow: R, A, V, U, request statistics and cut
 conversations per (system, domain, policy), asking efficiency over No-ask with intervals, equal-cost comparisons
@@ -53,8 +55,15 @@ class System:
     folder: Path | None = None
 
     @property
+    def generator(self) -> str | None:
+        """The query generator's name when the run swapped it for the recipe's default."""
+        return next((line["generator"] for line in self.lines if line.get("generator")), None)
+
+    @property
     def base_label(self) -> str:
-        return self.method if self.variant is None else f"{self.method} [{self.variant}]"
+        name = self.method if self.generator is None else \
+            f"{self.method} (generator {self.generator})"
+        return name if self.variant is None else f"{name} [{self.variant}]"
 
     @property
     def domains(self) -> list[str]:
@@ -129,6 +138,8 @@ class SystemSummary:
     errored: dict[str, tuple[int, int]] = field(default_factory=dict)
     problem: str | None = None
     router: dict[str, Any] | None = None  # router.budget / every_n and calls (router methods)
+    turns: dict[str, float] = field(default_factory=dict)  # agent turns by tag, per episode
+    calls_by_role: dict[str, float] = field(default_factory=dict)  # model calls per episode
 
 
 def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemSummary:
@@ -143,7 +154,8 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         timeouts=sum(bool(line["timeout"]) for line in system.lines),
         unscored=sum(bool(line["unscored"]) for line in system.lines),
         cut=sum(is_cut(line["termination"]) for line in system.lines),
-        errored=error_counts(system), router=router_summary(system))
+        errored=error_counts(system), router=router_summary(system), turns=turn_tags(system),
+        calls_by_role=role_calls(system))
     try:
         tables = system.by_domain()
         summary.pass_at_1 = domain_pass_at_1(tables, n_boot=n_boot, ci=ci)
@@ -173,6 +185,33 @@ def error_cell(counts: tuple[int, int] | None) -> str | None:
 
 ERROR_NOTE = ("error (n/N): n of the cell's N episodes ended in an error, so it holds no "
               "measurement; rerun `prour eval` with the same recipe and folder to run them again.")
+
+
+def turn_tags(system: System) -> dict[str, float]:
+    """Agent turns per episode by tag (question, confirmation, verification, act; domain mean).
+    Result lines written before turn tags were recorded count from their act / clarify / verify
+    split."""
+    from prour.eval.agent import TURN_TAGS
+
+    def count(line: dict[str, Any], tag: str) -> int:
+        turns = line.get("turns")
+        return turns.count(tag) if turns is not None else line["steps"].get(tag, 0)
+
+    return {tag: _domain_mean(system, lambda line, t=tag: count(line, t)) for tag in TURN_TAGS}
+
+
+def role_of(call_key: str) -> str:
+    """``decomposer.chat`` → ``decomposer``: the model role of a model-call counter."""
+    return call_key.rsplit(".", 1)[0]
+
+
+def role_calls(system: System) -> dict[str, float]:
+    """Model calls (chat and score) per episode by role, domain mean; every role any episode
+    used is listed."""
+    roles = sorted({role_of(k) for line in system.lines for k in line["model_calls"]})
+    per_role = lambda line, role: sum(n for k, n in line["model_calls"].items()
+                                      if role_of(k) == role)
+    return {role: _domain_mean(system, lambda line, r=role: per_role(line, r)) for role in roles}
 
 
 def router_summary(system: System) -> dict[str, Any] | None:
@@ -285,6 +324,27 @@ def router_table(summaries: Sequence[SystemSummary]) -> list[str]:
     return _table(header, rows)
 
 
+TAG_NAMES = {"clarify": "Questions", "confirm": "Confirmations", "verify": "Verifications",
+             "act": "Act"}
+
+
+def turns_table(summaries: Sequence[SystemSummary]) -> list[str]:
+    """Agent turns per episode by tag: questions to the user, confirmations, verifications,
+    act turns (a verified step counts as a verification and an act turn)."""
+    header = ["System", *TAG_NAMES.values()]
+    rows = [[s.label, *(f"{s.turns.get(tag, 0.0):.2f}" for tag in TAG_NAMES)] for s in summaries]
+    return _table(header, rows)
+
+
+def calls_table(summaries: Sequence[SystemSummary]) -> list[str]:
+    """Mean model calls per episode by role (chat and score calls; 0 where a system has none)."""
+    roles = sorted({role for s in summaries for role in s.calls_by_role})
+    header = ["System", *roles, "Total"]
+    rows = [[s.label, *(f"{s.calls_by_role.get(r, 0.0):.2f}" for r in roles),
+             f"{s.model_calls:.2f}"] for s in summaries]
+    return _table(header, rows)
+
+
 def pass_hat_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> list[str]:
     """pass^k (%) per domain and average for k = 1..n_seeds."""
     ks = sorted({k for s in summaries for by_k in s.pass_hat.values() for k in by_k})
@@ -347,7 +407,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     if any(s.router is not None for s in summaries):
         lines += ["", "## Router budget and frequency (router.budget, router.every_n)", "",
                   *router_table(summaries)]
-    lines += ["", "## pass^k (%)", "", *pass_hat_table(summaries, domains), ""]
+    lines += ["", "## Agent turns per episode by tag", "", *turns_table(summaries), "",
+              "## Model calls per episode by role", "", *calls_table(summaries), ""]
+    lines += ["## pass^k (%)", "", *pass_hat_table(summaries, domains), ""]
     if comparisons:
         lines += ["## Paired differences in Pass@1 (percentage points)", "",
                   *comparison_table(comparisons, domains), ""]

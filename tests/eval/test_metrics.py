@@ -76,3 +76,15 @@ def test_step_split_counts_act_clarify_verify_per_episode():
     assert split.total == pytest.approx(3.0)
     with pytest.raises(ValueError, match="episode 1: unknown step label 'ask'"):
         step_split([["act"], ["ask"]])
+
+
+def test_a_confirmation_counts_as_clarify_in_the_paper_split():
+    from prour.eval.agent import paper_split, step_labels
+
+    split = step_split([["act", "confirm", "act"], ["confirm", "verify", "act"]])
+    assert (split.act, split.clarify, split.verify) == (1.5, 1.0, 0.5)
+    assert paper_split(["confirm", "clarify", "verify", "act"]) == {"act": 1, "clarify": 2,
+                                                                    "verify": 1}
+    assert step_labels({"turn": "confirm"}) == ["confirm"]
+    with pytest.raises(ValueError, match="tagged 'ask'; valid turn tags: act, clarify, confirm"):
+        step_labels({"turn": "ask"})

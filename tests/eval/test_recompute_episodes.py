@@ -1,7 +1,8 @@
 """Every eval method driven turn by turn on real tau2 tasks, recomputed from the run's files alone
 (issue 17: the evaluation half of the recomputation suites).
 
-One run (module fixture) evaluates every method of ``prour.eval.methods.METHODS`` on retail 33
+One run (module fixture) evaluates every method of ``prour.eval.methods.METHODS`` but the
+baselines (they have their own end-to-end tests in ``tests/eval/baselines``) on retail 33
 and airline 32 (seed 0) in the planned world of ``eval_world``: the agent replays the task's
 reference actions, the decomposer and the LLM router route decision d as ``PLAN[domain][d]``,
 the generator asks, the verifier answers from a read tool, the user answers questions and stops
@@ -41,7 +42,7 @@ from prour.cli.main import app
 from prour.config import Recipe
 from prour.eval.config import EvalConfig
 from prour.eval.harness import Evaluation
-from prour.eval.methods import METHODS
+from prour.eval.methods import METHODS as ALL_METHODS
 from prour.router.config import RouterConfig
 
 TASKS = {"retail": "33", "airline": "32"}  # 6 and 5 reference actions, DB + COMMUNICATE
@@ -52,6 +53,7 @@ ENABLED = {"base": (), "oracle": (), "prour": ("clarify", "verify"),
            "llm-router": ("clarify", "verify"), "clarify-only": ("clarify",),
            "verify-only": ("verify",)}
 DECOMPOSER_METHODS = ("prour", "clarify-only", "verify-only")
+METHODS = [name for name in ALL_METHODS if ALL_METHODS.get(name).baseline is None]
 STOP = "###STOP###"
 N_BOOT = 200
 

@@ -1,0 +1,101 @@
+"""The paper's baselines (Table 1), re-implemented as evaluation methods on prour's agent backbone.
+
+One module per baseline. Each module's docstring names its source (paper and public code, if
+any), says what it does here and what prour simplified; each defines ``build(context) -> Agent``.
+
+How a baseline plugs in:
+
+1. a module ``prour/eval/baselines/<name>.py`` with ``build(context: BaselineContext) -> Agent``;
+2. one line in :data:`prour.eval.methods.METHODS`:
+   ``"name": _baseline("name", "summary", "<module>", *extra_roles)`` (agent and user are
+   implied; add ``"generator"`` when it writes questions with ``models.generator``);
+3. its agent tags every step it returns: ``meta["turn"]`` is one of
+   :data:`prour.eval.agent.TURN_TAGS` (``clarify`` a question to the user, ``confirm`` a request
+   for consent before a mutating action, ``act`` the task agent's step), ``meta["verify"]`` (a
+   dict without ``failed: true``) marks a step that added verification evidence, and
+   ``meta["decision"]`` records what the baseline decided (``{"router": name, "route": ...}``).
+   The harness writes the tags to ``results.jsonl`` (``turns``, ``steps``) and the report counts
+   them, with the model calls of each role.
+
+Modules of a baseline that run on the agent backbone get it from :meth:`BaselineContext.backbone`
+under their own role name (``clarification_predictor``, ``meta_verifier``…), so their calls are
+counted apart from the task agent's.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prour.env.agents import AgentTurn
+from prour.llm.base import Message
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.build import Builder
+    from prour.env.agents import Agent
+    from prour.eval.agent import QueryGenerator
+    from prour.eval.methods import MethodSpec
+    from prour.llm.base import LLM
+    from prour.rollout.verifier import Verifier
+    from prour.router.routing import DecomposerBudget
+
+
+@dataclass
+class BaselineContext:
+    """What a baseline's ``build`` gets for one episode: the domain, the task agent, the episode's
+    metered builder (every model call counted by role) and a factory of the query generator."""
+
+    domain: str
+    task_agent: Agent
+    episode: Builder
+    new_generator: Callable[[], QueryGenerator]
+
+    def backbone(self, module: str) -> LLM:
+        """``models.agent``'s backend for one of the baseline's own modules (counted as
+        ``module``)."""
+        return self.episode.backbone(module)
+
+    def budget(self) -> DecomposerBudget:
+        """A fresh per-episode budget of ``router.budget`` / ``router.every_n``."""
+        from prour.router.routing import episode_budget
+
+        return episode_budget(self.episode.recipe.router)
+
+    def verifier(self, module: str) -> Verifier:
+        """The read-only ReAct verifier on the agent backbone (counted as ``module``), decoding
+        as the other frozen responders do (``reward.verifier_max_steps``, ``reward.responder_*``)."""
+        from prour.rollout.verifier import Verifier
+
+        recipe = self.episode.recipe
+        return Verifier(self.backbone(module), self.domain,
+                        max_steps=recipe.reward.verifier_max_steps,
+                        sampling=self.episode.responder_sampling())
+
+
+def build_baseline(spec: MethodSpec, context: BaselineContext) -> Agent:
+    """The agent of baseline ``spec`` for one episode (its module's ``build``)."""
+    module = importlib.import_module(f"{__name__}.{spec.baseline}")
+    return module.build(context)
+
+
+def tagged(turn: AgentTurn, tag: str, **meta: Any) -> AgentTurn:
+    """``turn`` with its turn tag and the baseline's records added to the step meta."""
+    turn.meta = {**turn.meta, **meta, "turn": tag}
+    return turn
+
+
+def write_tools(domain: str) -> set[str]:
+    """Tools tau2 marks ``write`` in ``domain`` (they change the database: mutating actions)."""
+    from prour.env.environment import tool_types
+
+    return {name for name, kind in tool_types(domain).items() if kind == "write"}
+
+
+def history_mutated(domain: str, messages: list[Message]) -> bool:
+    """Whether the agent already called a write tool in ``messages``."""
+    writes = write_tools(domain)
+    return any((call.get("function") or call).get("name") in writes
+               for m in messages if m.get("role") == "assistant"
+               for call in m.get("tool_calls") or [])
