@@ -34,10 +34,7 @@ def _load(recipe: str, overrides: list[str] | None) -> Recipe:
 
 
 def _print_servers(record: dict[str, Any]) -> None:
-    servers = record.get("servers") or {}
-    if not servers:
-        typer.echo("nothing to serve: no openai role of this recipe names a model in serve.models")
-    for model_id, server in servers.items():
+    for model_id, server in (record.get("servers") or {}).items():
         roles = ", ".join(server.get("roles") or []) or "(no role)"
         typer.echo(f"{model_id}: {server['base_url']}  pid {server.get('pid')}  roles: {roles}")
 
@@ -49,6 +46,11 @@ def serve(
         None, "--roles", help="Comma-separated roles; start only the servers they use."
     ),
     endpoints: Path | None = EndpointsOpt,
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print each server's command, roles and GPUs and the GPU memory plan; start nothing.",
+    ),
 ) -> None:
     """Start a vLLM server per frozen model of the recipe, publish endpoints, hold until Ctrl-C."""
     import logging
@@ -62,10 +64,13 @@ def serve(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     loaded = _load(recipe, overrides)
+    wanted = [r.strip() for r in roles.split(",") if r.strip()] if roles else None
+    if dry_run:
+        _dry_run(loaded, wanted)
+        return
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    wanted = [r.strip() for r in roles.split(",") if r.strip()] if roles else None
 
     def ready(record: dict[str, Any]) -> None:
         _print_servers(record)
@@ -78,6 +83,26 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"endpoints: {path}")
+
+
+def _dry_run(loaded: Recipe, roles: list[str] | None) -> None:
+    """Print what `prour serve` would start; exit 1 when it would refuse."""
+    import shlex
+
+    from prour.cluster.serve import ServeError, plan_servers, vllm_server
+
+    try:
+        plans = plan_servers(loaded, roles)
+        servers = [(plan, vllm_server(plan, loaded.serve.python)) for plan in plans]
+    except ServeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    for plan, server in servers:
+        gpus = ",".join(map(str, plan.spec.gpus)) if plan.spec.gpus is not None else "inherited"
+        typer.echo(
+            f"{plan.model_id}: roles {', '.join(plan.roles)}; GPUs {gpus}; "
+            f"http://{plan.advertised_host}:{server.port}/v1\n  {shlex.join(server.command())}"
+        )
 
 
 def endpoints(

@@ -63,10 +63,17 @@ class ServedModel(Section):
 class ServeConfig(Section):
     """Servers that ``prour serve`` starts, and how long it waits for them."""
 
-    host: str = "127.0.0.1"  # bind address of every server unless its own `host` says otherwise
+    # Bind address of every server unless its own `host` says otherwise; 0.0.0.0 serves other
+    # nodes (Slurm: train and eval may run elsewhere).
+    host: str = "127.0.0.1"
+    # The name other nodes reach the servers by, written into the endpoints file. None: the bind
+    # address, or this node's hostname when binding to every interface.
+    advertise_host: str | None = None
     python: str | None = None  # python of the vLLM venv; None: $PROUR_VLLM_PYTHON, else this one
     startup_timeout_s: float = Field(900.0, gt=0)  # per server, from launch to a healthy /health
     log_dir: str = "serve"  # server logs; relative to the run directory
+    # Model id -> server. Empty: one server with the defaults below per distinct model id of the
+    # openai roles without base_url (prour.cluster.recipe.served_models).
     models: dict[str, ServedModel] = {}
 
     @model_validator(mode="after")

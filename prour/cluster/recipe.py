@@ -1,10 +1,15 @@
 """The recipe as the cluster commands read it: endpoints left unresolved (``prour serve`` decides
-them) and every ``openai`` role without a ``base_url`` checked against ``serve.models``."""
+them) and the servers of its ``openai`` roles without a ``base_url``.
+
+``serve.models`` lists the servers when given, and then every such role must name one of them.
+When it is empty, each distinct model id of those roles gets one server with the defaults of
+:class:`~prour.cluster.config.ServedModel` (roles that share a model id share a server)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from prour.cluster.config import ServedModel
 from prour.config import ConfigError, Recipe, load_recipe
 from prour.registry import did_you_mean
 
@@ -16,18 +21,52 @@ def load_cluster_recipe(path: str | Path, overrides: list[str] | None = None) ->
     return recipe
 
 
+def unserved_roles(recipe: Recipe) -> dict[str, str]:
+    """Role -> model id of every ``openai`` role without a ``base_url`` (the roles to serve)."""
+    return {
+        role: str(cfg.model)
+        for role, cfg in recipe.models.items()
+        if cfg.backend == "openai" and not cfg.base_url
+    }
+
+
+def served_models(recipe: Recipe) -> dict[str, ServedModel]:
+    """Model id -> server: ``serve.models``, or one default server per model id to serve."""
+    if recipe.serve.models:
+        return dict(recipe.serve.models)
+    return {model_id: ServedModel() for model_id in dict.fromkeys(unserved_roles(recipe).values())}
+
+
 def served_roles(recipe: Recipe) -> dict[str, list[str]]:
     """Model id -> the ``openai`` roles without a fixed ``base_url`` that it serves."""
-    users: dict[str, list[str]] = {model_id: [] for model_id in recipe.serve.models}
-    for role, cfg in recipe.models.items():
-        if cfg.backend == "openai" and not cfg.base_url and cfg.model in users:
-            users[cfg.model].append(role)
+    users: dict[str, list[str]] = {model_id: [] for model_id in served_models(recipe)}
+    for role, model_id in unserved_roles(recipe).items():
+        if model_id in users:
+            users[model_id].append(role)
     return users
 
 
+def nothing_to_serve(recipe: Recipe) -> str | None:
+    """Why ``prour serve`` would start no server for this recipe, or ``None`` when it starts some."""
+    if any(served_roles(recipe).values()):
+        return None
+    how = [
+        f"models.{role}: " + (f"base_url {cfg.base_url}" if cfg.backend == "openai" else cfg.backend)
+        for role, cfg in recipe.models.items()
+    ]
+    return (
+        f"nothing to serve: no openai role of recipe {recipe.name!r} lacks a base_url "
+        f"({'; '.join(how) or 'no models'}); `prour serve` starts a vLLM server for each openai "
+        f"role without base_url"
+    )
+
+
 def check_served_roles(recipe: Recipe, source: str | None = None) -> None:
-    """Every ``openai`` role without a ``base_url`` must name a model in ``serve.models``."""
+    """Every ``openai`` role without a ``base_url`` must name a model in ``serve.models`` (when
+    that list is given; without it every such model is served)."""
     served = recipe.serve.models
+    if not served:
+        return
     for role, cfg in recipe.models.items():
         if cfg.backend != "openai" or cfg.base_url or cfg.model in served:
             continue

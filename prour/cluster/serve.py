@@ -21,7 +21,7 @@ from typing import Any
 
 from prour.cluster.config import ServedModel
 from prour.cluster.endpoints import endpoints_path, read_endpoints, write_endpoints
-from prour.cluster.recipe import served_roles
+from prour.cluster.recipe import nothing_to_serve, served_models, served_roles
 from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
 from prour.config import MODEL_ROLES, Recipe
 
@@ -47,16 +47,25 @@ class ServerPlan:
     roles: tuple[str, ...]
     host: str
     log_path: Path
+    advertise: str | None = None  # serve.advertise_host
 
     @property
     def advertised_host(self) -> str:
-        """The host other machines use: this node's name when binding to every interface."""
+        """The host other machines use: ``serve.advertise_host``, else the bind address, or this
+        node's name when binding to every interface."""
+        if self.advertise:
+            return self.advertise
         return socket.gethostname() if self.host in WILDCARD_HOSTS else self.host
 
 
 def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[ServerPlan]:
-    """The servers the recipe asks for, restricted to those used by ``roles`` when given."""
+    """The servers the recipe asks for, restricted to those used by ``roles`` when given; a recipe
+    that serves nothing is refused."""
+    why = nothing_to_serve(recipe)
+    if why:
+        raise ServeError(why)
     users = served_roles(recipe)
+    specs = served_models(recipe)
     wanted = list(users)
     if roles:
         check_roles(recipe, roles, users)
@@ -67,10 +76,11 @@ def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[Ser
     return [
         ServerPlan(
             model_id=model_id,
-            spec=recipe.serve.models[model_id],
+            spec=specs[model_id],
             roles=tuple(users[model_id]),
-            host=recipe.serve.models[model_id].host or recipe.serve.host,
+            host=specs[model_id].host or recipe.serve.host,
             log_path=log_dir / f"{safe_name(model_id)}.log",
+            advertise=recipe.serve.advertise_host,
         )
         for model_id in wanted
     ]
@@ -310,10 +320,6 @@ def serve(
     refuse_if_serving(path)
     plans = plan_servers(recipe, roles)
     group = ServerGroup(plans, recipe.serve.python, recipe.serve.startup_timeout_s)
-    if not plans:
-        write_endpoints(path, group.record("ready"))
-        on_ready(group.record("ready"))
-        return path
     started = time.monotonic()
     try:
         group.start(stop, on_change=lambda: write_endpoints(path, group.record("starting")))

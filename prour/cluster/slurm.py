@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.cluster.config import STAGES, SlurmResources
+from prour.cluster.recipe import nothing_to_serve, served_models
 from prour.config import ConfigError, Recipe
 from prour.train.config import TrainConfig
 from prour.train.recipe import resolve_output_dir
@@ -210,8 +211,9 @@ def train_output_dir(recipe: Recipe) -> str:
 
 def serve_gpus(recipe: Recipe) -> int | None:
     """GPUs the serve job needs: one past the highest GPU index any server lists (None: unknown)."""
-    listed = [gpu for spec in recipe.serve.models.values() for gpu in (spec.gpus or [])]
-    if not recipe.serve.models:
+    specs = served_models(recipe)
+    listed = [gpu for spec in specs.values() for gpu in (spec.gpus or [])]
+    if not specs:
         return 0
     return max(listed) + 1 if listed else None
 
@@ -388,7 +390,10 @@ def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
         raise ValueError(
             f"--stages: unknown {unknown or 'empty list'}; valid: {', '.join(STAGES)}"
         )
-    serves = bool(recipe.serve.models)
+    why_not = nothing_to_serve(recipe)
+    if "serve" in request.stages and why_not:
+        raise ValueError(f"--stages serve: {why_not}; leave serve out of --stages")
+    serves = why_not is None
     trains = {"train", "export"} & set(request.stages)
     if trains and "eval" in request.stages and not request.checkpoint:
         request.checkpoint = str(request.workdir / train_output_dir(recipe))

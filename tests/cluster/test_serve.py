@@ -338,3 +338,80 @@ def test_cpu_build_never_chunks_a_prefill() -> None:
         "--no-enable-chunked-prefill"
     ]
     assert unchunked_prefill_args(4096, ["--enable-chunked-prefill"]) == []
+
+
+def test_without_serve_models_each_model_id_of_the_openai_roles_gets_a_server(
+    tmp_path: Path,
+) -> None:
+    """No serve.models: one default server per distinct model id; roles sharing it share it; a
+    role with a fixed base_url or another backend is not served."""
+    data = {
+        "name": "derived",
+        "run_dir": str(tmp_path / "run"),
+        "models": {
+            "agent": {"backend": "openai", "model": "Qwen/Qwen3-8B"},
+            "verifier": {"backend": "openai", "model": "Qwen/Qwen3-8B"},
+            "teacher": {"backend": "openai", "model": "Qwen/Qwen3-32B"},
+            "judge": {"backend": "openai", "model": "ext", "base_url": "http://judge:9/v1"},
+            "generator": {"backend": "hf", "path": "Qwen/Qwen3-1.7B"},
+        },
+    }
+    loaded = load_cluster_recipe(write_recipe(tmp_path / "r.yaml", data))
+    plans = plan_servers(loaded)
+    assert [(p.model_id, p.roles) for p in plans] == [
+        ("Qwen/Qwen3-8B", ("agent", "verifier")),
+        ("Qwen/Qwen3-32B", ("teacher",)),
+    ]
+    assert plans[0].log_path == tmp_path / "run" / "serve" / "Qwen_Qwen3-8B.log"
+
+
+def test_a_recipe_that_serves_nothing_is_refused_and_publishes_nothing(tmp_path: Path) -> None:
+    data = {
+        "name": "nothing",
+        "run_dir": str(tmp_path / "run"),
+        "models": {
+            "generator": {"backend": "hf", "path": "Qwen/Qwen3-1.7B"},
+            "verifier": {"backend": "openai", "model": "m", "base_url": "http://127.0.0.1:8000/v1"},
+        },
+    }
+    path = write_recipe(tmp_path / "r.yaml", data)
+    done = subprocess.run(
+        [sys.executable, "-m", "prour.cli.main", "serve", "--recipe", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: nothing to serve: no openai role of recipe 'nothing'")
+    assert "models.verifier: base_url http://127.0.0.1:8000/v1" in done.stderr
+    assert not (tmp_path / "run" / "endpoints.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("serve_section", "advertised"),
+    [
+        ({"host": "0.0.0.0"}, socket.gethostname()),
+        ({"host": "0.0.0.0", "advertise_host": "node7.ib"}, "node7.ib"),
+        ({}, "127.0.0.1"),
+    ],
+)
+def test_endpoints_name_a_host_other_nodes_can_reach(
+    tmp_path: Path, fake_vllm_python: Path, serve_section: dict, advertised: str
+) -> None:
+    models = {"big": {"path": model_dir(tmp_path, "big"), "port": free_tcp_port()}}
+    path = frozen_recipe(tmp_path, fake_vllm_python, models)
+    loaded = load_cluster_recipe(path, [f"serve.{k}={v}" for k, v in serve_section.items()])
+    (plan,) = plan_servers(loaded)
+    assert plan.host == serve_section.get("host", "127.0.0.1")
+    assert plan.advertised_host == advertised
+    from prour.cluster.serve import ServerGroup
+
+    record = ServerGroup([plan], str(fake_vllm_python), 5).record("starting")
+    assert record["servers"]["big"]["base_url"] == f"http://{advertised}:{models['big']['port']}/v1"
+    assert "--host" in record["servers"]["big"]["command"]
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -169,26 +169,24 @@ def smoke_inputs(tmp_path: Path, model_dir: Path) -> list[str]:
 def test_smoke_pipeline_runs_in_order(
     slurm_cluster: Any, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """serve (nothing to serve) -> train -> eval array: each starts after the one before ends."""
+    """train -> eval array (the smoke recipe serves nothing): eval starts after train ends."""
     run_dir = tmp_path / "run"
     manifest = submit(
-        slurm_cluster, SMOKE, run_dir, "serve,train,eval", smoke_inputs(tmp_path, tiny_model_dir)
+        slurm_cluster, SMOKE, run_dir, "train,eval", smoke_inputs(tmp_path, tiny_model_dir)
     )
     wait_done(slurm_cluster, manifest)
     report = prour(slurm_cluster, "slurm", "status", str(run_dir))
     assert report.returncode == 0, report.stdout + report.stderr
     assert "all stages done" in report.stdout
-    serve, train = status_of(run_dir, "serve"), status_of(run_dir, "train")
+    train = status_of(run_dir, "train")
     evals = [status_of(run_dir, f"eval.{i}") for i in range(2)]
-    assert [s["rc"] for s in (serve, train, *evals)] == ["0"] * 4
-    assert float(serve["end"]) <= float(train["start"])
+    assert [s["rc"] for s in (train, *evals)] == ["0"] * 3
     assert all(float(train["end"]) <= float(e["start"]) for e in evals)
     assert sorted((tmp_path / "checkpoints").glob("step_*")), "training wrote no checkpoint"
     results = [
         json.loads(line) for line in (run_dir / "eval" / "results.jsonl").read_text().splitlines()
     ]
     assert sorted({r["seed"] for r in results}) == [0, 1]
-    assert json.loads((run_dir / "endpoints.json").read_text())["servers"] == {}
 
 
 def test_failed_stage_stops_its_dependants(slurm_cluster: Any, tmp_path: Path) -> None:
@@ -200,10 +198,9 @@ def test_failed_stage_stops_its_dependants(slurm_cluster: Any, tmp_path: Path) -
         "eval.seeds=[0,1]",
         "eval.domains=[retail]",
     ]
-    manifest = submit(slurm_cluster, SMOKE, run_dir, "serve,train,eval", broken)
+    manifest = submit(slurm_cluster, SMOKE, run_dir, "train,eval", broken)
     wait_done(slurm_cluster, manifest)
     stages = {entry["stage"]: entry for entry in manifest["stages"]}
-    assert status_of(run_dir, "serve")["rc"] == "0"
     assert status_of(run_dir, "train")["rc"] != "0"
     assert not list((run_dir / "slurm" / "status").glob("eval*")), (
         "an eval task ran after train failed"
