@@ -89,6 +89,7 @@ def _dry_run(loaded: Recipe, roles: list[str] | None) -> None:
     """Print what `prour serve` would start; exit 1 when it would refuse."""
     import shlex
 
+    from prour.cluster.gpu_plan import gpu_plan
     from prour.cluster.serve import ServeError, plan_servers, vllm_server
 
     try:
@@ -99,10 +100,18 @@ def _dry_run(loaded: Recipe, roles: list[str] | None) -> None:
         raise typer.Exit(1) from None
     for plan, server in servers:
         gpus = ",".join(map(str, plan.spec.gpus)) if plan.spec.gpus is not None else "inherited"
+        port = "" if plan.spec.port else " (a free port, chosen at start)"
         typer.echo(
             f"{plan.model_id}: roles {', '.join(plan.roles)}; GPUs {gpus}; "
-            f"http://{plan.advertised_host}:{server.port}/v1\n  {shlex.join(server.command())}"
+            f"http://{plan.advertised_host}:{server.port}/v1{port}\n  {shlex.join(server.command())}"
         )
+    memory = [gpu_plan(loaded, "serve", {plan.model_id: plan.spec for plan, _ in servers})]
+    if loaded.train is not None and loaded.train.backend == "verl" and loaded.serve.colocate_train:
+        memory.append(gpu_plan(loaded, "train"))
+    for plan in memory:
+        typer.echo(plan.text())
+    if not all(plan.fits for plan in memory):
+        raise typer.Exit(1)
 
 
 def endpoints(

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prour.cluster.gpu_plan import GpuPlan
     from prour.cluster.jobs import RunStatus
+    from prour.config import Recipe
 
 slurm_app = typer.Typer(help="Submit the pipeline to Slurm and follow it.", no_args_is_help=True)
 
@@ -73,8 +75,17 @@ def submit(
     except (ConfigError, RenderError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    memory = _memory_plans(loaded, request.stages)
     if dry_run:
         typer.echo(dry_run_text(plans, loaded), nl=False)
+        for plan in memory:
+            typer.echo(plan.text())
+    if not all(plan.fits for plan in memory):
+        if not dry_run:
+            typer.echo("\n".join(p.text() for p in memory if not p.fits), err=True)
+        typer.echo("error: the recipe's models do not fit the node's GPUs (see the plan)", err=True)
+        raise typer.Exit(2)
+    if dry_run:
         return
     for plan in plans:
         for note in plan.notes:
@@ -88,6 +99,20 @@ def submit(
         after = f"  (after {entry['depends_on']})" if entry["depends_on"] else ""
         typer.echo(f"{entry['stage']}: job {entry['job_id']}{after}  log {entry['log']}")
     typer.echo(f"manifest: {folder / 'slurm_jobs.json'}")
+
+
+def _memory_plans(recipe: Recipe, stages: list[str]) -> list[GpuPlan]:
+    """GPU memory plans of the submitted stages that run models on GPUs (prour.cluster.gpu_plan);
+    train only on the verl backend."""
+    from prour.cluster.gpu_plan import STAGE_ROLES, gpu_plan
+
+    plans = []
+    for stage in stages:
+        if stage == "train" and (recipe.train is None or recipe.train.backend != "verl"):
+            continue
+        if stage == "serve" or stage in STAGE_ROLES:
+            plans.append(gpu_plan(recipe, stage))
+    return plans
 
 
 @slurm_app.command("status")

@@ -100,11 +100,16 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
 
 
 def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
+    from prour.cluster.gpu_plan import gpu_plan
     from prour.train.verl_backend import latest_verl_step, launch, prepare_verl_run
 
+    memory = gpu_plan(recipe, "train")  # trainer + its responders on this node (GPU memory)
     run = prepare_verl_run(recipe, cfg, write=not dry_run, resume=resume)
-    if dry_run:
-        typer.echo(run.shell())
+    if dry_run or not memory.fits:
+        typer.echo(run.shell() if dry_run else "", nl=dry_run)
+        typer.echo(memory.text(), err=not memory.fits)
+        if not memory.fits:
+            raise typer.Exit(2)
         return
     if not resume and latest_verl_step(run.output_dir) is not None:
         typer.echo(

@@ -72,6 +72,11 @@ class ServeConfig(Section):
     python: str | None = None  # python of the vLLM venv; None: $PROUR_VLLM_PYTHON, else this one
     startup_timeout_s: float = Field(900.0, gt=0)  # per server, from launch to a healthy /health
     log_dir: str = "serve"  # server logs; relative to the run directory
+    # Memory of each GPU of the node (prour.cluster.gpu_plan); the paper's H100s have 80 GiB.
+    gpu_memory_gib: float = Field(80.0, gt=0)
+    # The train stage's servers (strict_user, verifier) share the trainer's node and GPUs, as on
+    # the paper's single node; false: they run elsewhere and the train plan counts the trainer only.
+    colocate_train: bool = True
     # Model id -> server. Empty: one server with the defaults below per distinct model id of the
     # openai roles without base_url (prour.cluster.recipe.served_models).
     models: dict[str, ServedModel] = {}

@@ -21,6 +21,7 @@ from typing import Any
 
 from prour.cluster.config import ServedModel
 from prour.cluster.endpoints import endpoints_path, read_endpoints, write_endpoints
+from prour.cluster.gpu_plan import GpuPlan, GpuPlanError, gpu_plan
 from prour.cluster.recipe import nothing_to_serve, served_models, served_roles
 from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
 from prour.config import MODEL_ROLES, Recipe
@@ -294,6 +295,17 @@ class ServerGroup:
             server.stop()
 
 
+def check_memory(recipe: Recipe, plans: Sequence[ServerPlan]) -> GpuPlan:
+    """The GPU memory plan of these servers on this node; :class:`ServeError` with its numbers
+    when they cannot fit."""
+    plan = gpu_plan(recipe, "serve", {p.model_id: p.spec for p in plans})
+    try:
+        plan.check()
+    except GpuPlanError as exc:
+        raise ServeError(str(exc)) from None
+    return plan
+
+
 def refuse_if_serving(path: Path) -> None:
     """Refuse to start when a live ``prour serve`` on this node already owns the endpoints file."""
     record = read_endpoints(path)
@@ -319,6 +331,7 @@ def serve(
     path = endpoints or endpoints_path(recipe)
     refuse_if_serving(path)
     plans = plan_servers(recipe, roles)
+    check_memory(recipe, plans)
     group = ServerGroup(plans, recipe.serve.python, recipe.serve.startup_timeout_s)
     started = time.monotonic()
     try:

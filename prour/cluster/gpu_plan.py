@@ -1,0 +1,280 @@
+"""GPU memory plan of one node: what each GPU holds during a stage, and whether it fits.
+
+The paper trains on one node with two 80 GiB H100s (A.2.1): the FSDP actor of the Qwen3-1.7B
+policy with its AdamW state, verl's vLLM rollout at ``gpu_memory_utilization`` 0.2, and the
+frozen Qwen3-8B responders (strict user, verifier) served by vLLM beside them. The plan adds up,
+per GPU, in GiB:
+
+* a vLLM server: its share ``gpu_memory_utilization x GPU memory`` on each of its GPUs (vLLM
+  reserves exactly that); inside it the weights (parameters x dtype bytes / tensor parallel) and
+  a reserve for activations and CUDA graphs must leave KV cache for one ``max_model_len``
+  sequence, or vLLM refuses to start;
+* the verl trainer (``train.backend: verl``), per GPU of ``nnodes x n_gpus_per_node``: fp32
+  parameters, fp32 gradients and AdamW's two fp32 moments, i.e. 16 bytes per parameter sharded
+  by FSDP over the data-parallel GPUs; plus the larger of the rollout share (its vLLM sleeps
+  while the actor updates) and the update's activations: the fp32 logits of one micro-batch of
+  ``max_prompt_tokens + max_response_tokens`` tokens, held about three times (logits, log-probs,
+  entropy), and the hidden states gradient checkpointing keeps (bf16, one per layer);
+* a CUDA context per process on each GPU it uses.
+
+Parameter counts and shapes come from a local model folder's ``config.json`` when there is one,
+else from :data:`KNOWN_MODELS` (the hub configs of the paper's models). The reserves are
+estimates, marked as such; everything else is arithmetic on the recipe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prour.cluster.config import VLLM_DEFAULT_GPU_SHARE, ServedModel
+from prour.cluster.recipe import served_models, served_roles
+from prour.config import Recipe
+
+GIB = 1024**3
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}  # auto: Qwen3's bfloat16
+TRAIN_STATE_BYTES = 16  # fp32 params (4) + fp32 grads (4) + AdamW exp_avg and exp_avg_sq (8)
+LOGIT_COPIES = 3  # fp32 logits, log-probs and the entropy term of one micro-batch (estimate)
+VLLM_RESERVE_GIB = 1.5  # per vLLM instance and GPU: activations, sampler, CUDA graphs (estimate)
+CUDA_CONTEXT_GIB = 0.5  # per process and GPU (estimate)
+
+# Roles each stage calls; a stage's plan holds the servers of these roles.
+STAGE_ROLES: dict[str, tuple[str, ...]] = {
+    "collect": ("agent", "user", "teacher"),
+    "normalize": ("normalizer",),
+    "calibrate": ("decomposer", "annotator", "router"),
+    "extract": ("decomposer",),
+    "train": ("strict_user", "verifier"),
+    "eval": ("agent", "user", "decomposer", "verifier", "generator", "router", "judge"),
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan needs of a decoder-only transformer."""
+
+    params: int
+    layers: int
+    hidden: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """Key and value of every layer for one token."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
+    """Shape and parameter count of a Qwen3/Llama-style dense model from its ``config.json``
+    (attention with separate q/k/v/o projections, gated MLP, RMS norms, q/k norms)."""
+    hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    heads = int(cfg["num_attention_heads"])
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    vocab, ffn = int(cfg["vocab_size"]), int(cfg["intermediate_size"])
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads) + 2 * head_dim
+    per_layer = attention + 3 * hidden * ffn + 2 * hidden
+    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    params = layers * per_layer + embeddings + hidden
+    return ModelShape(params, layers, hidden, kv_heads, head_dim, vocab)
+
+
+def _qwen3(hidden: int, layers: int, heads: int, ffn: int, tied: bool) -> ModelShape:
+    return shape_from_config(
+        {
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "vocab_size": 151936,
+            "intermediate_size": ffn,
+            "tie_word_embeddings": tied,
+        }
+    )
+
+
+# The paper's models, from their config.json on the Hugging Face hub (Qwen/Qwen3-*): 1.72 B,
+# 8.19 B and 32.76 B parameters, matching the model cards' 1.7B / 8.2B / 32.8B.
+KNOWN_MODELS: dict[str, ModelShape] = {
+    "Qwen/Qwen3-1.7B": _qwen3(2048, 28, 16, 6144, tied=True),
+    "Qwen/Qwen3-8B": _qwen3(4096, 36, 32, 12288, tied=False),
+    "Qwen/Qwen3-32B": _qwen3(5120, 64, 64, 25600, tied=False),
+}
+
+
+class GpuPlanError(ValueError):
+    """The recipe's models do not fit the node's GPUs (the message carries the numbers)."""
+
+
+def model_shape(model_id: str, path: str | None = None) -> ModelShape | None:
+    """The shape from ``path``'s (or a local ``model_id``'s) config.json, else the known table."""
+    for candidate in (path, model_id):
+        if candidate and (Path(candidate) / "config.json").is_file():
+            cfg = json.loads((Path(candidate) / "config.json").read_text())
+            return shape_from_config(cfg.get("text_config", cfg))
+    return KNOWN_MODELS.get(model_id) or (KNOWN_MODELS.get(path) if path else None)
+
+
+@dataclass
+class GpuPlan:
+    """Per-GPU memory of one stage on one node; ``problems`` is empty when it fits."""
+
+    stage: str
+    gpu_gib: float
+    n_gpus: int
+    uses: dict[int, list[tuple[str, float]]] = field(default_factory=lambda: defaultdict(list))
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, gpu: int, what: str, gib: float) -> None:
+        self.uses[gpu].append((what, gib))
+
+    def total(self, gpu: int) -> float:
+        return sum(gib for _, gib in self.uses.get(gpu, []))
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def text(self) -> str:
+        """The plan as printed by the dry-runs: one line per GPU with its parts, then problems."""
+        lines = [f"GPU memory plan, stage {self.stage}: {self.n_gpus} x {self.gpu_gib:g} GiB"]
+        for gpu in range(self.n_gpus):
+            parts = " + ".join(f"{what} {gib:.1f}" for what, gib in self.uses.get(gpu, []))
+            lines.append(
+                f"  GPU {gpu}: {self.total(gpu):.1f} / {self.gpu_gib:g} GiB = {parts or 'nothing'}"
+            )
+        lines += [f"  note: {note}" for note in self.notes]
+        lines += [f"  does not fit: {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+    def check(self) -> None:
+        """Raise :class:`GpuPlanError` with the plan's numbers when it does not fit."""
+        if self.problems:
+            raise GpuPlanError(self.text())
+
+
+def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel) -> None:
+    """Add one vLLM server; a share too small for weights + one full-length sequence is a problem.
+    A server without ``gpus`` runs on whatever GPUs its job is given: checked, not placed."""
+    share = spec.gpu_memory_utilization or VLLM_DEFAULT_GPU_SHARE
+    share_gib = share * plan.gpu_gib
+    for gpu in spec.gpus or []:
+        plan.add(gpu, f"{model_id} vLLM ({share:g})", share_gib)
+        plan.add(gpu, "CUDA context", CUDA_CONTEXT_GIB)
+    if spec.gpus is None:
+        plan.notes.append(
+            f"{model_id}: no serve.models.{model_id}.gpus, so it is not placed "
+            f"(it takes {share:g} of the GPUs it inherits)"
+        )
+    shape = model_shape(model_id, spec.path)
+    if shape is None:
+        plan.notes.append(
+            f"{model_id}: size unknown (no config.json, not a known model); its "
+            f"share is counted, its weights are not checked"
+        )
+        return
+    key = f"serve.models.{model_id}"
+    tp = spec.tensor_parallel_size
+    weights = shape.params * DTYPE_BYTES[spec.dtype] / tp / GIB
+    kv_needed = shape.kv_bytes_per_token(DTYPE_BYTES[spec.dtype]) * spec.max_model_len / tp / GIB
+    kv_left = share_gib - weights - VLLM_RESERVE_GIB
+    if kv_left < kv_needed:
+        plan.problems.append(
+            f"{key}: gpu_memory_utilization {share:g} x {plan.gpu_gib:g} GiB = {share_gib:.1f} GiB "
+            f"per GPU holds {weights:.1f} GiB of weights + {VLLM_RESERVE_GIB:g} GiB reserve, "
+            f"leaving {kv_left:.1f} GiB of KV cache < {kv_needed:.1f} GiB for one "
+            f"{spec.max_model_len}-token sequence; raise the share or tensor_parallel_size, or "
+            f"lower max_model_len"
+        )
+
+
+def plan_trainer(plan: GpuPlan, recipe: Recipe) -> None:
+    """Add the verl trainer of ``models.generator`` on every GPU of one node."""
+    train = recipe.train
+    if train is None or train.backend != "verl":
+        return
+    verl = train.verl
+    policy = recipe.models.get("generator")
+    model_id = (policy.path or policy.model or "") if policy else ""
+    shape = model_shape(model_id, policy.path if policy else None)
+    if shape is None:
+        plan.notes.append(
+            f"models.generator {model_id!r}: size unknown; the trainer is not counted"
+        )
+        return
+    data_parallel = verl.nnodes * verl.n_gpus_per_node
+    states = shape.params * TRAIN_STATE_BYTES / data_parallel / GIB
+    tokens = recipe.data.max_prompt_tokens + train.rollout.max_response_tokens
+    logits = tokens * shape.vocab * 4 * LOGIT_COPIES * train.ppo.micro_batch_size / GIB
+    hidden = shape.layers * tokens * shape.hidden * 2 * train.ppo.micro_batch_size / GIB
+    rollout = verl.gpu_memory_utilization * plan.gpu_gib
+    for gpu in range(verl.n_gpus_per_node):
+        plan.add(gpu, "FSDP actor params+grads+AdamW (fp32, 16 B/param)", states)
+        if rollout >= logits + hidden:
+            plan.add(gpu, f"rollout vLLM ({verl.gpu_memory_utilization:g})", rollout)
+        else:
+            plan.add(gpu, "update activations (fp32 logits x3, checkpoints)", logits + hidden)
+        plan.add(gpu, "CUDA contexts", 2 * CUDA_CONTEXT_GIB)
+    rollout_weights = shape.params * 2 / verl.tensor_parallel_size / GIB
+    if rollout - rollout_weights - VLLM_RESERVE_GIB <= 0:
+        plan.problems.append(
+            f"train.verl.gpu_memory_utilization {verl.gpu_memory_utilization:g} x "
+            f"{plan.gpu_gib:g} GiB = {rollout:.1f} GiB cannot hold the policy's "
+            f"{rollout_weights:.1f} GiB of bf16 weights + {VLLM_RESERVE_GIB:g} GiB reserve"
+        )
+
+
+def stage_servers(recipe: Recipe, stage: str) -> dict[str, ServedModel]:
+    """The servers a stage's roles use (``serve``: every server the recipe starts)."""
+    specs, users = served_models(recipe), served_roles(recipe)
+    if stage == "serve":
+        return {m: specs[m] for m, roles in users.items() if roles}
+    wanted = set(STAGE_ROLES[stage])
+    return {m: specs[m] for m, roles in users.items() if wanted & set(roles)}
+
+
+def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None = None) -> GpuPlan:
+    """The node's memory during ``stage`` (a key of :data:`STAGE_ROLES`, or ``serve``): its
+    servers (``servers`` when given, e.g. those of ``prour serve --roles``), plus the verl
+    trainer for ``train`` (beside its servers when ``serve.colocate_train``, the paper's node)."""
+    if stage != "serve" and stage not in STAGE_ROLES:
+        raise ValueError(f"unknown stage {stage!r}; valid: serve, {', '.join(STAGE_ROLES)}")
+    servers = stage_servers(recipe, stage) if servers is None else servers
+    if stage == "train" and not recipe.serve.colocate_train:
+        servers = {}
+    listed = [gpu for spec in servers.values() for gpu in spec.gpus or []]
+    trainer_gpus = recipe.train.verl.n_gpus_per_node if stage == "train" and recipe.train else 0
+    plan = GpuPlan(
+        stage, recipe.serve.gpu_memory_gib, max([trainer_gpus, *(g + 1 for g in listed)])
+    )
+    for model_id, spec in servers.items():
+        plan_server(plan, model_id, spec)
+    if stage == "train":
+        plan_trainer(plan, recipe)
+        others = sorted(set(stage_servers(recipe, "serve")) - set(servers))
+        if others and servers:
+            plan.notes.append(
+                f"counts only the train stage's servers; stop {', '.join(others)} on this node "
+                f"while training (`prour serve --roles {','.join(STAGE_ROLES['train'])}`)"
+            )
+    for gpu in range(plan.n_gpus):
+        if plan.total(gpu) > plan.gpu_gib + 1e-9:
+            parts = ", ".join(f"{what} {gib:.1f}" for what, gib in plan.uses[gpu])
+            plan.problems.append(
+                f"GPU {gpu} needs {plan.total(gpu):.1f} GiB > {plan.gpu_gib:g} GiB ({parts})"
+            )
+    return plan
+
+
+def check_stage(recipe: Recipe, stage: str) -> GpuPlan:
+    """The stage's plan, or :class:`GpuPlanError` with its numbers when it does not fit (the
+    check ``prour validate --preflight`` and the dry-runs share)."""
+    plan = gpu_plan(recipe, stage)
+    plan.check()
+    return plan

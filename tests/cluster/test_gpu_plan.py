@@ -1,0 +1,102 @@
+"""The GPU memory plan against numbers worked out by hand (prour.cluster.gpu_plan)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from cluster_helpers import write_recipe
+
+from prour.cluster.gpu_plan import KNOWN_MODELS, GpuPlanError, check_stage, gpu_plan, model_shape
+from prour.cluster.recipe import load_cluster_recipe
+from prour.cluster.serve import ServeError, serve
+
+PAPER = Path(__file__).resolve().parents[2] / "recipes" / "paper.yaml"
+GIB = 2**30
+
+
+def test_parameter_counts_of_the_papers_models() -> None:
+    """Qwen3-1.7B per layer: q, k+v, o = 3 x 4,194,304; q/k norms 256; MLP 3 x 2048 x 6144 =
+    37,748,736; two layer norms 4,096 -> 50,336,000 x 28 = 1,409,408,000; tied embeddings
+    151,936 x 2048 = 311,164,928; final norm 2,048. Qwen3-8B per layer: q 16,777,216, k+v
+    8,388,608, o 16,777,216, norms 256, MLP 150,994,944, layer norms 8,192 -> 192,946,432 x 36;
+    untied embeddings 2 x 622,329,856; final norm 4,096."""
+    assert KNOWN_MODELS["Qwen/Qwen3-1.7B"].params == 1_409_408_000 + 311_164_928 + 2_048
+    assert KNOWN_MODELS["Qwen/Qwen3-8B"].params == 192_946_432 * 36 + 2 * 622_329_856 + 4_096
+    # KV cache: 2 (K, V) x 36 layers x 8 heads x 128 dims x 2 bytes = 147,456 bytes per token
+    assert KNOWN_MODELS["Qwen/Qwen3-8B"].kv_bytes_per_token(2) == 147_456
+    assert round(KNOWN_MODELS["Qwen/Qwen3-32B"].params / 1e9, 2) == 32.76  # model card: 32.8B
+
+
+def test_a_local_config_json_wins_over_the_table(tmp_path: Path) -> None:
+    """hidden 128, 2 layers, 4 heads, 2 KV heads of 32: attention 128 x 32 x (8 + 4) + 64 =
+    49,216; MLP 3 x 128 x 384 = 147,456; layer norms 256 -> 196,928 per layer; tied embeddings
+    1,000 x 128; final norm 128."""
+    cfg = {
+        "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000,
+        "intermediate_size": 384, "tie_word_embeddings": True,
+    }  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shape = model_shape("Qwen/Qwen3-8B", str(tmp_path))
+    assert shape is not None and shape.params == 2 * 196_928 + 128_000 + 128
+    assert model_shape("someone/unknown") is None
+
+
+def test_the_papers_train_node() -> None:
+    """GPU 1 holds the Qwen3-8B server (0.45 x 80 = 36 GiB), the FSDP shard of the 1.7B policy
+    (1,720,574,976 params x 16 B / 2 GPUs), the rollout (0.2 x 80 = 16 GiB) and three CUDA
+    contexts of 0.5 GiB; GPU 0 the same without the server."""
+    plan = check_stage(load_cluster_recipe(PAPER), "train")
+    shard = 1_720_574_976 * 16 / 2 / GIB  # 12.82 GiB
+    assert plan.n_gpus == 2 and plan.gpu_gib == 80
+    assert plan.total(0) == pytest.approx(shard + 16 + 1.0)
+    assert plan.total(1) == pytest.approx(36 + 0.5 + shard + 16 + 1.0)
+    assert "stop Qwen/Qwen3-32B on this node while training" in plan.text()
+    serving = check_stage(load_cluster_recipe(PAPER), "serve")  # 8B + the 32B's half on GPU 1
+    assert serving.total(1) == pytest.approx(36 + 0.5 + 40 + 0.5)
+
+
+def test_a_share_too_small_for_the_weights_and_one_sequence_is_refused() -> None:
+    """0.2 x 80 = 16 GiB - 15.26 GiB of bf16 weights (8,190,735,360 x 2 B) - 1.5 GiB reserve =
+    -0.76 GiB of KV cache, but one 32,768-token sequence needs 147,456 x 32,768 B = 4.5 GiB."""
+    recipe = load_cluster_recipe(PAPER, ["serve.models.Qwen/Qwen3-8B.gpu_memory_utilization=0.2"])
+    with pytest.raises(GpuPlanError) as info:
+        check_stage(recipe, "train")
+    assert (
+        "serve.models.Qwen/Qwen3-8B: gpu_memory_utilization 0.2 x 80 GiB = 16.0 GiB per GPU holds "
+        "15.3 GiB of weights + 1.5 GiB reserve, leaving -0.8 GiB of KV cache < 4.5 GiB for one "
+        "32768-token sequence" in str(info.value)
+    )
+
+
+def test_a_smaller_gpu_overflows_with_the_sum_named() -> None:
+    """On 40 GiB GPUs GPU 1 needs 18 + 0.5 + 12.82 + 8 + 1 = 40.3 GiB."""
+    plan = gpu_plan(load_cluster_recipe(PAPER, ["serve.gpu_memory_gib=40"]), "train")
+    assert not plan.fits
+    assert any(p.startswith("GPU 1 needs 40.3 GiB > 40 GiB") for p in plan.problems)
+    apart = gpu_plan(
+        load_cluster_recipe(PAPER, ["serve.gpu_memory_gib=40", "serve.colocate_train=false"]),
+        "train",
+    )
+    assert apart.fits and apart.total(1) == pytest.approx(1_720_574_976 * 8 / GIB + 8 + 1)
+
+
+def test_serve_refuses_servers_that_cannot_share_a_gpu(tmp_path: Path) -> None:
+    """Shares of 0.5 + 0.5 pass the config check (at most 1.0) but leave no room for the two
+    CUDA contexts: 81 GiB on an 80 GiB GPU; nothing starts, no endpoints file is written."""
+    models = {name: {"gpus": [0], "gpu_memory_utilization": 0.5} for name in ("a", "b")}
+    data = {
+        "name": "tight",
+        "run_dir": str(tmp_path / "run"),
+        "models": {"user": {"backend": "openai", "model": "a"},
+                   "judge": {"backend": "openai", "model": "b"}},
+        "serve": {"python": sys.executable, "models": models},
+    }  # fmt: skip
+    recipe = load_cluster_recipe(write_recipe(tmp_path / "r.yaml", data))
+    with pytest.raises(ServeError, match=r"GPU 0 needs 81.0 GiB > 80 GiB"):
+        serve(recipe, threading.Event())
+    assert not (tmp_path / "run" / "endpoints.json").exists()
