@@ -96,3 +96,53 @@ def test_extends_refuses_a_cycle_and_names_a_missing_base(tmp_path: Path):
     (tmp_path / "c.yaml").write_text("extends: gone.yaml\nname: c\n")
     with pytest.raises(ConfigError, match=r"gone.yaml \(extended by .*c.yaml\)"):
         load_recipe(tmp_path / "c.yaml")
+
+
+PAPER = Path(__file__).resolve().parents[1] / "recipes" / "paper.yaml"
+PAPER_ROLES = {  # prour paper §4, A.2: role -> model (annotator and judge: see the recipe)
+    "generator": "Qwen/Qwen3-1.7B", "agent": "Qwen/Qwen3-8B", "user": "Qwen/Qwen3-8B",
+    "decomposer": "Qwen/Qwen3-8B", "strict_user": "Qwen/Qwen3-8B", "verifier": "Qwen/Qwen3-8B",
+    "router": "Qwen/Qwen3-8B", "normalizer": "Qwen/Qwen3-8B", "teacher": "Qwen/Qwen3-32B",
+    "annotator": "Qwen/Qwen3-32B", "judge": "Qwen/Qwen3-32B",
+}  # fmt: skip
+
+
+def test_paper_recipe_is_the_whole_run():
+    """Every role the paper names, each frozen one served by `prour serve` (no fixed base_url);
+    every stage finds the roles it needs; the paper's data, router and eval numbers."""
+    from prour.cluster.gpu_plan import STAGE_ROLES
+    from prour.cluster.recipe import load_cluster_recipe, served_roles
+    from prour.eval.methods import METHODS
+
+    recipe = load_cluster_recipe(PAPER)
+    assert {r: m.path or m.model for r, m in recipe.models.items()} == PAPER_ROLES
+    served = {role for roles in served_roles(recipe).values() for role in roles}
+    assert served == set(PAPER_ROLES) - {"generator"}
+    assert not any(m.base_url for m in recipe.models.values())
+    for stage, roles in STAGE_ROLES.items():
+        assert set(roles) - {"generator"} <= set(recipe.models), stage
+    for method in recipe.eval.methods:
+        assert set(METHODS.get(method).roles) <= set(recipe.models), method
+    assert set(recipe.eval.methods) == set(METHODS.names()) - {"oracle"}
+    assert (recipe.data.num_trajectories, recipe.data.max_decisions) == (500, 16)
+    assert (recipe.router.n_interpretations, recipe.router.n_actions) == (5, 4)
+    assert (recipe.router.tau_au, recipe.router.tau_eu) == (None, None)  # from prour calibrate
+    assert (recipe.eval.seeds, recipe.eval.domains) == ([0, 1, 2], ["retail", "airline"])
+
+
+def test_every_number_in_the_paper_recipe_says_where_it_comes_from():
+    """A numeric value carries a comment on its line or in the comment block just above it."""
+    import re
+
+    lines = PAPER.read_text().splitlines()
+    numeric = re.compile(r"^\s*[\w/.-]+:\s*(\[[\d.,\s-]+\]|-?[\d.]+(e-?\d+)?|\"[\d]+G\")\s*(#.*)?$")
+    bare = []
+    for number, line in enumerate(lines):
+        above = number
+        while above >= 0 and numeric.match(lines[above]) and "#" not in lines[above]:
+            above -= 1  # numbers grouped under one comment, or a number with its own comment
+        if above == number and numeric.match(line) is None:
+            continue
+        if above < 0 or "#" not in lines[above]:
+            bare.append(f"{number + 1}: {line.strip()}")
+    assert not bare, "numbers without a source comment:\n" + "\n".join(bare)

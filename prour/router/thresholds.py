@@ -16,8 +16,9 @@ from prour.router.calibration import Calibration
 from prour.router.config import RouterConfig
 
 
-class ThresholdsNotFound(LookupError):
-    """No thresholds for this decomposer model in this file."""
+class ThresholdsNotFound(LookupError, ValueError):
+    """No thresholds for this decomposer model in this file (a ValueError too, so that every
+    stage reports it as the one-line setup error it is)."""
 
 
 @dataclass(frozen=True)
@@ -118,15 +119,19 @@ def load_thresholds(path: str | Path, model_id: str) -> Thresholds:
     return ThresholdStore(path).get(model_id)
 
 
-def router_thresholds(router: RouterConfig, model_id: str) -> tuple[float, float]:
+def router_thresholds(
+    router: RouterConfig, model_id: str, calibrated: str | Path | None = None
+) -> tuple[float, float]:
     """(τ_AU, τ_EU): ``router.tau_au``/``tau_eu`` if set, else the pair calibrated for
-    ``model_id`` in ``router.thresholds_file``."""
+    ``model_id`` in ``router.thresholds_file``, else in ``calibrated`` (where `prour calibrate`
+    writes them by default)."""
     if router.tau_au is not None and router.tau_eu is not None:
         return router.tau_au, router.tau_eu
-    if not router.thresholds_file:
+    path = router.thresholds_file or calibrated
+    if not path:
         raise ValueError(
             "router: no thresholds; set router.tau_au and router.tau_eu, or "
             "router.thresholds_file (written by `prour calibrate`)"
         )
-    found = load_thresholds(router.thresholds_file, model_id)
+    found = load_thresholds(path, model_id)
     return found.tau_au, found.tau_eu

@@ -380,6 +380,7 @@ def test_a_recipe_that_serves_nothing_is_refused_and_publishes_nothing(tmp_path:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert done.returncode == 1
     assert done.stderr.startswith("error: nothing to serve: no openai role of recipe 'nothing'")

@@ -76,3 +76,25 @@ def test_built_decomposer_reads_the_thresholds_of_its_model(tmp_path: Path) -> N
     assert "get_order_details" in decomposer.catalog.names
     with pytest.raises(ThresholdsNotFound, match="glm-4-32b"):
         decomposer_of("glm-4-32b")
+
+
+def test_stages_read_the_thresholds_where_calibrate_writes_them(tmp_path: Path) -> None:
+    """Without router.thresholds_file a routing stage reads <run_dir>/calibration/thresholds.json
+    (calibrate's default output); while it is missing, the stage's error is one line naming the
+    file, the decomposer model and the fix."""
+    from prour.build import Builder
+    from prour.config import Recipe
+    from prour.llm.scripted import ScriptedLLM
+    from prour.router.pipeline import thresholds_path
+
+    model = ModelConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="qwen3-8b")
+    recipe = Recipe(name="t", run_dir=str(tmp_path / "run"), models={"decomposer": model})
+    with pytest.raises(ValueError) as info:  # ThresholdsNotFound is a ValueError too
+        Builder(recipe, {"decomposer": ScriptedLLM()}).thresholds()
+    message = str(info.value)
+    assert "\n" not in message and "run `prour calibrate`" in message
+    assert str(tmp_path / "run" / "calibration" / "thresholds.json") in message
+    assert "'openai:qwen3-8b'" in message
+    fit = calibrate([0.3, 0.0], [0.0, 0.0], ["clarify", "act"])
+    save_thresholds(thresholds_path(recipe), "openai:qwen3-8b", fit, "d")
+    assert Builder(recipe, {"decomposer": ScriptedLLM()}).thresholds() == (0.01, 0.01)
