@@ -56,7 +56,7 @@ def submit(
     from prour.cluster.jobs import SubmitError, dry_run_text
     from prour.cluster.jobs import submit as submit_jobs
     from prour.cluster.recipe import load_cluster_recipe
-    from prour.cluster.slurm import RenderError, SubmitRequest, plan_submission
+    from prour.cluster.slurm import RenderError, SubmitRequest, plan_submission, refuse_empty_serve
     from prour.config import ConfigError
 
     items = list(overrides or [])
@@ -71,6 +71,7 @@ def submit(
             Path.cwd(),
             checkpoint,
         )
+        refuse_empty_serve(loaded, request.stages)
         plans = plan_submission(loaded, request)
     except (ConfigError, RenderError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

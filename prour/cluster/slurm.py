@@ -378,6 +378,13 @@ def plan_stage(
     )
 
 
+def refuse_empty_serve(recipe: Recipe, stages: list[str]) -> None:
+    """A serve stage for a recipe that serves nothing would fail at run time: refuse it now."""
+    why_not = nothing_to_serve(recipe)
+    if "serve" in stages and why_not:
+        raise ValueError(f"--stages serve: {why_not}; leave serve out of --stages")
+
+
 def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
     """Scripts for the requested stages in pipeline order, each depending on the one before.
 
@@ -390,10 +397,7 @@ def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
         raise ValueError(
             f"--stages: unknown {unknown or 'empty list'}; valid: {', '.join(STAGES)}"
         )
-    why_not = nothing_to_serve(recipe)
-    if "serve" in request.stages and why_not:
-        raise ValueError(f"--stages serve: {why_not}; leave serve out of --stages")
-    serves = why_not is None
+    serves = nothing_to_serve(recipe) is None
     trains = {"train", "export"} & set(request.stages)
     if trains and "eval" in request.stages and not request.checkpoint:
         request.checkpoint = str(request.workdir / train_output_dir(recipe))

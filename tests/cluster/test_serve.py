@@ -416,3 +416,18 @@ def free_tcp_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_slurm_submit_refuses_a_serve_stage_that_would_serve_nothing(tmp_path: Path) -> None:
+    """The serve job would fail at once (nothing to serve): `prour slurm submit` refuses it
+    before submitting anything, naming why."""
+    data = {"name": "inproc", "models": {"generator": {"backend": "hf", "path": "gen"}}}
+    path = write_recipe(tmp_path / "r.yaml", data)
+    done = subprocess.run(
+        [sys.executable, "-m", "prour.cli.main", "slurm", "submit", "--recipe", str(path),
+         "--stages", "serve,train", "--dry-run", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--stages serve: nothing to serve" in done.stderr
+    assert "models.generator: hf" in done.stderr and "leave serve out of --stages" in done.stderr

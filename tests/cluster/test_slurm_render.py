@@ -131,9 +131,7 @@ def test_templates_are_valid_bash_and_fill_every_setting(template: str, tmp_path
     train = verl_train(nnodes=2, gpus=4, mini_batch_states=4) if "multinode" in template else {}
     stage = next(s for s, name in TEMPLATES.items() if name == template).replace("_multinode", "")
     stage = {"stage": "collect"}.get(stage, stage)  # stage.sbatch serves the one-command stages
-    data = base_recipe(tmp_path, train=train)
-    data["models"]["verifier"] = {"backend": "openai", "model": "Qwen/Qwen3-8B"}  # one to serve
-    _, plans = plan(tmp_path, data, stages=[stage])
+    _, plans = plan(tmp_path, base_recipe(tmp_path, train=train), stages=[stage])
     script = plans[0].script
     bash_syntax_ok(script, tmp_path, f"rendered-{template}")
     block = script[script.index(BLOCK_START) : script.index(BLOCK_END)]
@@ -177,21 +175,19 @@ def test_render_refuses_a_template_without_settings_block_or_with_leftovers() ->
 
 
 def test_dry_run_shows_the_dependency_chain(tmp_path: Path) -> None:
-    loaded, plans = plan(tmp_path, base_recipe(tmp_path), stages=("train", "eval"))
+    loaded, plans = plan(tmp_path, base_recipe(tmp_path))
     text = dry_run_text(plans, loaded)
-    assert "JOB_TRAIN=$(sbatch --parsable " in text
+    assert "JOB_SERVE=$(sbatch --parsable " in text
+    assert (
+        "JOB_TRAIN=$(sbatch --parsable --dependency=afterok:$JOB_SERVE --kill-on-invalid-dep=yes"
+        in text
+    )
     assert (
         "JOB_EVAL=$(sbatch --parsable --dependency=afterok:$JOB_TRAIN --kill-on-invalid-dep=yes"
         in text
     )
-    assert text.count("#!/bin/bash") == 2
+    assert text.count("#!/bin/bash") == 3
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
-
-
-def test_a_serve_stage_that_would_serve_nothing_is_refused(tmp_path: Path) -> None:
-    """No openai role without base_url: the serve job would start nothing, so submit refuses."""
-    with pytest.raises(ValueError, match=r"--stages serve: nothing to serve.*models.generator: hf"):
-        plan(tmp_path, base_recipe(tmp_path))
 
 
 def test_served_models_make_dependants_start_with_the_servers(tmp_path: Path) -> None:
