@@ -123,7 +123,8 @@ def test_paper_recipe_is_the_whole_run():
         assert set(roles) - {"generator"} <= set(recipe.models), stage
     for method in recipe.eval.methods:
         assert set(METHODS.get(method).roles) <= set(recipe.models), method
-    assert set(recipe.eval.methods) == set(METHODS.names()) - {"oracle"}
+    ours = {"base", "prour", "clarify-only", "verify-only", "llm-router"}  # A.2.1 + ablations
+    assert ours <= set(recipe.eval.methods) <= set(METHODS.names()) - {"oracle"}
     assert (recipe.data.num_trajectories, recipe.data.max_decisions) == (500, 16)
     assert (recipe.router.n_interpretations, recipe.router.n_actions) == (5, 4)
     assert (recipe.router.tau_au, recipe.router.tau_eu) == (None, None)  # from prour calibrate
