@@ -13,8 +13,9 @@ per GPU, in GiB:
   parameters, fp32 gradients and AdamW's two fp32 moments, i.e. 16 bytes per parameter sharded
   by FSDP over the data-parallel GPUs; plus the larger of the rollout share (its vLLM sleeps
   while the actor updates) and the update's activations: the fp32 logits of one micro-batch of
-  ``max_prompt_tokens + max_response_tokens`` tokens, held about three times (logits, log-probs,
-  entropy), and the hidden states gradient checkpointing keeps (bf16, one per layer);
+  ``max_prompt_tokens + max_response_tokens`` tokens, held about five times (logits, log-probs,
+  entropy and their gradients; fitted to a measured update), and the hidden states gradient
+  checkpointing keeps (bf16, one per layer);
 * a CUDA context per process on each GPU it uses.
 
 Parameter counts and shapes come from a local model folder's ``config.json`` when there is one,
@@ -37,7 +38,11 @@ from prour.config import Recipe
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}  # auto: Qwen3's bfloat16
 TRAIN_STATE_BYTES = 16  # fp32 params (4) + fp32 grads (4) + AdamW exp_avg and exp_avg_sq (8)
-LOGIT_COPIES = 3  # fp32 logits, log-probs and the entropy term of one micro-batch (estimate)
+# fp32 vocabulary-wide tensors of one micro-batch (logits, log-probs, entropy, their gradients),
+# fitted to a measurement: one DAPO update at Qwen3-1.7B shape peaked at 34.5 GiB on one GPU
+# (benchmarks/RESULTS.md, gpu_step.py) = 25.6 GiB of fp32 state + 8.9 GiB, i.e. ~4.8 copies of
+# 3,160 x 151,936 fp32 logits beside the checkpointed hidden states.
+LOGIT_COPIES = 5
 VLLM_RESERVE_GIB = 1.5  # per vLLM instance and GPU: activations, sampler, CUDA graphs (estimate)
 CUDA_CONTEXT_GIB = 0.5  # per process and GPU (estimate)
 
@@ -219,7 +224,7 @@ def plan_trainer(plan: GpuPlan, recipe: Recipe) -> None:
         if rollout >= logits + hidden:
             plan.add(gpu, f"rollout vLLM ({verl.gpu_memory_utilization:g})", rollout)
         else:
-            plan.add(gpu, "update activations (fp32 logits x3, checkpoints)", logits + hidden)
+            plan.add(gpu, "update activations (fp32 logits x5, checkpoints)", logits + hidden)
         plan.add(gpu, "CUDA contexts", 2 * CUDA_CONTEXT_GIB)
     rollout_weights = shape.params * 2 / verl.tensor_parallel_size / GIB
     if rollout - rollout_weights - VLLM_RESERVE_GIB <= 0:

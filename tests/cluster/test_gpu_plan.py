@@ -74,15 +74,19 @@ def test_a_share_too_small_for_the_weights_and_one_sequence_is_refused() -> None
 
 
 def test_a_smaller_gpu_overflows_with_the_sum_named() -> None:
-    """On 40 GiB GPUs GPU 1 needs 18 + 0.5 + 12.82 + 8 + 1 = 40.3 GiB."""
+    """On 40 GiB GPUs the rollout share (0.2 x 40 = 8 GiB) is below the update's activations
+    (3,160 x 151,936 x 4 B x 5 = 8.94 GiB of logits + 28 x 3,160 x 2,048 x 2 B = 0.34 GiB of
+    hidden states), so GPU 1 needs 18 + 0.5 + 12.82 + 9.28 + 1 = 41.6 GiB."""
     plan = gpu_plan(load_cluster_recipe(PAPER, ["serve.gpu_memory_gib=40"]), "train")
     assert not plan.fits
-    assert any(p.startswith("GPU 1 needs 40.3 GiB > 40 GiB") for p in plan.problems)
+    assert any(p.startswith("GPU 1 needs 41.6 GiB > 40 GiB") for p in plan.problems)
     apart = gpu_plan(
         load_cluster_recipe(PAPER, ["serve.gpu_memory_gib=40", "serve.colocate_train=false"]),
         "train",
     )
-    assert apart.fits and apart.total(1) == pytest.approx(1_720_574_976 * 8 / GIB + 8 + 1)
+    activations = (3160 * 151_936 * 4 * 5 + 28 * 3160 * 2048 * 2) / GIB
+    assert apart.fits
+    assert apart.total(1) == pytest.approx(1_720_574_976 * 8 / GIB + activations + 1)
 
 
 def test_serve_refuses_servers_that_cannot_share_a_gpu(tmp_path: Path) -> None:
@@ -100,3 +104,16 @@ def test_serve_refuses_servers_that_cannot_share_a_gpu(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match=r"GPU 0 needs 81.0 GiB > 80 GiB"):
         serve(recipe, threading.Event())
     assert not (tmp_path / "run" / "endpoints.json").exists()
+
+
+def test_the_update_estimate_matches_the_measured_peak() -> None:
+    """benchmarks/RESULTS.md: one update at Qwen3-1.7B shape (micro-batch 1, 3,160 tokens, no
+    sharding) peaked at 34.5 GiB. The plan's parts for one GPU and no rollout: 16 B/param of
+    fp32 state + fp32 logits x LOGIT_COPIES + bf16 checkpointed hidden states."""
+    from prour.cluster.gpu_plan import LOGIT_COPIES
+
+    shape = KNOWN_MODELS["Qwen/Qwen3-1.7B"]
+    state = shape.params * 16 / GIB
+    logits = 3160 * shape.vocab * 4 * LOGIT_COPIES / GIB
+    hidden = shape.layers * 3160 * shape.hidden * 2 / GIB
+    assert state + logits + hidden == pytest.approx(34.5, abs=1.0)
