@@ -36,7 +36,11 @@ def _load(recipe: str, overrides: list[str] | None) -> Recipe:
 def _print_servers(record: dict[str, Any]) -> None:
     for model_id, server in (record.get("servers") or {}).items():
         roles = ", ".join(server.get("roles") or []) or "(no role)"
-        typer.echo(f"{model_id}: {server['base_url']}  pid {server.get('pid')}  roles: {roles}")
+        gpus = server.get("gpus")
+        where = ",".join(map(str, gpus)) if gpus is not None else "inherited"
+        typer.echo(
+            f"{model_id}: {server['base_url']}  pid {server.get('pid')}  GPUs {where}  roles: {roles}"
+        )
 
 
 def serve(
