@@ -252,6 +252,7 @@ def test_cli_serve_holds_until_sigterm(tmp_path: Path, fake_vllm_python: Path) -
             proc.kill()
     assert proc.returncode == 0, err
     assert "big: http://127.0.0.1:" in out
+    assert "GPUs inherited  roles: decomposer, user, verifier" in out
     assert not alive(record["servers"]["big"]["pid"])
     assert json.loads(endpoints.read_text())["status"] == "stopped"
 
