@@ -59,6 +59,26 @@ def parse_variant(text: str) -> tuple[str, int | None]:
     return name, budget
 
 
+class SaberConfig(Section):
+    """The ``saber`` baseline (prour.eval.baselines.saber): confirmation gate on tau2's WRITE tools,
+    targeted reflection, context cleaning."""
+
+    reflection: bool = True  # review each mutating proposal against the policy before asking
+    clean_context: bool = True  # the task agent sees stale tool results as short stubs
+    reflection_max_tokens: int = Field(256, ge=16)  # length of the review's JSON answer
+    reflection_attempts: int = Field(2, ge=1)  # tries at a valid JSON review (then: proceed)
+
+
+class SageAgentConfig(Section):
+    """The ``sage-agent`` baseline (prour.eval.baselines.sage_agent): EVPI questions about the
+    parameters of the agent's candidate tool calls."""
+
+    samples: int = Field(4, ge=1)  # candidate calls the agent's model adds per tool-call step
+    temperature: float = Field(1.0, gt=0)  # their sampling temperature
+    ask_cost: float = Field(0.1, ge=0)  # cost of any question: EVPI must exceed it to ask
+    repeat_cost: float = Field(1.0, ge=0)  # added per earlier question about the same aspect
+
+
 class EvalConfig(Section):
     """Settings of ``prour eval`` (prour paper section 4 and A.2.1; ask-less paper protocol)."""
 
@@ -85,6 +105,8 @@ class EvalConfig(Section):
     attention_policies: list[str] = Field(default_factory=list)
     judge: bool = True  # score delivered requests with models.judge after each episode
     classifier: Literal["judge", "heuristic"] = "judge"  # request labels: models.judge or rules
+    saber: SaberConfig = Field(default_factory=SaberConfig)  # the saber baseline's settings
+    sage_agent: SageAgentConfig = Field(default_factory=SageAgentConfig)  # sage-agent's settings
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,89 @@
+"""SABER's parts: tau2's WRITE tools as the mutating set, context cleaning, the review's JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prour.eval.baselines.saber import (
+    OLD_ERROR,
+    STALE_RESULT,
+    clean_context,
+    confirmation_text,
+    mutating_tools,
+    read_verdict,
+)
+from prour.llm.base import ToolCall
+
+
+def test_mutating_tools_are_taus_write_tools() -> None:
+    from tau2.environment.toolkit import ToolType
+
+    from prour.env.environment import new_environment
+
+    for domain in ("retail", "airline"):
+        tools = new_environment(domain).tools
+        writes = {n for n in tools.get_tools() if tools.tool_type(n) == ToolType.WRITE}
+        assert mutating_tools(domain) == writes
+    assert "cancel_pending_order" in mutating_tools("retail")
+    assert "get_order_details" not in mutating_tools("retail")
+    assert "book_reservation" in mutating_tools("airline")
+
+
+def _call(call_id: str, name: str, **arguments: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [{
+        "id": call_id, "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+
+def _result(call_id: str, name: str, content: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+
+def test_context_cleaning_stubs_superseded_results_and_old_errors_only() -> None:
+    messages = [
+        {"role": "system", "content": "policy"},
+        {"role": "user", "content": "Cancel order #W1."},
+        _call("c0", "get_order_details", order_id="#W1"),
+        _result("c0", "get_order_details", '{"status": "pending"}'),
+        _call("c1", "get_order_details", order_id="#W9"),
+        _result("c1", "get_order_details", "Error: order not found"),
+        {"role": "user", "content": "Sorry, #W2 as well."},
+        _call("c2", "get_order_details", order_id="#W2"),
+        _result("c2", "get_order_details", "Error: temporary failure"),
+        _call("c3", "get_order_details", order_id="#W1"),
+        _result("c3", "get_order_details", '{"status": "cancelled"}'),
+    ]
+    cleaned, count = clean_context(messages)
+    assert count == 2
+    assert cleaned[3]["content"] == STALE_RESULT  # #W1 read again later
+    assert cleaned[5]["content"] == OLD_ERROR  # an error before the latest user message
+    assert cleaned[8]["content"] == "Error: temporary failure"  # this block's error stays
+    assert cleaned[10]["content"] == '{"status": "cancelled"}'
+    assert [m.get("tool_call_id") for m in cleaned] == [m.get("tool_call_id") for m in messages]
+    assert messages[3]["content"] == '{"status": "pending"}'  # the transcript is not touched
+
+
+def test_confirmation_lists_every_mutating_call_with_its_arguments() -> None:
+    text = confirmation_text([ToolCall("cancel_pending_order",
+                                       {"order_id": "#W1", "reason": "no longer needed"})])
+    assert text == ("Before I make this change, please confirm that I should do the following:\n"
+                    '- cancel pending order (order_id: "#W1", reason: "no longer needed")\n'
+                    "Shall I go ahead? (yes/no)")
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    ({"verdict": "proceed"}, {"verdict": "proceed", "issue": ""}),
+    ({"verdict": "revise", "issue": " Check the order first. "},
+     {"verdict": "revise", "issue": "Check the order first."}),
+])
+def test_review_verdicts(data: dict, expected: dict) -> None:
+    assert read_verdict(data) == expected
+
+
+@pytest.mark.parametrize("data", [{"verdict": "revise"}, {"verdict": "maybe"},
+                                  {"verdict": "proceed", "why": "x"}])
+def test_invalid_reviews_are_rejected(data: dict) -> None:
+    with pytest.raises(ValueError):
+        read_verdict(data)
