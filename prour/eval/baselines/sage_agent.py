@@ -5,7 +5,8 @@ ACL 2026 (arXiv 2511.08798), as the Prour paper (section 4, A.2) re-implements i
 agent's backbone.
 
 What it does. Before the task agent's tool call runs, the agent's model proposes more candidate
-calls for the same step (one batched call, ``n`` samples). The candidates define a belief over
+calls for the same step (one batched call of ``eval.sage_agent.samples`` samples at
+``eval.sage_agent.temperature``, counted as role ``sampler``). The candidates define a belief over
 the intended call and, through their arguments, a structured uncertainty over each *aspect*: the
 tool name and every argument key. For an aspect ``a`` with value ``v_a(c)`` in candidate ``c``,
 the expected value of perfect information is the gain in the probability of executing the
@@ -14,15 +15,18 @@ intended call if the user told us ``a``::
     EVPI(a) = Σ_v max_{c : v_a(c) = v} p(c)  -  max_c p(c)
 
 The agent asks about the aspect with the largest ``EVPI(a) - cost(a)`` when that is positive,
-where ``cost(a) = sage.ask_cost + sage.repeat_cost × (times a was asked before)`` (the paper's
-aspect-based cost that keeps it from asking the same thing twice); otherwise the task agent's own
-call runs. The question names the aspect and the competing values the candidates hold.
+where ``cost(a) = ask_cost + repeat_cost × (times a was asked before)`` (``eval.sage_agent``; the
+paper's aspect-based cost that keeps it from asking the same thing twice); otherwise the task
+agent's own call runs. The question (turn tag ``clarify``) names the aspect and the values the
+candidates hold, most probable first; the decision (belief, EVPI and cost of every informative
+aspect, the aspect asked) is kept in the step meta.
 
 What prour simplified. The candidate set is the agent's own samples (no separate domain
 constraints or schema-enumerated parameter domains); the belief is their empirical frequency;
-only the first tool call of a turn is a candidate; a turn that writes to the user is never
-questioned; the question is a fixed template (the paper phrases it with the model); the belief is
-rebuilt each step from the dialogue, where the user's answer now is, instead of a Bayesian update.
+only the first tool call of a turn is a candidate, and samples that write to the user are left
+out; a turn that writes to the user is never questioned; the question is a fixed template (the
+paper phrases it with the model), so ``models.generator`` plays no part; the belief is rebuilt each
+step from the dialogue, where the user's answer now is, instead of a Bayesian update.
 """
 
 from __future__ import annotations
@@ -48,22 +52,21 @@ TOOL_ASPECT = "tool"
 """The aspect "which tool"; every other aspect is an argument key."""
 UNSET = "<not given>"
 """An argument a candidate leaves out."""
-MESSAGE = "<message to the user>"
-"""The tool aspect of a candidate that talks to the user instead of calling a tool."""
+SAMPLE_SEEDS = 1_000_000
+"""Offset of the candidates' seeds from the task agent's (``seed * 1000 + call``)."""
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One proposed next step: a tool and its arguments (each value as canonical JSON), or a
-    message to the user (``tool`` None)."""
+    """One proposed tool call: the tool and its arguments (each value as canonical JSON)."""
 
-    tool: str | None
+    tool: str
     arguments: tuple[tuple[str, str], ...] = ()
 
     def value(self, aspect: str) -> str:
         """This candidate's value of ``aspect`` (:data:`UNSET` for an argument it leaves out)."""
         if aspect == TOOL_ASPECT:
-            return self.tool if self.tool is not None else MESSAGE
+            return self.tool
         return dict(self.arguments).get(aspect, UNSET)
 
 
@@ -72,7 +75,7 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def candidate(tool: str | None, arguments: dict[str, Any] | None = None) -> Candidate:
+def candidate(tool: str, arguments: dict[str, Any] | None = None) -> Candidate:
     args = arguments if isinstance(arguments, dict) else {}
     return Candidate(tool, tuple(sorted((k, canonical(v)) for k, v in args.items())))
 
@@ -146,8 +149,7 @@ def _readable(value: str) -> str:
 def question_text(aspect: str, values: Sequence[str]) -> str:
     """The question about ``aspect`` offering the candidates' values."""
     if aspect == TOOL_ASPECT:
-        options = [("reply to you first" if v == MESSAGE else v.replace("_", " "))
-                   for v in values]
+        options = [v.replace("_", " ") for v in values]
         subject = "what you would like me to do"
     else:
         options = [_readable(v) for v in values]
@@ -160,10 +162,10 @@ def question_text(aspect: str, values: Sequence[str]) -> str:
 # ---- the agent ----------------------------------------------------------------------------
 
 
-def turn_candidate(tool_calls: Sequence[ToolCall]) -> Candidate:
-    """The candidate a turn stands for: its first tool call, or a message to the user."""
+def turn_candidate(tool_calls: Sequence[ToolCall]) -> Candidate | None:
+    """The candidate a turn stands for: its first tool call (None for a message to the user)."""
     if not tool_calls:
-        return Candidate(None)
+        return None
     first = tool_calls[0]
     return candidate(first.name, first.arguments if first.error is None else None)
 
@@ -191,6 +193,7 @@ class SageAgent:
             return tagged(turn, "act", decision={"router": NAME, "route": "act", "skipped": True,
                                                  "why": "message to the user"})
         candidates = [turn_candidate(turn.tool_calls), *self._samples(messages, tools)]
+        candidates = [c for c in candidates if c is not None]  # tool calls only
         beliefs = belief(candidates)
         scores = score_aspects(beliefs, self.asked, self.config.ask_cost, self.config.repeat_cost)
         chosen = best_question(scores)
@@ -201,12 +204,13 @@ class SageAgent:
         question = question_text(chosen.aspect, aspect_values(beliefs, chosen.aspect))
         return tagged(AgentTurn(content=question), "clarify", decision=record)
 
-    def _samples(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[Candidate]:
+    def _samples(self, messages: list[Message],
+                 tools: list[dict[str, Any]]) -> list[Candidate | None]:
         """``sage.samples`` more proposals for this step from the agent's model (one call)."""
         agent, cfg = self.task_agent, self.config
         sampling = SamplingParams(n=cfg.samples, temperature=cfg.temperature,
                                   max_tokens=agent.max_tokens,
-                                  seed=(self.seed * 1000 + self.step) * 7919)
+                                  seed=SAMPLE_SEEDS + self.seed * 1000 + self.step)
         request = ChatRequest(messages=list(messages), sampling=sampling, tools=list(tools) or None,
                               enable_thinking=agent.enable_thinking)
         completions = self.sampler.chat([request])[0]

@@ -11,24 +11,41 @@ from prour.eval.baselines.saber import (
     STALE_RESULT,
     clean_context,
     confirmation_text,
-    mutating_tools,
     read_verdict,
 )
 from prour.llm.base import ToolCall
 
 
-def test_mutating_tools_are_taus_write_tools() -> None:
+def _saber(replies: list[str], **settings: bool):
+    from prour.env.agents import LLMAgent, TaskView
+    from prour.env.domains import domain_policy
+    from prour.eval.baselines.saber import SaberAgent
+    from prour.eval.config import SaberConfig
+    from prour.llm.scripted import ScriptedLLM
+
+    llm = ScriptedLLM(replies=replies)
+    agent = SaberAgent(LLMAgent(llm), llm, SaberConfig(**settings))
+    agent.reset("retail", TaskView("retail", "5", domain_policy("retail")))
+    return agent, llm
+
+
+CANCEL = ('<tool_call>{"name": "cancel_pending_order", "arguments": '
+          '{"order_id": "#W1", "reason": "no longer needed"}}</tool_call>')
+
+
+def test_the_gate_guards_exactly_taus_write_tools() -> None:
     from tau2.environment.toolkit import ToolType
 
+    from prour.env.agents import TaskView
     from prour.env.environment import new_environment
 
+    agent, _ = _saber([])
     for domain in ("retail", "airline"):
         tools = new_environment(domain).tools
         writes = {n for n in tools.get_tools() if tools.tool_type(n) == ToolType.WRITE}
-        assert mutating_tools(domain) == writes
-    assert "cancel_pending_order" in mutating_tools("retail")
-    assert "get_order_details" not in mutating_tools("retail")
-    assert "book_reservation" in mutating_tools("airline")
+        agent.reset(domain, TaskView(domain, "0", "policy"))
+        assert agent.writes == writes
+    assert "book_reservation" in agent.writes and "get_reservation_details" not in agent.writes
 
 
 def _call(call_id: str, name: str, **arguments: str) -> dict:
@@ -87,3 +104,30 @@ def test_review_verdicts(data: dict, expected: dict) -> None:
 def test_invalid_reviews_are_rejected(data: dict) -> None:
     with pytest.raises(ValueError):
         read_verdict(data)
+
+
+def test_the_task_agent_sees_the_cleaned_context() -> None:
+    agent, llm = _saber(["Let me check."])
+    messages = [{"role": "system", "content": "policy"}, {"role": "user", "content": "Hi"},
+                _call("c0", "get_order_details", order_id="#W1"),
+                _result("c0", "get_order_details", "first"),
+                _call("c1", "get_order_details", order_id="#W1"),
+                _result("c1", "get_order_details", "second")]
+    turn = agent.act(messages, [])
+    assert turn.meta["turn"] == "act" and turn.meta["decision"]["cleaned"] == 1
+    seen = llm.chat_log[0].messages
+    assert [m["content"] for m in seen if m["role"] == "tool"] == [STALE_RESULT, "second"]
+
+
+def test_one_consent_allows_one_execution() -> None:
+    agent, llm = _saber([CANCEL] * 3, reflection=False)
+    history = [{"role": "system", "content": "policy"}, {"role": "user", "content": "Cancel #W1"}]
+    asked = agent.act(history, [])
+    assert asked.meta["turn"] == "confirm" and not asked.tool_calls
+    done = agent.act([*history, {"role": "assistant", "content": asked.content},
+                      {"role": "user", "content": "yes"}], [])
+    assert done.meta["decision"]["gate"] == "confirmed"
+    assert [c.name for c in done.tool_calls] == ["cancel_pending_order"]
+    again = agent.act(history, [])  # the same write proposed once more needs a new yes
+    assert again.meta["turn"] == "confirm"
+    assert llm.calls["chat"] == 3  # reflection off: the task agent's three proposals only
