@@ -8,12 +8,15 @@
 ``llm-router``          a prompted router picks the mode instead of the decomposer
 ``oracle``              replays the reference actions with the oracle user (a harness check)
 ``ig-clarifier``        baseline: the clarifier itself decides at every step whether to ask
+``saber``               baseline: user confirmation before tau2 WRITE calls, reflection, cleaning
+``sage-agent``          baseline: asks the highest-EVPI question about its candidate calls' params
 ======================  ===========================================================================
 
 Baselines (:mod:`prour.eval.baselines`, one module each) run on the recipe's agent backbone
 (``models.agent``; their own modules are counted under their own role names) and write their
 questions with ``models.generator``, so a generator swap (``--set models.generator…``) applies to
-them as to prour.
+them as to prour (``saber`` and ``sage-agent`` word their confirmations and questions from
+templates and use no generator).
 
 The query generator is whatever ``models.generator`` names (any backend: a prompted model, a
 served checkpoint) or, with ``--checkpoint DIR``, an HF folder written by the local trainer or a
@@ -80,6 +83,8 @@ METHODS: Registry[MethodSpec] = Registry("method", {
     "oracle": MethodSpec("oracle", "reference-action replay (harness check)", (), oracle=True),
     "ig-clarifier": _baseline("ig-clarifier", "clarifier decides to ask at every step",
                               "ig_clarifier", "generator"),
+    "saber": _baseline("saber", "confirmation before mutating calls, reflection", "saber"),
+    "sage-agent": _baseline("sage-agent", "EVPI question over call parameters", "sage_agent"),
 })
 
 
