@@ -14,18 +14,22 @@ What it does, at every agent step:
 2. The task agent proposes its turn. A turn without a *mutating* call (a tool tau2 marks
    ``ToolType.WRITE``) runs as it is.
 3. **Targeted reflection**: before a mutating turn the agent's model reviews it against the policy
-   and the dialogue (one strict-JSON call: ``proceed``, or ``revise`` with the issue). On
-   ``revise`` the issue is added to the agent's context as a note (never shown to the user) and
-   the task agent proposes again, once.
+   and the dialogue (a strict-JSON call counted as role ``reflection``: ``proceed``, or ``revise``
+   with the issue; a review that never validates counts as ``proceed`` and is recorded as
+   failed). On ``revise`` the issue is added to the agent's context as a note (never shown to the
+   user) and the task agent proposes again, once.
 4. **Confirmation gate**: a mutating turn runs only when the user was asked to confirm exactly
    those calls (tool and arguments) and the task agent, having read the reply, proposes them
    again. Otherwise the agent's turn is a confirmation request to the user, tagged ``confirm``.
+
+Settings: ``eval.saber``. Each step's ``decision`` records the route (act / confirm), the gate
+(``asked`` / ``confirmed``), the review and how many tool results were cleaned.
 
 What prour simplified. Reading the user's reply is left to the task agent (proposing the same
 call again after the reply counts as consent; there is no separate consent classifier); the
 confirmation is a fixed template listing tool and arguments; reflection runs once per mutating
 proposal, with no memory across steps; context cleaning uses the two staleness rules above
-instead of the paper's learned block filter. The tau2 policies already ask agents to get a
+instead of the paper's block-based filtering. The tau2 policies already ask agents to get a
 "yes" before changes, so an agent that asked on its own is asked again by the gate.
 """
 

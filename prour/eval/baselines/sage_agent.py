@@ -192,9 +192,8 @@ class SageAgent:
         if not turn.tool_calls:
             return tagged(turn, "act", decision={"router": NAME, "route": "act", "skipped": True,
                                                  "why": "message to the user"})
-        candidates = [turn_candidate(turn.tool_calls), *self._samples(messages, tools)]
-        candidates = [c for c in candidates if c is not None]  # tool calls only
-        beliefs = belief(candidates)
+        proposals = [turn_candidate(turn.tool_calls), *self._samples(messages, tools)]
+        beliefs = belief([c for c in proposals if c is not None])  # tool calls only
         scores = score_aspects(beliefs, self.asked, self.config.ask_cost, self.config.repeat_cost)
         chosen = best_question(scores)
         record = decision_record(beliefs, scores, chosen)
@@ -206,7 +205,8 @@ class SageAgent:
 
     def _samples(self, messages: list[Message],
                  tools: list[dict[str, Any]]) -> list[Candidate | None]:
-        """``sage.samples`` more proposals for this step from the agent's model (one call)."""
+        """``eval.sage_agent.samples`` more proposals for this step from the agent's model, in
+        one call (a sample that writes to the user is None)."""
         agent, cfg = self.task_agent, self.config
         sampling = SamplingParams(n=cfg.samples, temperature=cfg.temperature,
                                   max_tokens=agent.max_tokens,
