@@ -16,6 +16,8 @@ per GPU, in GiB:
   ``max_prompt_tokens + max_response_tokens`` tokens, held about five times (logits, log-probs,
   entropy and their gradients; fitted to a measured update), and the hidden states gradient
   checkpointing keeps (bf16, one per layer);
+* a model a stage loads in process (``hf`` backend, e.g. the evaluated generator): its weights
+  on the first GPU;
 * a CUDA context per process on each GPU it uses.
 
 Parameter counts and shapes come from a local model folder's ``config.json`` when there is one,
@@ -235,6 +237,25 @@ def plan_trainer(plan: GpuPlan, recipe: Recipe) -> None:
         )
 
 
+def plan_in_process(plan: GpuPlan, recipe: Recipe, stage: str) -> None:
+    """Add the ``hf`` roles a stage loads in process (on the first GPU, as ``device: auto``
+    places them): their weights in their dtype and a CUDA context each."""
+    for role in STAGE_ROLES[stage]:
+        cfg = recipe.models.get(role)
+        if cfg is None or cfg.backend != "hf" or cfg.device == "cpu":
+            continue
+        shape = model_shape(cfg.path or "", cfg.path)
+        if shape is None:
+            plan.notes.append(f"models.{role} {cfg.path!r}: size unknown; not counted")
+            continue
+        plan.add(
+            0,
+            f"models.{role} in process ({cfg.dtype})",
+            shape.params * DTYPE_BYTES[cfg.dtype] / GIB,
+        )
+        plan.add(0, "CUDA context", CUDA_CONTEXT_GIB)
+
+
 def stage_servers(recipe: Recipe, stage: str) -> dict[str, ServedModel]:
     """The servers a stage's roles use (``serve``: every server the recipe starts)."""
     specs, users = served_models(recipe), served_roles(recipe)
@@ -260,6 +281,8 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
     )
     for model_id, spec in servers.items():
         plan_server(plan, model_id, spec)
+    if stage in STAGE_ROLES and stage != "train":
+        plan_in_process(plan, recipe, stage)
     if stage == "train":
         plan_trainer(plan, recipe)
         others = sorted(set(stage_servers(recipe, "serve")) - set(servers))
@@ -268,6 +291,7 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
                 f"counts only the train stage's servers; stop {', '.join(others)} on this node "
                 f"while training (`prour serve --roles {','.join(STAGE_ROLES['train'])}`)"
             )
+    plan.n_gpus = max(plan.n_gpus, max(plan.uses, default=-1) + 1)
     for gpu in range(plan.n_gpus):
         if plan.total(gpu) > plan.gpu_gib + 1e-9:
             parts = ", ".join(f"{what} {gib:.1f}" for what, gib in plan.uses[gpu])

@@ -117,3 +117,13 @@ def test_the_update_estimate_matches_the_measured_peak() -> None:
     logits = 3160 * shape.vocab * 4 * LOGIT_COPIES / GIB
     hidden = shape.layers * 3160 * shape.hidden * 2 / GIB
     assert state + logits + hidden == pytest.approx(34.5, abs=1.0)
+
+
+def test_eval_counts_the_generator_it_loads_in_process() -> None:
+    """The evaluated Qwen3-1.7B (hf, bf16) sits on GPU 0 beside the 32B's half: 40 + 0.5 +
+    1,720,574,976 x 2 B (3.2 GiB) + 0.5; without servers it alone makes the plan one GPU."""
+    plan = check_stage(load_cluster_recipe(PAPER), "eval")
+    weights = 1_720_574_976 * 2 / GIB
+    assert plan.total(0) == pytest.approx(40 + 0.5 + weights + 0.5)
+    alone = gpu_plan(load_cluster_recipe(PAPER, ["serve.models={}"]), "eval")
+    assert alone.n_gpus == 1 and alone.total(0) == pytest.approx(weights + 0.5)
