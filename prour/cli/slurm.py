@@ -103,16 +103,17 @@ def submit(
 
 
 def _memory_plans(recipe: Recipe, stages: list[str]) -> list[GpuPlan]:
-    """GPU memory plans of the submitted stages that run models on GPUs (prour.cluster.gpu_plan);
-    train only on the verl backend."""
+    """GPU memory plans of the submitted stages' jobs (prour.cluster.gpu_plan): the serve job
+    holds the servers; every other job holds only what it runs itself (the verl trainer, models
+    loaded in process), since the servers live in the serve job. Jobs on no GPU are left out."""
     from prour.cluster.gpu_plan import STAGE_ROLES, gpu_plan
 
     plans = []
     for stage in stages:
-        if stage == "train" and (recipe.train is None or recipe.train.backend != "verl"):
-            continue
         if stage == "serve" or stage in STAGE_ROLES:
-            plans.append(gpu_plan(recipe, stage))
+            plan = gpu_plan(recipe, stage, None if stage == "serve" else {})
+            if plan.n_gpus:
+                plans.append(plan)
     return plans
 
 

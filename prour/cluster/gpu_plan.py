@@ -275,7 +275,8 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
     if stage == "train" and not recipe.serve.colocate_train:
         servers = {}
     listed = [gpu for spec in servers.values() for gpu in spec.gpus or []]
-    trainer_gpus = recipe.train.verl.n_gpus_per_node if stage == "train" and recipe.train else 0
+    verl = stage == "train" and recipe.train is not None and recipe.train.backend == "verl"
+    trainer_gpus = recipe.train.verl.n_gpus_per_node if verl and recipe.train else 0
     plan = GpuPlan(
         stage, recipe.serve.gpu_memory_gib, max([trainer_gpus, *(g + 1 for g in listed)])
     )

@@ -127,3 +127,23 @@ def test_eval_counts_the_generator_it_loads_in_process() -> None:
     assert plan.total(0) == pytest.approx(40 + 0.5 + weights + 0.5)
     alone = gpu_plan(load_cluster_recipe(PAPER, ["serve.models={}"]), "eval")
     assert alone.n_gpus == 1 and alone.total(0) == pytest.approx(weights + 0.5)
+
+
+def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None:
+    """On Slurm the servers live in the serve job: its plan holds them; train's holds the trainer
+    alone (12.82 + 16 + 1 GiB per GPU); eval's the in-process generator (3.2 + 0.5 GiB)."""
+    from typer.testing import CliRunner
+
+    from prour.cli.main import app
+
+    result = CliRunner().invoke(
+        app,
+        ["slurm", "submit", "--recipe", str(PAPER), "--stages", "serve,train,eval", "--dry-run",
+         "--run-dir", str(tmp_path / "run")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "GPU memory plan, stage serve: 2 x 80 GiB\n  GPU 0: 40.5 / 80 GiB" in out
+    assert "GPU memory plan, stage train: 2 x 80 GiB\n  GPU 0: 29.8 / 80 GiB" in out
+    assert "  GPU 1: 29.8 / 80 GiB" in out  # no Qwen3-8B share beside the trainer
+    assert "GPU memory plan, stage eval: 1 x 80 GiB\n  GPU 0: 3.7 / 80 GiB" in out
