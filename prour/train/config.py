@@ -72,9 +72,9 @@ class VerlSettings(Section):
     # extra's torch; sdpa on padded batches works from wheels.
     use_remove_padding: bool = False
     attn_implementation: str = "sdpa"
-    # Ulysses sequence parallelism: the actor's data-parallel size is GPUs / this. verl 0.9.1
-    # re-partitions each step's batch over data-parallel ranks by sequence length, so only at
-    # data-parallel size 1 does every optimizer step hold exactly one state's kept samples.
+    # Ulysses sequence parallelism: the actor's data-parallel size is GPUs / this. At any
+    # data-parallel size each rank holds an equal share of the same states in every optimizer
+    # step (verl_ext.trainer), so rollout.keep must divide by it.
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
     max_model_len: int = Field(8192, ge=64)  # rollout server context: belief prompts + target fit
     agent_workers: int = Field(8, ge=1)  # agent-loop worker actors
@@ -194,12 +194,12 @@ def _check_verl(cfg: TrainConfig, samples: int) -> None:
             "set it to false",
         )
     dp = actor_dp_size(v)
-    if samples % dp:
+    if cfg.rollout.keep % dp:  # every rank holds an equal share of each state (verl_ext.trainer)
         raise ConfigError(
-            "ppo.mini_batch_states",
-            f"a mini-batch of {samples} samples (mini_batch_states {cfg.ppo.mini_batch_states} "
-            f"x rollout.keep {cfg.rollout.keep}) does not split over {dp} data-parallel ranks "
-            f"({gpus} GPUs / ulysses_sequence_parallel_size {v.ulysses_sequence_parallel_size})",
+            "rollout.keep",
+            f"a state's {cfg.rollout.keep} kept samples do not split over {dp} data-parallel "
+            f"ranks ({gpus} GPUs / ulysses_sequence_parallel_size "
+            f"{v.ulysses_sequence_parallel_size})",
         )
     per_rank, micro = samples // dp, cfg.ppo.micro_batch_size
     if micro > per_rank or per_rank % micro:

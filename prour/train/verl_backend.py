@@ -2,9 +2,10 @@
 
 GRPO advantages, the clipped surrogate and FSDP updates are verl's; generation runs on vLLM
 (colocated, TP 1). Our extensions (``prour.train.verl_ext``) plug in the agent loop that writes
-and rewards queries, the sampler that keeps ``keep`` of ``n`` per state, and the dataset that
-asks for ``n`` sessions per prompt. Every hyperparameter comes from the recipe's ``train``
-section; nothing here is a second copy of one.
+and rewards queries, the sampler that keeps ``keep`` of ``n`` per state, the dataset that
+asks for ``n`` sessions per prompt, and verl's sync trainer with optimizer mini-batches of
+whole states on any number of data-parallel ranks. Every hyperparameter comes from the
+recipe's ``train`` section; nothing here is a second copy of one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import yaml
 
 from prour.config import ConfigError, Recipe
-from prour.train.config import TrainConfig, actor_dp_size
+from prour.train.config import TrainConfig
 from prour.train.recipe import recipe_dict, resolve_output_dir
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 VERL_ENTRY = "verl.trainer.main_ppo"
 VERL_CONFIG = "ppo_trainer"
 EXT = "pkg://prour.train.verl_ext"
+TRAINER_MODE = "prour_state_ordered"  # verl_ext.trainer.StateOrderedTrainer's trainer_mode
+TRAINER_REGISTER = "prour.train.verl_ext.trainer.register"
 _SAFE = re.compile(r"^[A-Za-z0-9_./:+\-@]+$")
 
 
@@ -205,6 +208,10 @@ def trainer_overrides(
         "trainer.val_before_train": v.val_before_train,
         "trainer.test_freq": v.test_freq,
         "trainer.critic_warmup": 0,
+        # verl's sync trainer with mini-batches of whole states (verl_ext.trainer), registered in
+        # the Ray workers (verl's task runner among them) by Ray's setup hook
+        "trainer.v1.trainer_mode": TRAINER_MODE,
+        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook": TRAINER_REGISTER,
         f"{sampler}.custom_sampler.path": f"{EXT}.sampler",
         f"{sampler}.custom_sampler.name": "KeepValidFirstReplayBuffer",
         f"+{sampler}.sampler_kwargs.keep": cfg.rollout.keep,
@@ -268,7 +275,6 @@ def prepare_verl_run(
 
         env["WANDB_MODE"] = wandb_mode(cfg.wandb)
     overrides = verl_overrides(recipe, cfg, output_dir, loops_file, resume)
-    warn_mixed_mini_batches(cfg)
     return VerlRun(output_dir, recipe_file, loops_file, overrides, env)
 
 
@@ -280,19 +286,6 @@ def metrics_file(output_dir: Path, resume: bool) -> Path:
 
     start = latest_verl_step(output_dir) if resume else None
     return output_dir / (METRICS_FILE if start is None else segment_name(start))
-
-
-def warn_mixed_mini_batches(cfg: TrainConfig) -> None:
-    """Say so when verl's optimizer steps will not hold exactly one state's kept samples."""
-    dp = actor_dp_size(cfg.verl)
-    if dp > 1:
-        logger.warning(
-            "verl balances each step's batch over %d data-parallel ranks by sequence length, so an "
-            "optimizer step holds samples of several states (the local backend: whole states); "
-            "train.verl.ulysses_sequence_parallel_size=%d gives one state per step (flash-attn)",
-            dp,
-            cfg.verl.nnodes * cfg.verl.n_gpus_per_node,
-        )
 
 
 def compose_verl_config(overrides: list[str]) -> Any:

@@ -68,7 +68,7 @@ def test_paper_recipe_loads_with_its_train_section():
             "train.ppo.micro_batch_size",
             ["5", "12"],
         ),
-        (["train.verl.n_gpus_per_node=4"], "train.ppo.mini_batch_states", ["6", "4"]),
+        (["train.verl.n_gpus_per_node=4"], "train.rollout.keep", ["6", "4"]),
         (
             ["train.verl.n_gpus_per_node=3", "train.verl.tensor_parallel_size=2"],
             "train.verl.tensor_parallel_size",

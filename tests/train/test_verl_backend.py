@@ -75,6 +75,10 @@ def test_overrides_carry_the_paper_numbers(tmp_path, tiny_model_dir):
         "trainer.n_gpus_per_node": "2",
         "trainer.v1.sampler.custom_sampler.name": "KeepValidFirstReplayBuffer",
         "trainer.v1.sampler.sampler_kwargs.keep": "6",
+        "trainer.v1.trainer_mode": "prour_state_ordered",
+        "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook": (
+            "prour.train.verl_ext.trainer.register"
+        ),
     }
     assert {k: o.get(k) for k in expected} == expected
     loops = (run.agent_loops_file).read_text()
@@ -193,6 +197,23 @@ def test_step_metrics_keep_information_gain_and_attention_cost_apart():
     assert metrics["p/ig_mean"] == pytest.approx((0.25 + 0.5 + 0.4) / 3)
     assert metrics["p/attention_cost_mean"] == pytest.approx(1.5)
     assert metrics["p/ask_fraction"] == 0.75
+
+
+def test_states_split_rank_major_into_equal_shares():
+    from prour.train.verl_ext.logic import rank_major_order, states_in_prompt_order
+
+    keys = ["b_1_0", "a_0_0", "c_0_0", "b_0_0", "a_1_0"]
+    assert states_in_prompt_order(keys, {"a": 0, "b": 1}) == [
+        ["a_0_0", "a_1_0"],
+        ["b_0_0", "b_1_0"],  # sessions in order
+        ["c_0_0"],  # not submitted through the trainer (padding): last
+    ]
+    assert states_in_prompt_order(keys, {}) == [["b_0_0", "b_1_0"], ["a_0_0", "a_1_0"], ["c_0_0"]]
+    # 3 states x 4 samples over 2 ranks: rank 0 the first 2 of each state, rank 1 the last 2
+    assert rank_major_order(3, 4, 2) == [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]
+    assert rank_major_order(2, 3, 1) == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="5 samples per state do not split over 2"):
+        rank_major_order(2, 5, 2)
 
 
 def test_target_logprobs_indexing():
@@ -330,30 +351,40 @@ def _composed(tmp_path: Path, model_dir: Path, **train: Any) -> tuple[TrainConfi
     return cfg, config
 
 
-def _optimizer_steps(config: Any, states: list[int], seq_lens: list[int], dp: int) -> list[set]:
-    """The states each optimizer step trains on, as verl 0.9.1 arranges a step's kept batch:
-    ``PPOTrainer._balance_batch`` (always run by the v1 trainer), the dispatch's contiguous
-    split over ``dp`` ranks, then each rank's mini-batches from ``tensordict_utils.make_iterator``
-    with the seed, epochs and shuffle ``_update_actor`` passes (``train_mini_batch``'s split)."""
+def _trainer(config: Any, dp: int, mode: str | None = None) -> Any:
+    """verl's registered trainer for ``mode`` (default: the configured ``trainer.v1.trainer_mode``,
+    ours once registered) with the attributes its balancing reads; nothing of it starts."""
     from types import SimpleNamespace
 
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    from prour.train.verl_ext.trainer import register
+
+    register()
+    trainer_cls = get_trainer_cls(mode or config.trainer.v1.trainer_mode)
+    trainer = trainer_cls.__new__(trainer_cls)
+    trainer.config = config
+    trainer.global_steps = 1
+    trainer.use_critic = False
+    trainer.tokenizer = SimpleNamespace(eos_token_id=0)
+    trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(dp))})
+    trainer.prompt_order = {}  # StateOrderedTrainer's record of _submit_batch_to_rollout
+    return trainer
+
+
+def _optimizer_steps(trainer: Any, states: list[int], seq_lens: list[int], dp: int) -> list[set]:
+    """The states each optimizer step trains on, as verl 0.9.1 arranges a step's kept batch:
+    the trainer's ``_balance_batch`` (always run by the v1 trainer), the dispatch's contiguous
+    split over ``dp`` ranks, then each rank's mini-batches from ``tensordict_utils.make_iterator``
+    with the seed, epochs and shuffle ``_update_actor`` passes (``train_mini_batch``'s split)."""
     from transfer_queue import KVBatchMeta
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.utils import tensordict_utils as tu
 
-    trainer = SimpleNamespace(
-        config=config,
-        global_steps=1,
-        use_critic=False,
-        tokenizer=SimpleNamespace(eos_token_id=0),
-        actor_rollout_wg=SimpleNamespace(_dispatch_info={"actor": list(range(dp))}),
-    )
-    trainer._get_required_batch_multiple = lambda dp_size: PPOTrainer._get_required_batch_multiple(
-        trainer, dp_size
-    )
-    keys = [f"k{i}" for i in range(len(states))]
+    config = trainer.config
+    trainer.prompt_order = {f"s{s}": s for s in sorted(set(states))}  # submitted s0, s1, ...
+    keys = [f"s{s}_{i}_0" for i, s in enumerate(states)]
     batch = KVBatchMeta(partition_id="train", keys=keys, tags=[{"seq_len": n} for n in seq_lens])
-    batch = PPOTrainer._balance_batch(trainer, batch, metrics={})
+    batch = trainer._balance_batch(batch, metrics={})
     state_of = dict(zip(keys, states))
     actor = config.actor_rollout_ref.actor
     global_mini = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n
@@ -382,14 +413,15 @@ def _states_td(states: list[int]) -> Any:
 
 
 def _kept_batch(states: int = 16, keep: int = 6) -> tuple[list[int], list[int]]:
-    """A kept batch as the sampler hands it over: states contiguous, varied lengths."""
+    """A kept batch as the sampler hands it over: states contiguous in completion order (here
+    the reverse of the prompt order), varied lengths."""
     gen = torch.Generator().manual_seed(0)
-    order = [s for s in range(states) for _ in range(keep)]
+    order = [s for s in reversed(range(states)) for _ in range(keep)]
     return order, torch.randint(200, 3000, (len(order),), generator=gen).tolist()
 
 
 def test_one_state_per_optimizer_step_at_data_parallel_size_one(tmp_path, tiny_model_dir):
-    # Two GPUs as one Ulysses group: the actor's dp size is 1 and verl keeps the batch order.
+    # Two GPUs as one Ulysses group: the actor's dp size is 1.
     cfg, config = _composed(
         tmp_path,
         tiny_model_dir,
@@ -402,20 +434,25 @@ def test_one_state_per_optimizer_step_at_data_parallel_size_one(tmp_path, tiny_m
     fsdp = config.actor_rollout_ref.actor.fsdp_config
     assert fsdp.ulysses_sequence_parallel_size == 2 and config.trainer.n_gpus_per_node == 2
     states, lens = _kept_batch()
-    steps = _optimizer_steps(config, states, lens, dp=1)
+    steps = _optimizer_steps(_trainer(config, dp=1), states, lens, dp=1)
     assert len(steps) == 16 * cfg.ppo.epochs
     assert steps == [{s} for s in range(16)] * cfg.ppo.epochs  # one state each, prompt order
 
 
-def test_data_parallel_ranks_mix_states_and_the_run_says_so(tmp_path, tiny_model_dir, caplog):
-    # The paper recipe's 2 data-parallel GPUs: verl's length balancing splits states unevenly.
-    with caplog.at_level("WARNING", logger="prour.train.verl_backend"):
-        _, config = _composed(tmp_path, tiny_model_dir)
-    assert "several states" in caplog.text and "ulysses_sequence_parallel_size=2" in caplog.text
+def test_one_state_per_optimizer_step_at_data_parallel_size_two(tmp_path, tiny_model_dir):
+    # The paper recipe's 2 data-parallel GPUs: verl's own length balancing splits states over
+    # mini-batches; the configured trainer (verl_ext.trainer) keeps each step to one state.
+    from prour.train.verl_ext.trainer import StateOrderedTrainer
+
+    cfg, config = _composed(tmp_path, tiny_model_dir)
     assert config.actor_rollout_ref.actor.shuffle is False
     states, lens = _kept_batch()
-    steps = _optimizer_steps(config, states, lens, dp=2)
-    assert len(steps) == 16 * 4 and any(len(s) > 1 for s in steps)
+    stock = _optimizer_steps(_trainer(config, 2, mode="sync"), states, lens, dp=2)
+    assert len(stock) == 16 * 4 and any(len(s) > 1 for s in stock)
+    trainer = _trainer(config, dp=2)
+    assert isinstance(trainer, StateOrderedTrainer)
+    steps = _optimizer_steps(trainer, states, lens, dp=2)
+    assert steps == [{s} for s in range(16)] * cfg.ppo.epochs
 
 
 def test_verl_refuses_a_shuffle_that_would_mix_states(tmp_path, tiny_model_dir):

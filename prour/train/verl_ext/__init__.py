@@ -10,5 +10,8 @@
 - ``dataset``: :class:`ProurRLDataset` asks for ``n`` sessions per prompt while verl's batch
   arithmetic counts the ``keep`` that reach the update, and refuses prompts over
   ``data.max_prompt_tokens``.
+- ``trainer``: :class:`StateOrderedTrainer`, verl's sync trainer whose data-parallel split gives
+  every optimizer mini-batch whole states (each rank an equal share of the same states) instead
+  of verl's length balancing; registered in the Ray workers by Ray's setup hook.
 - ``logic``: the pure parts of the three, tested on CPU.
 """

@@ -139,6 +139,35 @@ def flat_groups(
     return flat
 
 
+def states_in_prompt_order(keys: Sequence[str], prompt_order: Mapping[str, int]) -> list[list[str]]:
+    """A batch's trajectory keys grouped by state (uid): states by their place in
+    ``prompt_order`` (uid -> submission position; states not in it last, as they appear), each
+    state's keys in session order."""
+    groups = _groups(keys)
+    last = len(prompt_order)
+    ordered = sorted(groups, key=lambda uid: prompt_order.get(uid, last))  # stable
+    return [[keys[pos] for pos in groups[uid]] for uid in ordered]
+
+
+def rank_major_order(n_states: int, per_state: int, dp: int) -> list[int]:
+    """Positions that put ``per_state`` consecutive samples of each of ``n_states`` states into
+    rank-major order: rank ``r``'s contiguous part holds the ``r``-th share of every state,
+    states in the same order on every rank.
+
+    verl hands rank ``r`` the ``r``-th contiguous chunk and cuts it into mini-batches in order
+    (shuffle off), so mini-batch ``j`` of every rank is a share of the same states.
+    """
+    if per_state % dp:
+        raise ValueError(f"{per_state} samples per state do not split over {dp} ranks")
+    share = per_state // dp
+    return [
+        state * per_state + rank * share + i
+        for rank in range(dp)
+        for state in range(n_states)
+        for i in range(share)
+    ]
+
+
 def target_logprobs(
     prompt_logprobs: Sequence[Sequence[float]], n_context: int, n_target: int
 ) -> list[float]:

@@ -37,10 +37,20 @@ def ray_tq(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     import ray
     import transfer_queue as tq
     from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
     from verl_harness import compose
 
     config, _ = compose(tiny_model_dir, tmp_path_factory.mktemp("tq"), [])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # the runtime env as verl's run_ppo builds it: its defaults under the recipe's ray_init one
+    runtime_env = OmegaConf.merge(
+        get_ppo_ray_runtime_env(config), config.ray_kwargs.ray_init.runtime_env
+    )
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=OmegaConf.to_container(runtime_env),
+    )
     try:
         tq.init(
             OmegaConf.merge(
@@ -197,6 +207,86 @@ def test_one_prior_request_per_state_per_step(paper_step):
         if info.prior is not None:
             by_state[key.split("_")[0]].add(info.prior)
     assert all(len(values) == 1 for values in by_state.values())  # sessions share the prior
+
+
+def test_verls_task_runner_process_gets_the_state_ordered_trainer(ray_tq, paper_step):
+    # main_ppo's TaskRunnerV1 (a Ray actor) calls get_trainer_cls(trainer.v1.trainer_mode)
+    import ray
+
+    harness, _, _ = paper_step
+
+    @ray.remote(num_cpus=0)
+    def trainer_for(mode: str) -> tuple[str, str]:
+        from verl.trainer.ppo.v1 import get_trainer_cls
+
+        cls = get_trainer_cls(mode)
+        return cls.__module__, cls.__name__
+
+    mode = harness.config.trainer.v1.trainer_mode
+    assert ray.get(trainer_for.remote(mode)) == (
+        "prour.train.verl_ext.trainer",
+        "StateOrderedTrainer",
+    )
+
+
+def _update(harness, batch) -> list[list[list[str]]]:
+    """verl's ``_update_actor`` on ``batch`` at the harness's 2 data-parallel ranks: per rank,
+    the uids of each optimizer mini-batch ``train_mini_batch`` trains on, in order."""
+    ranks = harness.trainer.actor_rollout_wg
+    ranks.mini_batches = [[] for _ in range(ranks.dp)]
+    harness.trainer._update_actor(batch, metrics={})
+    return ranks.mini_batches
+
+
+def _assert_one_state_per_mini_batch(ranks, states: list[str], epochs: int) -> None:
+    assert len(ranks) == 2 and all(len(r) == len(states) * epochs for r in ranks)
+    for step, parts in enumerate(zip(*ranks, strict=True)):
+        state = states[step % len(states)]
+        real = [uid for part in parts for uid in part if not uid.startswith("pad")]
+        assert real and set(real) == {state}, step  # one state, in prompt order
+        assert [len(part) for part in parts] == [KEEP // 2] * 2  # equal shares
+
+
+@pytest.fixture(scope="module")
+def process_group(tmp_path_factory):
+    """``train_mini_batch`` all-gathers token counts over the data-parallel group (gloo, 1 rank)."""
+    import torch.distributed as dist
+
+    store = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_every_optimizer_mini_batch_on_every_rank_holds_one_state(paper_step, process_group):
+    harness, batch, metrics = paper_step
+    balanced = harness.trainer.balanced[-1]
+    assert sorted(balanced.keys) == sorted(batch.keys)  # the kept 96, no padding needed
+    states = [uid for uid in harness.prompt_uids if uid in {k.split("_")[0] for k in batch.keys}]
+    epochs = harness.config.actor_rollout_ref.actor.ppo_epochs
+    _assert_one_state_per_mini_batch(_update(harness, balanced), states, epochs)
+    assert "global_seqlen/mean" in metrics
+
+
+def test_states_short_of_keep_are_padded_with_no_op_samples(paper_step, process_group):
+    # a state that lost kept samples (failed asks) is filled up with verl's padding samples,
+    # which carry no loss (response_mask 0), so no mini-batch takes samples of another state
+    harness, batch, _ = paper_step
+    by_state = _by_group(batch.keys)
+    first, second = list(by_state)[:2]
+    dropped = set(by_state[first][4:]) | set(by_state[second][5:])  # 4 and 5 kept of 6
+    sub = batch.select_keys([k for k in batch.keys if k not in dropped])
+    # balanced once more: the trainer forgets a prompt's place once trained; tell it again
+    harness.trainer.prompt_order = {uid: i for i, uid in enumerate(harness.prompt_uids)}
+    balanced = harness.trainer._balance_batch(sub, metrics={})
+    pads = [k for k in balanced.keys if k.startswith("pad")]
+    assert len(balanced) == len(batch.keys) and len(pads) == 3
+    assert all(balanced.tags[balanced.keys.index(k)]["is_padding"] for k in pads)
+    masks = harness.fields(pads, ["response_mask"])["response_mask"]
+    assert sum(int(m.sum()) for m in masks) == 0  # no loss on padding
+    states = [uid for uid in harness.prompt_uids if uid in by_state]
+    epochs = harness.config.actor_rollout_ref.actor.ppo_epochs
+    _assert_one_state_per_mini_batch(_update(harness, balanced), states, epochs)
 
 
 def test_replies_that_end_are_reported_as_stop(paper_step):

@@ -1,18 +1,21 @@
 """prour's verl extensions inside verl 0.9.1's own code, on CPU.
 
 What runs is verl's: the Hydra-composed config of the paper recipe, the trainer's dataloader,
-prompt submission, refill, ``step`` (metric aggregation) and ``_balance_batch``, the replay
-buffer construction of a custom sampler, ``AgentLoopWorkerTQ``'s methods instantiating our
-``QueryAgentLoop`` through its registry, and TransferQueue on Ray. Two things stand in for the
-GPU side: :class:`RolloutServer` answers with verl's ``generate`` signature and ``TokenOutput``
-(prompt log-probs from the tiny HF model, scripted replies instead of vLLM sampling), and the
-trainer stops after ``_balance_batch`` (old log-probs and the update need the FSDP workers).
-The frozen responder is a scripted strict user.
+prompt submission, refill, ``step`` (metric aggregation), the replay buffer construction of a
+custom sampler, ``AgentLoopWorkerTQ``'s methods instantiating our ``QueryAgentLoop`` through its
+registry, and TransferQueue on Ray; our ``StateOrderedTrainer``'s ``_balance_batch``, then
+verl's ``_update_actor``, dispatch split and ``TrainingWorker.train_mini_batch`` per rank
+(:class:`ActorRanks`). What stands in for the GPU side: :class:`RolloutServer` answers with
+verl's ``generate`` signature and ``TokenOutput`` (prompt log-probs from the tiny HF model,
+scripted replies instead of vLLM sampling); the step stops after ``_balance_batch`` (old
+log-probs need the FSDP workers), and the FSDP engine under ``train_mini_batch`` only records
+the mini-batches it is handed. The frozen responder is a scripted strict user.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 from collections import Counter
@@ -117,10 +120,11 @@ class StrictUser:
 
 
 def trainer_class() -> type:
-    """verl's PPO trainer up to its GPU stages: ``_step_once`` samples and balances, then stops."""
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    """The configured verl trainer (ours: ``StateOrderedTrainer``) up to its GPU stages:
+    ``_step_once`` samples and balances the batch over the data-parallel ranks, then stops."""
+    from prour.train.verl_ext.trainer import StateOrderedTrainer
 
-    class SamplingTrainer(PPOTrainer):
+    class SamplingTrainer(StateOrderedTrainer):
         def __init__(self, config: Any, tokenizer: Any, manager: Any, dp: int):
             self.config = config
             self.tokenizer, self.processor = tokenizer, None
@@ -129,10 +133,12 @@ def trainer_class() -> type:
             self.use_critic = False
             self.global_steps = 1
             self.agent_loop_manager = manager
-            self.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(dp))})
+            self.actor_rollout_wg = ActorRanks(dp)
             self._init_dataloader()
             self.replay_buffer = self._build_replay_buffer()
-            self.batches: list[Any] = []
+            self.prompt_order: dict[str, int] = {}
+            self.batches: list[Any] = []  # as sampled
+            self.balanced: list[Any] = []  # as handed to the actor ranks
 
         def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
             batch, sampler_metrics = self.replay_buffer.sample(
@@ -140,7 +146,8 @@ def trainer_class() -> type:
             )
             metrics.update(sampler_metrics)
             self.batches.append(batch)
-            return self._balance_batch(batch, metrics=metrics)
+            self.balanced.append(self._balance_batch(batch, metrics=metrics))
+            return self.balanced[-1]
 
         def on_step_end(self) -> None:
             """Nothing: no checkpoints or profiling here."""
@@ -149,6 +156,53 @@ def trainer_class() -> type:
             """Nothing: no rollout pausing here."""
 
     return SamplingTrainer
+
+
+class ActorRanks:
+    """verl's actor worker group at ``dp`` data-parallel ranks as ``update_actor`` reaches them:
+    verl's dispatch split of the batch, then ``TrainingWorker.train_mini_batch`` on each rank.
+    Only the FSDP engine (GPU) stands in: it records the mini-batches it is handed to train on,
+    as the uids of their samples, in ``mini_batches[rank]``."""
+
+    def __init__(self, dp: int):
+        self.dp = dp
+        self._dispatch_info = {"actor": list(range(dp))}
+        self.mini_batches: list[list[list[str]]] = [[] for _ in range(dp)]
+
+    def update_actor(self, batch: Any) -> Any:
+        from verl.single_controller.base.decorator import _split_args_kwargs_data_proto
+        from verl.utils import transferqueue_utils
+        from verl.workers.engine_workers import TrainingWorker
+
+        transferqueue_utils.TQ_INITIALIZED = True  # this process's client is up (the fixture)
+        (chunks,), _ = _split_args_kwargs_data_proto(self.dp, batch)
+        outputs = [
+            TrainingWorker.train_mini_batch(_RankWorker(rank, self), chunk)
+            for rank, chunk in enumerate(chunks)
+        ]
+        return outputs[0]
+
+
+class _RankWorker:
+    """The parts of a ``TrainingWorker`` that ``train_mini_batch`` calls: its engine's
+    data-parallel coordinates, and ``train_batch``, which records the mini-batch."""
+
+    def __init__(self, rank: int, ranks: ActorRanks):
+        self.rank, self.ranks = rank, ranks
+        self.profiler = SimpleNamespace(step=lambda: None)
+        self.engine = SimpleNamespace(
+            get_data_parallel_size=lambda: ranks.dp,
+            get_data_parallel_rank=lambda: rank,
+            get_data_parallel_group=lambda: None,
+            is_mp_src_rank_with_outputs=lambda: True,
+            train_mode=lambda **_: contextlib.nullcontext(),
+        )
+
+    def train_batch(self, mini_batch: Any) -> Any:
+        from verl.utils import tensordict_utils as tu
+
+        self.ranks.mini_batches[self.rank].append(list(mini_batch["uid"]))
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {"mfu": 0.0}})
 
 
 class Harness:
@@ -164,6 +218,7 @@ class Harness:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.server = RolloutServer(model, self.tokenizer, reply)
         self.submitted: list[int] = []  # prompts per generate_sequences call
+        self.prompt_uids: list[str] = []  # the states in the order the trainer submitted them
         self.rolled: dict[str, Any] = {}  # trajectory key -> SampleInfo, as rolled out
         self.after_rollout: Callable[[], None] | None = None
         methods = AgentLoopWorkerTQ.__ray_metadata__.modified_class  # the class under @ray.remote
@@ -188,6 +243,7 @@ class Harness:
             while self.worker.background_tasks:
                 await asyncio.gather(*list(self.worker.background_tasks), return_exceptions=True)
 
+        self.prompt_uids.extend(str(uid) for uid in batch["uid"])
         asyncio.run_coroutine_threadsafe(rollout(), self.loop).result(300)
         self.submitted.append(len(batch))
         self._snapshot()

@@ -1,0 +1,113 @@
+"""verl's synchronous trainer with optimizer mini-batches of whole states (the paper's update).
+
+verl 0.9.1's v1 trainer reorders every step's batch by sequence length to balance its
+data-parallel ranks (``PPOTrainer._balance_batch``), so at two or more ranks a mini-batch mixes
+states. :class:`StateOrderedTrainer` replaces only that step: the kept batch is ordered by state
+in the order the trainer submitted the prompts (verl samples it in completion order), each state is padded to ``rollout.n`` (= ``train.rollout.keep``) samples with
+verl's no-op padding samples, and rank ``r`` receives the ``r``-th equal share of every state.
+verl's dispatch hands each rank a contiguous chunk and its ``train_mini_batch`` cuts that chunk in
+order (``actor.shuffle`` false), so mini-batch ``j`` on every rank is a share of the same
+``ppo_mini_batch_size`` states: with ``train.ppo.mini_batch_states: 1``, one state per optimizer
+step across all ranks, as on the local backend.
+
+verl picks the trainer by ``trainer.v1.trainer_mode`` from its registry inside the Ray task
+runner; :func:`register` (run in every Ray worker through Ray's
+``runtime_env.worker_process_setup_hook``) adds ours there under :data:`TRAINER_MODE`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.seqlen_balancing import log_seqlen_unbalance
+
+from prour.train.verl_backend import TRAINER_MODE
+from prour.train.verl_ext.logic import (
+    parse_trajectory_key,
+    rank_major_order,
+    states_in_prompt_order,
+)
+
+
+class StateOrderedTrainer(PPOTrainerSync):
+    """``PPOTrainerSync`` whose data-parallel split keeps every mini-batch to whole states."""
+
+    def __init__(self, config: Any):
+        self.prompt_order: dict[str, int] = {}  # uid -> submission position, until trained
+        super().__init__(config)
+
+    @property
+    def trainer_mode(self) -> str:
+        """verl's code treats every mode but ``"sync"`` as asynchronous; this trainer is sync."""
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, _registered_name: str) -> None:
+        """``PPOTrainer.__init__`` stores the configured name; the mode stays ``"sync"``."""
+
+    def _actor_dp_size(self) -> int:
+        worker_group = self.actor_rollout_wg
+        if "actor" not in worker_group._dispatch_info:
+            worker_group._dispatch_info["actor"] = worker_group._query_dispatch_info("actor")
+        return max(worker_group._dispatch_info["actor"]) + 1
+
+    def _submit_batch_to_rollout(self, batch: Any) -> int:
+        """verl's submission, remembering the prompts' order (the sampled batch comes in
+        completion order)."""
+        start = max(self.prompt_order.values(), default=-1) + 1
+        for offset, uid in enumerate(batch["uid"]):
+            self.prompt_order[str(uid)] = start + offset
+        return super()._submit_batch_to_rollout(batch)
+
+    def _pad(self, batch: KVBatchMeta, multiple: int) -> KVBatchMeta:
+        """``batch`` with verl's no-op padding samples appended up to a multiple of ``multiple``."""
+        return upsample_batch_to_divisible_size(batch, multiple, self.tokenizer.eos_token_id)
+
+    def _balance_batch(
+        self, batch: KVBatchMeta, metrics: dict, logging_prefix: str = "global_seqlen", **_: Any
+    ) -> KVBatchMeta:
+        """The kept batch in state order, each rank holding an equal share of every state."""
+        dp = self._actor_dp_size()
+        per_state = int(self.config.actor_rollout_ref.rollout.n)
+        states_per_mini = int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size)
+        if per_state % dp:
+            raise ValueError(
+                f"train.rollout.keep={per_state} samples per state do not split evenly over the "
+                f"actor's {dp} data-parallel ranks"
+            )
+        states = states_in_prompt_order(batch.keys, self.prompt_order)
+        for keys in states:  # trained now (verl clears them after the update)
+            self.prompt_order.pop(parse_trajectory_key(keys[0])[0], None)
+        padded = [self._pad(batch.select_keys(keys), per_state) for keys in states]
+        if any(len(state) != per_state for state in padded):
+            raise ValueError(f"a state holds more than rollout.n={per_state} kept samples")
+        ordered = KVBatchMeta(
+            keys=[k for state in padded for k in state.keys],
+            tags=[t for state in padded for t in state.tags],
+            partition_id=batch.partition_id,
+            fields=batch.fields,
+            extra_info=batch.extra_info,
+        )
+        # whole padding states when the states do not fill the last mini-batch
+        ordered = self._pad(ordered, per_state * states_per_mini)
+        order = rank_major_order(len(ordered) // per_state, per_state, dp)
+        share = len(order) // dp
+        ranks = [order[r * share : (r + 1) * share] for r in range(dp)]
+        metrics.update(
+            log_seqlen_unbalance(
+                seqlen_list=[tag["seq_len"] for tag in ordered.tags],
+                partitions=ranks,
+                prefix=logging_prefix,
+            )
+        )
+        ordered.reorder(order)
+        return ordered
+
+
+def register() -> None:
+    """Register :class:`StateOrderedTrainer` in verl's trainer registry (this process)."""
+    register_trainer(TRAINER_MODE)(StateOrderedTrainer)
