@@ -319,7 +319,12 @@ def test_drop_zero_variance_refills_single_prompts_and_continues(
             if all(i.kind == "none" for k, i in harness.rolled.items() if k.startswith(u))
         }
         assert flat and not flat & set(groups)  # the flat groups were evicted, not trained on
-        assert metrics["training/filter_groups/evicted_samples"] >= len(flat)
+        # a refill can draw a flat row again and finish after the batch filled: it waits in
+        # TransferQueue for the next step instead of being evicted
+        import transfer_queue as tq
+
+        waiting = {k.split("_")[0] for k in (tq.kv_list("train") or {}).get("train", {})}
+        assert metrics["training/filter_groups/evicted_samples"] >= len(flat - waiting) >= 3
         # verl evicts k flat groups and refills 2k prompts, fetched one by one (gen_batch_size 1)
         assert harness.config.data.gen_batch_size == 1
         assert harness.submitted[:2] == [N_STATES, 2 * 3]
