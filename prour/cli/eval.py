@@ -28,6 +28,9 @@ RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
 CheckpointOpt = typer.Option(
     None, "--checkpoint", help="Query generator checkpoint: an HF folder, a trainer output folder "
     "(newest step_N) or a merged verl checkpoint.")
+StepsOpt = typer.Option(
+    None, "--steps", help="Checkpoint sweep: evaluate these saved steps of the --checkpoint "
+    "training folder into one run ('all' or numbers; repeat or comma list).")
 MethodOpt = typer.Option(None, "--method", "-m", help="Method(s) to run (default: eval.methods).")
 DomainsOpt = typer.Option(None, "--domains", help="Domains (repeat or comma list).")
 MaxTasksOpt = typer.Option(None, "--max-tasks", help="First N tasks of each domain.")
@@ -57,6 +60,7 @@ AnnotationsOpt = typer.Option(
 def eval_command(
     recipe: str = RecipeOpt,
     checkpoint: str | None = CheckpointOpt,
+    steps: list[str] | None = StepsOpt,
     method: list[str] | None = MethodOpt,
     domains: list[str] | None = DomainsOpt,
     max_tasks: int | None = MaxTasksOpt,
@@ -68,27 +72,25 @@ def eval_command(
     progress: bool = ProgressOpt,
 ) -> None:
     """Evaluate methods on tau2; reruns finish the missing and the errored episodes. Exits 1 when
-    more than eval.max_error_fraction of the episodes ended in an error."""
+    more than eval.max_error_fraction of the episodes ended in an error. With --checkpoint the
+    generator is a training checkpoint (the step it resolved to is printed and recorded); with
+    --steps too, several saved steps of one training run are evaluated into one run folder."""
     from prour.cli.recipe import hold_run_folder, load_cli_recipe
-    from prour.eval.harness import with_checkpoint
 
     loaded = load_cli_recipe(recipe, overrides, {
         "eval.methods": _split(method), "eval.domains": _split(domains),
         "eval.seeds": _split(seeds), "eval.attention_policies": _split(attention_policy),
         "eval.max_tasks": max_tasks, "eval.concurrency": concurrency})
     default_generator = _file_generator(recipe) if overrides or checkpoint else None
-    try:
-        loaded = with_checkpoint(loaded, checkpoint)
-    except (OSError, ValueError) as exc:
-        _fail(f"--checkpoint {checkpoint}: {exc}")
+    checkpoints = _checkpoints(checkpoint, _split(steps))
     run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
     if os.environ.get("SLURM_ARRAY_TASK_ID"):
         # The tasks of one `prour slurm` eval array share the run folder by design, each on its
         # own seed x domain slice (appends are atomic); Slurm runs each slice once.
-        results = _evaluate(loaded, run_dir, progress, default_generator)
+        results = _evaluate(loaded, run_dir, progress, default_generator, checkpoints)
     else:
         with hold_run_folder(run_dir):
-            results = _evaluate(loaded, run_dir, progress, default_generator)
+            results = _evaluate(loaded, run_dir, progress, default_generator, checkpoints)
     _print_summary(results, run_dir)
     _check_errors(results, loaded.eval.max_error_fraction)
 
@@ -114,19 +116,42 @@ def _file_generator(path: str) -> ModelConfig | None:
         return None
 
 
-def _evaluate(loaded: Recipe, run_dir: Path, progress: bool,
-              default_generator: ModelConfig | None = None) -> list[dict[str, Any]]:
-    """Run the evaluation (resumable) and close its clients."""
-    from prour.eval.harness import Evaluation
+def _checkpoints(checkpoint: str | None, steps: list[str] | None) -> list[Any]:
+    """The checkpoints to evaluate (none: the recipe's generator); exit 2 naming the problem."""
+    from prour.eval.harness import checkpoint_generators
 
-    evaluation = Evaluation(loaded, run_dir, progress=progress,
-                            default_generator=default_generator)
+    if checkpoint is None:
+        if steps:
+            _fail("--steps chooses saved steps of a training folder: add --checkpoint DIR")
+        return []
     try:
-        return evaluation.run()
+        return checkpoint_generators(checkpoint, steps)
+    except (OSError, ValueError) as exc:
+        _fail(f"--checkpoint {checkpoint}: {exc}")
+
+
+def _announce(checkpoint: Any) -> None:
+    typer.echo(f"generator: {checkpoint.label} ({checkpoint.path})")
+
+
+def _evaluate(loaded: Recipe, run_dir: Path, progress: bool,
+              default_generator: ModelConfig | None = None,
+              checkpoints: list[Any] | None = None) -> list[dict[str, Any]]:
+    """Run the evaluation (resumable; every checkpoint of a sweep) and close its clients."""
+    from prour.eval.harness import Evaluation, evaluate_checkpoints
+
+    try:
+        if checkpoints:
+            return evaluate_checkpoints(loaded, run_dir, checkpoints, progress, _announce,
+                                        default_generator)
+        evaluation = Evaluation(loaded, run_dir, progress=progress,
+                                default_generator=default_generator)
+        try:
+            return evaluation.run()
+        finally:
+            evaluation.close()
     except (ValueError, LookupError) as exc:
         _fail(str(exc))
-    finally:
-        evaluation.close()
 
 
 def _print_summary(results: list[dict[str, Any]], run_dir: Path) -> None:

@@ -12,10 +12,13 @@ A run folder holds:
 - ``run.json``: the settings that make results comparable; a rerun with other settings is refused.
 
 A rerun after a crash or a kill runs only the episodes missing from ``episodes.jsonl`` (their
-key is (domain, task, seed, method[/variant])), plus those that ended in an error unless
+key is (domain, task, seed, method[/variant][ [step N]])), plus those that ended in an error unless
 ``eval.retry_errors`` is false, and writes result lines for episodes that have none, so the
 finished folder equals that of an uninterrupted run. :func:`check_errors` fails an evaluation
 where more than ``eval.max_error_fraction`` of the episodes errored.
+
+A checkpoint sweep (:func:`evaluate_checkpoints`) evaluates several saved steps of one training
+run into one folder: each result line records its checkpoint (training run name, step, folder).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 from prour.build import Builder
 from prour.config import ModelConfig, Recipe
 from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl, tau2_steps
-from prour.eval.methods import MethodKit, checkpoint_model, variant_name
+from prour.eval.methods import MethodKit, check_method, checkpoint_model, variant_name
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +48,33 @@ _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurren
 
 
 @dataclass(frozen=True)
+class GeneratorCheckpoint:
+    """A query generator that is a training checkpoint: the training run's name (from the
+    recipe it saved), the step its folder resolved to, that HF folder, and the run's output
+    folder (``root``: what a rerun must name again)."""
+
+    name: str
+    step: int | None
+    path: str
+    root: str
+
+    @property
+    def label(self) -> str:
+        """``<training run> step N``: how results and reports name this generator."""
+        return self.name if self.step is None else f"{self.name} step {self.step}"
+
+    def record(self) -> dict[str, Any]:
+        return {"name": self.name, "step": self.step, "path": self.path, "root": self.root}
+
+
+@dataclass(frozen=True)
 class Arm:
-    """One evaluated configuration: a method, optionally under an attention variant."""
+    """One evaluated configuration: a method, optionally under an attention variant, and the
+    checkpoint its generator is (methods that use one, evaluated with ``--checkpoint``)."""
 
     method: str
     attention: Any = None  # AttentionConfig | None
+    checkpoint: GeneratorCheckpoint | None = None
 
     @property
     def variant(self) -> str | None:
@@ -57,8 +82,12 @@ class Arm:
 
     @property
     def key(self) -> str:
-        """Stored as the trajectory's agent name (part of the resume key)."""
-        return self.method if self.variant is None else f"{self.method}/{self.variant}"
+        """Stored as the trajectory's agent name (part of the resume key); a checkpoint's step
+        is part of it, so one run folder holds every step of a sweep."""
+        key = self.method if self.variant is None else f"{self.method}/{self.variant}"
+        if self.checkpoint is not None and self.checkpoint.step is not None:
+            key += f" [step {self.checkpoint.step}]"
+        return key
 
 
 def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:
@@ -70,14 +99,87 @@ def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:
     return recipe.model_copy(update={"models": models})
 
 
+TRAINING_RECIPES = ("recipe.resolved.yaml", "verl/recipe.yaml")
+"""Where a training output folder keeps its recipe: the local trainer's, verl's."""
+
+
+def training_run(folder: Path) -> tuple[str, Path] | None:
+    """(recipe name, output folder) of the training run a checkpoint folder belongs to: the
+    nearest of the folder and its parents (up to four levels) that holds the run's recipe."""
+    import yaml
+
+    for candidate in [folder, *folder.parents][:5]:
+        for name in TRAINING_RECIPES:
+            path = candidate / name
+            if path.is_file():
+                recipe = yaml.safe_load(path.read_text()) or {}
+                if recipe.get("name"):
+                    return str(recipe["name"]), candidate
+    return None
+
+
+def checkpoint_generators(checkpoint: str | Path,
+                          steps: list[str] | None) -> list[GeneratorCheckpoint]:
+    """The checkpoints ``--checkpoint`` (and ``--steps``: ``all`` or numbers) name, in step
+    order, each with its training run's name and the step it resolved to."""
+    from prour.eval.methods import checkpoint_step, resolve_checkpoint, select_checkpoints
+
+    given = Path(checkpoint).expanduser().resolve()
+    if steps:
+        folders = list(select_checkpoints(given, steps).values())
+    else:
+        folders = [resolve_checkpoint(given)]
+    run = training_run(folders[0].resolve())
+    name, root = run if run is not None else (given.name, given)
+    return [GeneratorCheckpoint(name, checkpoint_step(f.resolve()), str(f.resolve()), str(root))
+            for f in folders]
+
+
+def uses_generator(method: str) -> bool:
+    """Whether a method calls the query generator (its result depends on the checkpoint)."""
+    return "generator" in check_method(method).roles
+
+
+def evaluate_checkpoints(recipe: Recipe, run_dir: str | Path,
+                         generators: list[GeneratorCheckpoint], progress: bool = True,
+                         announce: Any = None,
+                         default_generator: ModelConfig | None = None) -> list[dict[str, Any]]:
+    """Evaluate every checkpoint into one run folder (resumable like any run): the methods that
+    use the generator once per checkpoint, the others once (with the first). ``announce(g)`` is
+    called before each checkpoint's episodes; ``default_generator`` as for :class:`Evaluation`."""
+    results: list[dict[str, Any]] = []
+    steps = [g.step for g in generators]
+    for i, generator in enumerate(generators):
+        methods = [m for m in recipe.eval.methods if i == 0 or uses_generator(m)]
+        if not methods:
+            break
+        if announce is not None:
+            announce(generator)
+        step_recipe = with_checkpoint(recipe, generator.path)
+        step_recipe = step_recipe.model_copy(
+            update={"eval": step_recipe.eval.model_copy(update={"methods": methods})})
+        evaluation = Evaluation(step_recipe, run_dir, progress,
+                                default_generator=default_generator, checkpoint=generator,
+                                sweep_steps=steps)
+        try:
+            results += evaluation.run()
+        finally:
+            evaluation.close()
+    return results
+
+
 class Evaluation:
     """Runs and resumes one evaluation; :meth:`run` returns the result lines in job order."""
 
     def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True,
-                 builder: Builder | None = None, default_generator: ModelConfig | None = None):
+                 builder: Builder | None = None, default_generator: ModelConfig | None = None,
+                 checkpoint: GeneratorCheckpoint | None = None,
+                 sweep_steps: list[int | None] | None = None):
         """``default_generator``: the recipe file's own ``models.generator`` (before ``--set``
         and ``--checkpoint``); result lines name the generator where the run's differs. None:
-        the run's generator is the default."""
+        the run's generator is the default. ``checkpoint``: the training checkpoint that
+        ``models.generator`` loads (its result lines name its run and step); ``sweep_steps``:
+        all steps of the sweep it belongs to (provenance)."""
         from prour.eval.attention.strict_json import JsonCache
 
         self.recipe, self.cfg = recipe, recipe.eval
@@ -91,7 +193,9 @@ class Evaluation:
         caches = {"classifier": JsonCache(cache_root / "classifier_cache.jsonl"),
                   "judge": JsonCache(cache_root / "judge_cache.jsonl")}
         self.kit = MethodKit(builder or Builder(recipe), caches)
-        self.arms = [Arm(m, a) for m in self.cfg.methods for a in self.cfg.variants()]
+        self.checkpoint, self.sweep_steps = checkpoint, sweep_steps
+        self.arms = [Arm(m, a, checkpoint if uses_generator(m) else None)
+                     for m in self.cfg.methods for a in self.cfg.variants()]
 
     # -- setup --
 
@@ -99,6 +203,8 @@ class Evaluation:
         """What must match for two runs' results to sit in one folder."""
         models = {role: cfg.model_dump(mode="json", include=set(_MODEL_IDENTITY))
                   for role, cfg in sorted(self.recipe.models.items())}
+        if self.checkpoint is not None:  # its steps differ by arm (the key); the run is the same
+            models["generator"]["path"] = self.checkpoint.root
         eval_part = {k: v for k, v in self.cfg.model_dump(mode="json").items()
                      if k not in _NOT_SETTINGS}
         rollout, reward = self.kit.rollout, self.recipe.reward
@@ -136,7 +242,9 @@ class Evaluation:
             "arms": [arm.key for arm in self.arms], "domains": self.cfg.domains,
             "split": self.cfg.split, "protocol": self.cfg.protocol,
             "task_counts": {d: len(self.tasks(d)) for d in self.cfg.domains},
-            "generator": self.generator_swap() or "default"})
+            "generator": self.generator_swap() or "default",
+            "checkpoint": self.checkpoint.record() if self.checkpoint else None,
+            "checkpoint_steps": self.sweep_steps})
 
     def tasks(self, domain: str) -> list[Any]:
         from prour.env.domains import select_tasks
@@ -193,16 +301,17 @@ class Evaluation:
 
     def generator_swap(self) -> str | None:
         """The generator's name when it is not the recipe's default (a ``--set
-        models.generator…`` or ``--checkpoint`` swap), else None."""
+        models.generator…`` or ``--checkpoint`` swap), else None; a checkpoint is named by its
+        training run and step (``run step N``), never by its folder."""
+        if self.checkpoint is not None:
+            return self.checkpoint.label
         if self.generator is None or same_model(self.generator, self.default_generator):
             return None
         return model_name(self.generator)
 
     def generator_of(self, arm: Arm) -> str | None:
         """The swapped generator's name for a method that writes queries with it."""
-        from prour.eval.methods import check_method
-
-        return self.generator_swap() if "generator" in check_method(arm.method).roles else None
+        return self.generator_swap() if uses_generator(arm.method) else None
 
     def _judge(self) -> Any:
         if not self.cfg.judge or self.cfg.attention is None:
@@ -356,6 +465,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
         "router": trajectory.meta.get("router"),
         "episode_started_at": trajectory.started_at,
         "generator": generator,
+        "checkpoint": arm.checkpoint.record() if arm.checkpoint is not None else None,
         "attention": None,
     }
     line["model_calls_total"] = sum(line["model_calls"].values())

@@ -20,7 +20,8 @@ templates and use no generator).
 
 The query generator is whatever ``models.generator`` names (any backend: a prompted model, a
 served checkpoint) or, with ``--checkpoint DIR``, an HF folder written by the local trainer or a
-merged verl checkpoint, found by :func:`resolve_checkpoint`.
+merged verl checkpoint, found by :func:`resolve_checkpoint`; :func:`select_checkpoints` picks
+several saved steps of one training run for a sweep.
 """
 
 from __future__ import annotations
@@ -165,6 +166,55 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise ValueError(_export_hint(shards[0].parent))
     raise ValueError(f"{root} is not a checkpoint: no config.json with weights in it, in "
                      "huggingface/ or actor/huggingface/, and no step_N or global_step_N folder")
+
+
+def checkpoint_step(folder: str | Path) -> int | None:
+    """The training step of a resolved checkpoint folder: the ``step_N`` (local trainer) or
+    ``global_step_N`` (verl) folder it is or lies in; None for a model folder of no run."""
+    from prour.train.checkpoint import STEP_DIR
+
+    for part in (Path(folder), *Path(folder).parents):
+        match = STEP_DIR.match(part.name) or _VERL_STEP.match(part.name)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def checkpoint_steps(root: str | Path) -> dict[int, Path]:
+    """Every saved step of a trainer output folder, step -> folder: local ``step_N``, verl
+    ``global_step_N`` (its ``prour train export`` in ``step_N`` when there is one)."""
+    from prour.train.checkpoint import complete_checkpoints
+
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint {root} does not exist or is not a folder")
+    found = {}
+    for step, folder in _verl_steps(root):
+        exported = root / f"step_{step}"
+        found[step] = exported if is_hf_folder(exported) else folder
+    found.update(complete_checkpoints(root))
+    return dict(sorted(found.items()))
+
+
+def select_checkpoints(root: str | Path, steps: list[str]) -> dict[int, Path]:
+    """The HF folders of the chosen steps of a trainer output folder (``["all"]`` or numbers),
+    step -> folder; every folder is resolved (a verl step must be merged) before any runs."""
+    available = checkpoint_steps(root)
+    if not available:
+        raise ValueError(f"{root} holds no step_N or global_step_N checkpoint to sweep")
+    if steps == ["all"]:
+        chosen = list(available)
+    else:
+        try:
+            chosen = sorted({int(s) for s in steps})
+        except ValueError:
+            raise ValueError(
+                f"--steps takes 'all' or step numbers, got {','.join(steps)}") from None
+        missing = [s for s in chosen if s not in available]
+        if missing:
+            raise ValueError(f"{root} has no checkpoint of step {', '.join(map(str, missing))}; "
+                             f"saved steps: {', '.join(map(str, available))}")
+    return {step: resolve_checkpoint(available[step]) for step in chosen}
 
 
 def _with_tokenizer(folder: Path) -> Path:

@@ -1,5 +1,6 @@
-"""PNG plots of evaluation reports: success versus interaction steps, and uncertainty over steps
-(the prour paper's Figure 6). matplotlib is imported inside each function (Agg backend).
+"""PNG plots of evaluation reports: success versus interaction steps, success versus training
+step (a checkpoint sweep), and uncertainty over steps (the prour paper's Figure 6). matplotlib
+is imported inside each function (Agg backend).
 
 Every plot is written with a sidecar ``<name>.json`` next to the PNG: the series as drawn
 (x, y and error-bar extents per label) and each panel's axis limits, so a test or a reader can
@@ -9,6 +10,7 @@ legend entry, never by text placed at the point (two systems on one point would 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -20,6 +22,7 @@ UNCERTAINTY_KEYS = (("total", "Total uncertainty"), ("au", "AU (user side)"),
                     ("eu", "EU (world side)"))
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "h")
 PERCENT = (0.0, 100.0)
+PERCENT_FRAMED = (-2.0, 102.0)  # lines at 0 or 100 % stay visible inside the frame
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,62 @@ def plot_success_vs_steps(points: Sequence[SystemPoint], out: str | Path) -> Pat
     ax.set_title("Success versus interaction steps")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
+    return save_plot(fig, out, series)
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """Average Pass@1 (%) of one checkpoint with its interval [low, high] (%)."""
+
+    step: int
+    pass_at_1: float
+    low: float
+    high: float
+
+
+def plot_success_vs_training_step(curves: Mapping[str, Sequence[StepPoint]], out: str | Path,
+                                  references: Mapping[str, StepPoint] | None = None) -> Path:
+    """Pass@1 (%) with its interval as error bars against the checkpoint's training step, one
+    line per system; systems that use no checkpoint (``references``, e.g. ``base``) are dashed
+    horizontal lines, their interval given in the legend (a band would cover the panel). Lines
+    are nudged apart sideways (a few % of a step; the sidecar keeps the true steps) so equal
+    values stay visible; the legend sits below the axes."""
+    plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    steps = sorted({p.step for points in curves.values() for p in points})
+    nudge = 0.06 * min((b - a for a, b in itertools.pairwise(steps)), default=1)
+    series: dict[str, Any] = {}
+    for i, (label, points) in enumerate(curves.items()):
+        points = sorted(points, key=lambda p: p.step)
+        shift = (i - (len(curves) - 1) / 2) * nudge
+        ax.errorbar([p.step + shift for p in points], [p.pass_at_1 for p in points],
+                    yerr=[[p.pass_at_1 - p.low for p in points],
+                          [p.high - p.pass_at_1 for p in points]],
+                    fmt="-" + MARKERS[i % len(MARKERS)], markerfacecolor="none", capsize=4,
+                    clip_on=False, label=label)
+        series[label] = {"x": [p.step for p in points], "y": [p.pass_at_1 for p in points],
+                         "low": [p.low for p in points], "high": [p.high for p in points]}
+    xlim = padded_limits(steps, min_span=2.0, bounds=(0.0, math.inf))
+    for j, (label, ref) in enumerate((references or {}).items()):
+        ax.axhline(ref.pass_at_1, linestyle="--", linewidth=1.0, zorder=1,
+                   color=f"C{(len(curves) + j) % 10}",
+                   label=f"{label}: {ref.pass_at_1:.1f} [{ref.low:.1f}, {ref.high:.1f}] "
+                         "(no checkpoint)")
+        series[label] = {"x": list(xlim), "y": [ref.pass_at_1] * 2, "low": [ref.low] * 2,
+                         "high": [ref.high] * 2, "reference": True}
+    ax.set_xlim(*xlim)
+    ys = [v for s in series.values() if not s.get("reference") for key in ("y", "low", "high")
+          for v in s[key]] + [s["y"][0] for s in series.values() if s.get("reference")]
+    ax.set_ylim(*padded_limits(ys, min_span=10.0, bounds=PERCENT_FRAMED))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("training step of the query generator checkpoint")
+    ax.set_ylabel("average Pass@1 (%)")
+    ax.set_title("Success versus training step")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
+              frameon=False)  # below the axes: full-height error bars leave no free corner
     return save_plot(fig, out, series)
 
 

@@ -9,7 +9,10 @@ errored ones reads ``error (n/N)`` instead of a number; the agent turns by tag (
 confirmation, verification, act) and the model calls by role; paired differences against a
 baseline system on the same tasks and seeds, with Holm-adjusted p-values. Steps, seconds and calls are
 means over a domain's episodes, then averaged over domains (like Pass@1). A system whose query
-generator was swapped for the recipe's default is labelled ``method (generator NAME)``.
+generator was swapped for the recipe's default is labelled ``method (generator NAME)``; a
+training checkpoint is named by its training run and step (``method (generator RUN step N)``),
+and a checkpoint sweep gets a table of Pass@1 by step and the success-versus-training-step
+plot.
 
 With ``attention=True`` the ask-less tables follow: R, A, V, U, request statistics and cut
 conversations per (system, domain, policy), asking efficiency over No-ask with intervals, equal-cost comparisons
@@ -39,6 +42,7 @@ logger = logging.getLogger(__name__)
 REPORT_FILE = "report.md"
 REPORT_JSON = "report.json"
 SUCCESS_PLOT = "success_vs_steps.png"
+TRAINING_STEP_PLOT = "success_vs_training_step.png"
 UNCERTAINTY_PLOT = "uncertainty_over_steps.png"
 ATTENTION_PLOT = "reward_vs_attention.png"
 
@@ -58,6 +62,16 @@ class System:
     def generator(self) -> str | None:
         """The query generator's name when the run swapped it for the recipe's default."""
         return next((line["generator"] for line in self.lines if line.get("generator")), None)
+
+    @property
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The training checkpoint the generator was (run name, step, folder), if any."""
+        return next((line["checkpoint"] for line in self.lines if line.get("checkpoint")), None)
+
+    @property
+    def step(self) -> int | None:
+        """The training step of the generator's checkpoint (None: not a checkpoint)."""
+        return (self.checkpoint or {}).get("step")
 
     @property
     def base_label(self) -> str:
@@ -83,20 +97,21 @@ class System:
 
 
 def load_systems(run_dirs: Sequence[str | Path]) -> list[System]:
-    """Systems of every run folder, in run order then first appearance; labels are made unique
-    by prefixing the run folder's name where two runs share a method."""
+    """Systems of every run folder, in run order then first appearance (a checkpoint sweep's
+    steps in step order); labels are made unique by prefixing the run folder's name where two
+    runs share a method and generator."""
     systems: list[System] = []
     for run_dir in run_dirs:
         path = Path(run_dir) / RESULTS_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{run_dir} holds no {RESULTS_FILE}; run `prour eval` first")
-        groups: dict[tuple[str, str | None], System] = {}
+        groups: dict[tuple[str, str | None, str | None], System] = {}
         for line in load_result_lines(path).values():
-            key = (line["method"], line.get("variant"))
+            key = (line["method"], line.get("variant"), line.get("generator"))
             if key not in groups:
-                groups[key] = System(Path(run_dir).name, *key, folder=Path(run_dir))
+                groups[key] = System(Path(run_dir).name, *key[:2], folder=Path(run_dir))
             groups[key].lines.append(line)
-        systems.extend(groups.values())
+        systems.extend(sorted(groups.values(), key=_sweep_order(list(groups.values()))))
     counts: dict[str, int] = {}
     for system in systems:
         counts[system.base_label] = counts.get(system.base_label, 0) + 1
@@ -104,6 +119,17 @@ def load_systems(run_dirs: Sequence[str | Path]) -> list[System]:
         repeated = counts[system.base_label] > 1
         system.label = f"{system.run}:{system.base_label}" if repeated else system.base_label
     return systems
+
+
+def _sweep_order(systems: list[System]) -> Any:
+    """Sort key: first appearance of (method, variant, training run), then training step."""
+    def run_of(s: System) -> tuple:
+        return (s.method, s.variant, (s.checkpoint or {}).get("name", s.generator))
+
+    first: dict[tuple, int] = {}
+    for i, s in enumerate(systems):
+        first.setdefault(run_of(s), i)
+    return lambda s: (first[run_of(s)], s.step or 0)
 
 
 # ---- metrics ------------------------------------------------------------------------------
@@ -313,6 +339,21 @@ def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> li
     return _table(header, rows)
 
 
+def sweep_table(systems: Sequence[System], summaries: Sequence[SystemSummary]) -> list[str]:
+    """One row per evaluated checkpoint: method, generator (training run), step, average Pass@1
+    with its interval, episodes."""
+    header = ["Method", "Generator", "Step", "Average Pass@1", "Episodes"]
+    rows = []
+    for system, s in zip(systems, summaries):
+        if system.step is None:
+            continue
+        method = system.method if system.variant is None else f"{system.method} [{system.variant}]"
+        average = error_cell(s.errored.get(AVERAGE)) or (
+            pct(s.pass_at_1[AVERAGE]) if s.pass_at_1 is not None else f"– ({s.problem})")
+        rows.append([method, system.checkpoint["name"], system.step, average, s.episodes])
+    return _table(header, rows)
+
+
 def router_table(summaries: Sequence[SystemSummary]) -> list[str]:
     """Decomposer (or LLM-router) budget and frequency (paper A.2.3) and the calls they allowed:
     one row per system that routes."""
@@ -404,6 +445,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     if any(s.errors for s in summaries):
         lines += [ERROR_NOTE, ""]
     lines += [f"- {s.label}: {s.problem}" for s in summaries if s.problem]
+    if any(s.step is not None for s in systems):
+        lines += ["## Pass@1 (%) by training step (checkpoint sweep)", "",
+                  *sweep_table(systems, summaries), ""]
     if any(s.router is not None for s in summaries):
         lines += ["", "## Router budget and frequency (router.budget, router.every_n)", "",
                   *router_table(summaries)]
@@ -484,11 +528,38 @@ def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],
     written = {}
     if points:
         written["success_vs_steps"] = plot_success_vs_steps(points, out / SUCCESS_PLOT)
+    if any(s.step is not None for s in systems):
+        written["success_vs_training_step"] = _training_step_plot(systems, summaries, out)
     curves = {s.label: mean_curves([line["decisions"] for line in s.lines]) for s in systems}
     curves = {k: v for k, v in curves.items() if any(x is not None for x in v["total"])}
     if curves:
         written["uncertainty_over_steps"] = plot_uncertainty(curves, out / UNCERTAINTY_PLOT)
     return written
+
+
+def _training_step_plot(systems: Sequence[System], summaries: Sequence[SystemSummary],
+                        out: Path) -> Path:
+    """Pass@1 against training step, one line per (method, variant, training run); systems of
+    the same runs that use no checkpoint are drawn as reference lines. A system with errored
+    episodes holds no measurement and is left out (the tables say ``error (n/N)``)."""
+    from prour.eval.plots import StepPoint, plot_success_vs_training_step
+
+    curves: dict[str, list[StepPoint]] = {}
+    references: dict[str, StepPoint] = {}
+    runs = {s.run for s in systems if s.step is not None}
+    for system, summary in zip(systems, summaries):
+        if summary.pass_at_1 is None or system.run not in runs \
+                or error_cell(summary.errored.get(AVERAGE)):
+            continue
+        average = summary.pass_at_1[AVERAGE]
+        point = StepPoint(system.step or 0, 100 * average.estimate, 100 * average.low,
+                          100 * average.high)
+        if system.step is None:
+            references[system.label] = point
+            continue
+        name = system.method if system.variant is None else f"{system.method} [{system.variant}]"
+        curves.setdefault(f"{name} ({system.checkpoint['name']})", []).append(point)
+    return plot_success_vs_training_step(curves, out / TRAINING_STEP_PLOT, references)
 
 
 def _jsonable(value: Any) -> Any:

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
 TEMP_PREFIX = ".tmp-"
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 def step_dir(output_dir: str | Path, step: int) -> Path:
@@ -38,7 +38,7 @@ def complete_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for child in root.iterdir():
-        match = _STEP_DIR.match(child.name)
+        match = STEP_DIR.match(child.name)
         if match and child.is_dir() and (child / STATE_FILE).is_file():
             found.append((int(match.group(1)), child))
     return sorted(found)
