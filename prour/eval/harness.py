@@ -129,10 +129,9 @@ def checkpoint_generators(checkpoint: str | Path,
         folders = list(select_checkpoints(given, steps).values())
     else:
         folders = [resolve_checkpoint(given)]
-    run = training_run(folders[0].resolve())
+    run = training_run(folders[0])
     name, root = run if run is not None else (given.name, given)
-    return [GeneratorCheckpoint(name, checkpoint_step(f.resolve()), str(f.resolve()), str(root))
-            for f in folders]
+    return [GeneratorCheckpoint(name, checkpoint_step(f), str(f), str(root)) for f in folders]
 
 
 def uses_generator(method: str) -> bool:

@@ -4,6 +4,7 @@ success-versus-training-step plot read back."""
 
 from __future__ import annotations
 
+import shutil
 import statistics
 from pathlib import Path
 
@@ -65,12 +66,21 @@ def _eval(tmp_path: Path, run: Path, *args: str) -> str:
     return result.output
 
 
-def test_steps_are_found_and_named(training_run):
+def test_steps_are_found_and_named(training_run, tmp_path):
     chosen = select_checkpoints(training_run, ["all"])
     assert list(chosen) == STEPS and all(checkpoint_step(f) == s for s, f in chosen.items())
     assert list(select_checkpoints(training_run, ["3", "1"])) == [1, 3]
     with pytest.raises(ValueError, match="no checkpoint of step 7; saved steps: 1, 2, 3"):
         select_checkpoints(training_run, ["7"])
+    verl = tmp_path / "verl"  # verl steps: one exported by `prour train export`, one not
+    for step in (4, 5):
+        (verl / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (verl / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"")
+    shutil.copytree(training_run / "step_1", verl / "step_5")
+    assert select_checkpoints(verl, ["5"]) == {5: verl / "step_5"}
+    assert checkpoint_step(verl / "global_step_4" / "actor" / "huggingface") == 4
+    with pytest.raises(ValueError, match="prour train export --recipe RECIPE --step 4"):
+        select_checkpoints(verl, ["all"])  # every folder is resolved before any episode runs
 
 
 def test_sweep_gives_one_row_per_step_and_a_success_vs_step_plot(training_run, tmp_path):
