@@ -22,7 +22,7 @@ from prour.section import Section
 # The names of prour.eval.methods.METHODS (a test keeps the two equal), known here so that a
 # recipe naming an unknown method fails when it loads.
 METHOD_NAMES = ("base", "prour", "clarify-only", "verify-only", "llm-router", "oracle",
-                "ig-clarifier", "saber", "sage-agent")
+                "ig-clarifier", "ask-before-plan", "verifiagent", "saber", "sage-agent")
 
 
 # Evaluation protocols: named presets of (domains, split, seeds). ``paper``: the Prour paper's

@@ -8,6 +8,8 @@
 ``llm-router``          a prompted router picks the mode instead of the decomposer
 ``oracle``              replays the reference actions with the oracle user (a harness check)
 ``ig-clarifier``        baseline: the clarifier itself decides at every step whether to ask
+``ask-before-plan``     baseline: a clarification-need predictor, then a question, before acting
+``verifiagent``         baseline: meta- and tool-based verification of each drafted step
 ``saber``               baseline: user confirmation before tau2 WRITE calls, reflection, cleaning
 ``sage-agent``          baseline: asks the highest-EVPI question about its candidate calls' params
 ======================  ===========================================================================
@@ -84,6 +86,10 @@ METHODS: Registry[MethodSpec] = Registry("method", {
     "oracle": MethodSpec("oracle", "reference-action replay (harness check)", (), oracle=True),
     "ig-clarifier": _baseline("ig-clarifier", "clarifier decides to ask at every step",
                               "ig_clarifier", "generator"),
+    "ask-before-plan": _baseline("ask-before-plan", "clarification-need predictor, then a question",
+                                 "ask_before_plan", "generator"),
+    "verifiagent": _baseline("verifiagent", "meta- and tool-based verification of each step",
+                             "verifiagent"),
     "saber": _baseline("saber", "confirmation before mutating calls, reflection", "saber"),
     "sage-agent": _baseline("sage-agent", "EVPI question over call parameters", "sage_agent"),
 })

@@ -159,21 +159,22 @@ def generator_llm(clarify: str | None = None, verify: str | None = None) -> Scri
                               (r"A separate Verifier", verify)])
 
 
+def verifier_reply(messages: list[Message]) -> str:
+    """The verifier: one READ call, then an answer naming the tool and a value it returned."""
+    last = messages[-1]
+    if last.get("role") != "tool":
+        prompt = _text(messages)
+        name = "list_all_airports" if "Airline Agent Policy" in prompt else \
+            "list_all_product_types"
+        return tool_call(name)
+    data = json.loads(last["content"])
+    value = next(iter(data.values())) if isinstance(data, dict) else data[0]["iata"]
+    return f"{last['name']} returned {value}."
+
+
 def verifier_llm() -> ScriptedLLM:
     """One READ call, then an answer naming the tool and a value it returned."""
-
-    def reply(messages: list[Message]) -> str:
-        last = messages[-1]
-        if last.get("role") != "tool":
-            prompt = _text(messages)
-            name = "list_all_airports" if "Airline Agent Policy" in prompt else \
-                "list_all_product_types"
-            return tool_call(name)
-        data = json.loads(last["content"])
-        value = next(iter(data.values())) if isinstance(data, dict) else data[0]["iata"]
-        return f"{last['name']} returned {value}."
-
-    return ScriptedLLM(rules=[(r".", reply)])
+    return ScriptedLLM(rules=[(r".", verifier_reply)])
 
 
 def router_llm() -> ScriptedLLM:

@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.env.agents import Agent
     from prour.eval.agent import QueryGenerator
+    from prour.eval.attention.strict_json import JsonOutcome
     from prour.eval.methods import MethodSpec
-    from prour.llm.base import LLM
+    from prour.llm.base import LLM, SamplingParams
     from prour.rollout.verifier import Verifier
     from prour.router.routing import DecomposerBudget
 
@@ -63,9 +64,18 @@ class BaselineContext:
 
         return episode_budget(self.episode.recipe.router)
 
+    def decision_sampling(self) -> SamplingParams:
+        """How the baseline's decision modules on the backbone decode: as the prompted router
+        (``router.llm_router_temperature``, ``router.llm_router_max_tokens``)."""
+        from prour.llm.base import SamplingParams
+
+        cfg = self.episode.recipe.router
+        return SamplingParams(n=1, temperature=cfg.llm_router_temperature,
+                              max_tokens=cfg.llm_router_max_tokens)
+
     def verifier(self, module: str) -> Verifier:
         """The read-only ReAct verifier on the agent backbone (counted as ``module``), decoding
-        as the other frozen responders do (``reward.verifier_max_steps``, ``reward.responder_*``)."""
+        as the other frozen responders (``reward.verifier_max_steps``, ``reward.responder_*``)."""
         from prour.rollout.verifier import Verifier
 
         recipe = self.episode.recipe
@@ -99,3 +109,13 @@ def history_mutated(domain: str, messages: list[Message]) -> bool:
     return any((call.get("function") or call).get("name") in writes
                for m in messages if m.get("role") == "assistant"
                for call in m.get("tool_calls") or [])
+
+
+def ask_strict_json(llm: LLM, prompt: str, validate: Callable[[dict[str, Any]], Any],
+                    sampling: SamplingParams) -> JsonOutcome[Any]:
+    """One strict-JSON answer to ``prompt`` (one attempt: an invalid reply is the caller's
+    fallback, recorded, never retried)."""
+    from prour.eval.attention.strict_json import ask_json
+
+    return ask_json(llm, [[{"role": "user", "content": prompt}]], validate, max_attempts=1,
+                    sampling=sampling)[0]

@@ -7,6 +7,8 @@ later one an act turn of the scripted task agent (tool call, its own question, c
 
 from __future__ import annotations
 
+import json
+
 from eval_world import CLARIFY_ANSWER, CLARIFY_Q, TASKS
 from method_run import check_report, run_method
 
@@ -55,3 +57,28 @@ def test_a_swapped_generator_labels_the_report_row(tmp_path) -> None:
     assert run.label == "ig-clarifier (generator clarifier-32b)"
     assert {line["generator"] for line in run.lines} == {"clarifier-32b"}
     assert "| ig-clarifier (generator clarifier-32b) |" in run.markdown
+
+
+def test_prour_eval_set_generator_labels_the_row(tmp_path) -> None:
+    """Through the CLI: ``--set models.generator.script=…`` is a swap, the recipe file's own
+    generator the default."""
+    import yaml
+    from eval_world import recipe, register_scripts
+    from typer.testing import CliRunner
+
+    from prour.cli.main import app
+    from prour.llm.scripted import register_script
+
+    register_scripts()
+    register_script("swapped-clarifier", clarifier_llm)
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe(str(tmp_path), methods=["ig-clarifier", "base"],
+                                          domains=["retail"], tasks=["retail:65"])))
+    run, report = tmp_path / "run", tmp_path / "report"
+    for args in (["eval", "--recipe", str(path), "--out", str(run), "--no-progress",
+                  "--set", "models.generator.script=swapped-clarifier"],
+                 ["report", str(run), "--out", str(report), "--n-boot", "20"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output + repr(result.exception)
+    labels = [s["label"] for s in json.loads((report / "report.json").read_text())["systems"]]
+    assert labels == ["ig-clarifier (generator swapped-clarifier)", "base"]  # base has none
