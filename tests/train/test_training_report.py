@@ -206,3 +206,25 @@ def test_verl_runs_log_to_metrics_jsonl_and_a_segment_per_resume(tmp_path):
     recipe = Recipe(name="t", models={})
     cfg = TrainConfig.model_validate({"backend": "verl", "output_dir": str(out)})
     assert "file" in trainer_overrides(recipe, cfg, out, resume=True)["trainer.logger"]
+
+
+def test_wandb_gets_the_report_keys(tiny_run, tmp_path, monkeypatch):
+    """The local trainer's step metrics reach wandb (offline) under the names the report reads."""
+    from prour.train.config import WandbSettings
+    from prour.train.metrics import MetricsLog
+
+    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first, second = read_metrics(tiny_run[0])[:2]
+    log = MetricsLog(tmp_path / "run", WandbSettings(track=True, mode="offline", project="t"))
+    try:
+        for record in (first, second):
+            log.log(record["step"], {k: v for k, v in record.items() if k != "step"})
+        summary = dict(log._wandb.summary)  # wandb commits a step when the next one starts
+    finally:
+        log.close()
+    numeric = {k: v for k, v in first.items() if isinstance(v, (int, float))}
+    assert {"reward_mean", "reward_mean_clarify", "ask_fraction", "entropy", "grad_norm", "lr",
+            "throughput_tokens_per_s"} <= set(numeric)
+    assert {k: summary[k] for k in numeric} == numeric
