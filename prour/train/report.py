@@ -84,7 +84,7 @@ CURVE_PANELS = (
     Panel("lr", "Learning rate", "lr", (("lr", "lr"),), 0.5, (0.0, math.inf), "%.3g",
           relative=True),
     Panel("throughput", "Tokens per second", "tokens/s",
-          (("throughput_tokens_per_s", "step (prompt + response)"),
+          (("throughput_tokens_per_s", "step (prompt + response, per GPU)"),
            ("rollout_tokens_per_s", "rollout (generated)"),
            ("update_tokens_per_s", "update")), 1.0, (0.0, math.inf)),
 )

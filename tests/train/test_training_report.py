@@ -103,7 +103,7 @@ def test_report_series_equal_the_samples_by_mode(tiny_run, tmp_path):
     logged = read_metrics(out)
     for panel, label, key in (("entropy", "entropy", "entropy"), ("lr", "lr", "lr"),
                               ("grad_norm", "grad norm", "grad_norm"),
-                              ("throughput", "step (prompt + response)",
+                              ("throughput", "step (prompt + response, per GPU)",
                                "throughput_tokens_per_s")):
         assert curves["series"][panel][label]["y"] == [m[key] for m in logged]
     titles = [a["title"] for a in curves["axes"]]
