@@ -119,3 +119,16 @@ def ask_strict_json(llm: LLM, prompt: str, validate: Callable[[dict[str, Any]], 
 
     return ask_json(llm, [[{"role": "user", "content": prompt}]], validate, max_attempts=1,
                     sampling=sampling)[0]
+
+
+def text_fields(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
+    """The stripped text of optional string fields of a strict-JSON reply (absent: empty);
+    ValueError naming a field that is not a string."""
+    out = {}
+    for name in names:
+        value = data.get(name, "")
+        if not isinstance(value, str):
+            raise ValueError(  # noqa: TRY004 - ask_json rejects a reply on ValueError
+                f"{name} must be a string, got {type(value).__name__}")
+        out[name] = value.strip()
+    return out

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from prour.env.history import render_history
 from prour.eval.agent import ProactiveAgent, RouteChoice
-from prour.eval.baselines import ask_strict_json, history_mutated
+from prour.eval.baselines import ask_strict_json, history_mutated, text_fields
 from prour.llm.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,13 +59,11 @@ empty>"}}"""
 
 def check_prediction(data: dict[str, Any]) -> tuple[bool, str]:
     """(needed, missing) of a predictor reply; ValueError naming what is wrong."""
-    needed, missing = data.get("clarification_needed"), data.get("missing", "")
+    needed = data.get("clarification_needed")
     if not isinstance(needed, bool):  # ask_json expects ValueError for a rejected reply
         raise ValueError(  # noqa: TRY004
             f"clarification_needed must be true or false, got {needed!r}")
-    if not isinstance(missing, str):
-        raise ValueError(f"missing must be a string, got {type(missing).__name__}")  # noqa: TRY004
-    return needed, missing.strip()
+    return needed, text_fields(data, ("missing",))["missing"]
 
 
 class ClarificationPredictor:

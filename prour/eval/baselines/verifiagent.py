@@ -37,7 +37,7 @@ from prour.env.agents import AgentTurn, TaskView
 from prour.env.history import render_history, render_message
 from prour.eval import agent as proactive
 from prour.eval.agent import EVIDENCE_PREFIX, AgentWrapper, evidence_note, is_stop_only
-from prour.eval.baselines import ask_strict_json, tagged
+from prour.eval.baselines import ask_strict_json, tagged, text_fields
 from prour.llm.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,16 +76,13 @@ can answer; else empty>"}}"""
 
 def check_verdict(data: dict[str, Any]) -> tuple[str, str, str]:
     """(verdict, issue, query) of a meta-verifier reply; ValueError naming what is wrong."""
-    verdict, issue, query = data.get("verdict"), data.get("issue", ""), data.get("query", "")
+    verdict, text = data.get("verdict"), text_fields(data, ("issue", "query"))
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
-    if not isinstance(issue, str) or not isinstance(query, str):
-        raise ValueError("issue and query must be strings")  # noqa: TRY004
-    if verdict == "check" and not query.strip():
-        raise ValueError("a check needs a query")
-    if verdict == "revise" and not issue.strip():
-        raise ValueError("a revision needs an issue")
-    return verdict, issue.strip(), query.strip()
+    needed = {"check": "query", "revise": "issue"}.get(verdict)
+    if needed is not None and not text[needed]:
+        raise ValueError(f"a {verdict} verdict needs a non-empty {needed}")
+    return verdict, text["issue"], text["query"]
 
 
 def draft_text(turn: AgentTurn) -> str:

@@ -84,3 +84,18 @@ def test_verifiagent_verifies_each_draft_and_never_asks(verifiagent_run, domain_
     assert [s.kind for s in steps] == ["agent_tool_call", "agent_message"]
     assert "?" not in traj.messages[steps[-1].message_index]["content"]
     assert run.line(domain, task)["steps"]["clarify"] == 0
+
+
+@pytest.mark.parametrize(("reply", "error"), [
+    ({"verdict": "maybe"}, "verdict must be one of accept, revise, check, got 'maybe'"),
+    ({"verdict": "check", "query": "  "}, "a check verdict needs a non-empty query"),
+    ({"verdict": "revise"}, "a revise verdict needs a non-empty issue"),
+    ({"verdict": "accept", "issue": 3}, "issue must be a string, got int"),
+])
+def test_meta_verifier_replies_that_cannot_be_acted_on_are_rejected(reply, error) -> None:
+    from prour.eval.baselines.verifiagent import check_verdict
+
+    with pytest.raises(ValueError, match=error):
+        check_verdict(reply)
+    assert check_verdict({"verdict": "check", "query": " Is it paid? "}) == ("check", "",
+                                                                             "Is it paid?")
