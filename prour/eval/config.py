@@ -63,10 +63,9 @@ class SaberConfig(Section):
     """The ``saber`` baseline (prour.eval.baselines.saber): confirmation gate on tau2's WRITE tools,
     targeted reflection, context cleaning."""
 
+    # The review decodes as every baseline's decision module (router.llm_router_*).
     reflection: bool = True  # review each mutating proposal against the policy before asking
     clean_context: bool = True  # the task agent sees stale tool results as short stubs
-    reflection_max_tokens: int = Field(256, ge=16)  # length of the review's JSON answer
-    reflection_attempts: int = Field(2, ge=1)  # tries at a valid JSON review (then: proceed)
 
 
 class SageAgentConfig(Section):

@@ -14,9 +14,9 @@ What it does, at every agent step:
 2. The task agent proposes its turn. A turn without a *mutating* call (a tool tau2 marks
    ``ToolType.WRITE``) runs as it is.
 3. **Targeted reflection**: before a mutating turn the agent's model reviews it against the policy
-   and the dialogue (a strict-JSON call counted as role ``reflection``: ``proceed``, or ``revise``
-   with the issue; a review that never validates counts as ``proceed`` and is recorded as
-   failed). On ``revise`` the issue is added to the agent's context as a note (never shown to the
+   and the dialogue (one strict-JSON call counted as role ``reflection``, decoding as every
+   baseline's decision module: ``router.llm_router_temperature`` / ``_max_tokens``): ``proceed``,
+   or ``revise`` with the issue; an invalid review counts as ``proceed`` and is recorded invalid. On ``revise`` the issue is added to the agent's context as a note (never shown to the
    user) and the task agent proposes again, once.
 4. **Confirmation gate**: a mutating turn runs only when the user was asked to confirm exactly
    those calls (tool and arguments) and the task agent, having read the reply, proposes them
@@ -41,14 +41,15 @@ from typing import TYPE_CHECKING, Any
 
 from prour.env.agents import AgentTurn, TaskView
 from prour.env.history import render_history
-from prour.eval.baselines import tagged, write_tools
-from prour.llm.base import SamplingParams, ToolCall
+from prour.eval.agent import AgentWrapper
+from prour.eval.baselines import ask_strict_json, tagged, text_fields, write_tools
+from prour.llm.base import ToolCall
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent
     from prour.eval.baselines import BaselineContext
     from prour.eval.config import SaberConfig
-    from prour.llm.base import LLM, Message
+    from prour.llm.base import LLM, Message, SamplingParams
 
 NAME = "saber"
 
@@ -130,14 +131,13 @@ def clean_context(messages: Sequence[Message]) -> tuple[list[Message], int]:
 
 # ---- targeted reflection --------------------------------------------------------------------
 
-REFLECTION_SYSTEM = """\
+REFLECTION_PROMPT = """\
 You review one action of a customer service agent before it runs. The action changes the \
 customer's records, so a mistake cannot be undone. The agent must follow this policy:
 <policy>
 {policy}
-</policy>"""
+</policy>
 
-REFLECTION_REQUEST = """\
 Conversation so far:
 {history}
 
@@ -152,23 +152,20 @@ sentence: what is wrong and what to do instead>"}}."""
 
 
 def reflection_prompt(policy: str, messages: Sequence[Message],
-                      calls: Sequence[ToolCall]) -> list[Message]:
+                      calls: Sequence[ToolCall]) -> str:
     listed = "\n".join(f"- {c.name}({json.dumps(c.arguments, ensure_ascii=False)})"
                        for c in calls)
-    return [{"role": "system", "content": REFLECTION_SYSTEM.format(policy=policy)},
-            {"role": "user", "content": REFLECTION_REQUEST.format(
-                history=render_history(messages), calls=listed)}]
+    return REFLECTION_PROMPT.format(policy=policy, history=render_history(messages), calls=listed)
 
 
 def read_verdict(data: dict[str, Any]) -> dict[str, str]:
     """A validated review: ``proceed``, or ``revise`` with a non-empty issue."""
-    verdict = data.get("verdict")
+    verdict, issue = data.get("verdict"), text_fields(data, ("issue",))["issue"]
     extra = sorted(set(data) - {"verdict", "issue"})
     if extra:
         raise ValueError(f"unexpected field(s) {extra}; expected verdict and, to revise, issue")
     if verdict == "proceed":
         return {"verdict": "proceed", "issue": ""}
-    issue = str(data.get("issue") or "").strip()
     if verdict != "revise" or not issue:
         raise ValueError('verdict must be "proceed", or "revise" with a non-empty "issue"')
     return {"verdict": "revise", "issue": issue}
@@ -182,27 +179,28 @@ def reflection_note(issue: str) -> Message:
 # ---- the agent ------------------------------------------------------------------------------
 
 
-class SaberAgent:
+class SaberAgent(AgentWrapper):
     """The task agent behind SABER's cleaning, reflection and confirmation gate (module
-    docstring). ``reviewer`` is the agent's own model (the paper's single backbone)."""
+    docstring). ``reviewer`` is the agent's own model (the paper's single backbone), decoding
+    with ``sampling``."""
 
-    name = NAME
-
-    def __init__(self, task_agent: Agent, reviewer: LLM, config: SaberConfig):
-        self.task_agent, self.reviewer, self.config = task_agent, reviewer, config
-        self.model_name = task_agent.model_name
+    def __init__(self, task_agent: Agent, reviewer: LLM, sampling: SamplingParams,
+                 config: SaberConfig):
+        super().__init__(task_agent)
+        self.name = NAME
+        self.reviewer, self.sampling, self.config = reviewer, sampling, config
         self.policy = ""
         self.writes: set[str] = set()  # the domain's tau2 WRITE tools
         self.asked: set[str] = set()  # signatures of the calls the user was last asked about
 
     def reset(self, domain: str, task_view: TaskView) -> str | None:
         self.policy, self.writes, self.asked = task_view.policy, write_tools(domain), set()
-        return self.task_agent.reset(domain, task_view)
+        return self.inner.reset(domain, task_view)
 
     def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> AgentTurn:
         view, cleaned = clean_context(messages) if self.config.clean_context else (messages, 0)
         record: dict[str, Any] = {"router": NAME, "cleaned": cleaned}
-        turn = self.task_agent.act(view, tools)
+        turn = self.inner.act(view, tools)
         writes = self._mutating(turn)
         if writes and not self._consented(writes) and self.config.reflection:
             turn, record = self._reflect(view, tools, turn, writes, record)
@@ -227,18 +225,15 @@ class SaberAgent:
     def _reflect(self, view: list[Message], tools: list[dict[str, Any]], turn: AgentTurn,
                  writes: list[ToolCall], record: dict[str, Any]) -> tuple[AgentTurn, dict]:
         """Review the mutating proposal; on ``revise`` the agent proposes again with the note."""
-        from prour.eval.attention.strict_json import ask_json
-
-        sampling = SamplingParams(temperature=0.0, max_tokens=self.config.reflection_max_tokens)
-        [outcome] = ask_json(self.reviewer, [reflection_prompt(self.policy, view, writes)],
-                             read_verdict, self.config.reflection_attempts, sampling)
+        outcome = ask_strict_json(self.reviewer, reflection_prompt(self.policy, view, writes),
+                                  read_verdict, self.sampling)
         review = outcome.value or {"verdict": "proceed", "issue": ""}
-        record = {**record, "reflection": {**review, "failed": outcome.failed,
-                                           "attempts": outcome.attempts}}
+        error = outcome.errors[-1] if outcome.failed else None
+        record = {**record, "reflection": {**review, "valid": not outcome.failed, "error": error}}
         if review["verdict"] != "revise":
             return turn, record
         note = reflection_note(review["issue"])
-        revised = self.task_agent.act([*view, note], tools)
+        revised = self.inner.act([*view, note], tools)
         revised.extra_messages = [note, *revised.extra_messages]
         return revised, record
 
@@ -246,4 +241,4 @@ class SaberAgent:
 def build(context: BaselineContext) -> Agent:
     """SABER for one episode: the task agent, reviewed by the agent backbone (``reflection``)."""
     return SaberAgent(context.task_agent, context.backbone("reflection"),
-                      context.episode.recipe.eval.saber)
+                      context.decision_sampling(), context.episode.recipe.eval.saber)

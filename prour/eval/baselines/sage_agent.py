@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prour.env.agents import AgentTurn, TaskView
+from prour.eval.agent import AgentWrapper
 from prour.eval.baselines import tagged
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams, ToolCall
 
@@ -170,15 +171,14 @@ def turn_candidate(tool_calls: Sequence[ToolCall]) -> Candidate | None:
     return candidate(first.name, first.arguments if first.error is None else None)
 
 
-class SageAgent:
+class SageAgent(AgentWrapper):
     """The task agent with SAGE-Agent's EVPI question before its tool calls (module docstring).
     ``sampler`` is the agent's own model (the paper's single backbone), counted apart."""
 
-    name = NAME
-
     def __init__(self, task_agent: LLMAgent, sampler: LLM, config: SageAgentConfig):
-        self.task_agent, self.sampler, self.config = task_agent, sampler, config
-        self.model_name = task_agent.model_name
+        super().__init__(task_agent)
+        self.name, self.task_agent = NAME, task_agent
+        self.sampler, self.config = sampler, config
         self.asked: Counter[str] = Counter()
         self.seed, self.step = 0, 0
 

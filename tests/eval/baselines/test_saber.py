@@ -118,7 +118,7 @@ def test_a_revise_review_reaches_the_agent_only(saber_run) -> None:
                    for m in user_view(traj.messages, traj.steps))
     [ask] = [s for s in saber_run.agent_steps("retail", "5") if s.meta["turn"] == "confirm"]
     assert ask.meta["decision"]["reflection"] == {"verdict": "revise", "issue": ISSUE,
-                                                  "failed": False, "attempts": 1}
+                                                  "valid": True, "error": None}
     [airline] = [s for s in saber_run.agent_steps("airline", "2") if s.meta["turn"] == "confirm"]
     assert airline.meta["decision"]["reflection"]["verdict"] == "proceed"
     assert not any(s.kind == "agent_note" for s in saber_run.episode("airline", "2").steps)

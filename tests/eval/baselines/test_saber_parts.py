@@ -13,7 +13,7 @@ from prour.eval.baselines.saber import (
     confirmation_text,
     read_verdict,
 )
-from prour.llm.base import ToolCall
+from prour.llm.base import SamplingParams, ToolCall
 
 
 def _saber(replies: list[str], **settings: bool):
@@ -24,7 +24,7 @@ def _saber(replies: list[str], **settings: bool):
     from prour.llm.scripted import ScriptedLLM
 
     llm = ScriptedLLM(replies=replies)
-    agent = SaberAgent(LLMAgent(llm), llm, SaberConfig(**settings))
+    agent = SaberAgent(LLMAgent(llm), llm, SamplingParams(temperature=0.0), SaberConfig(**settings))
     agent.reset("retail", TaskView("retail", "5", domain_policy("retail")))
     return agent, llm
 
@@ -131,3 +131,13 @@ def test_one_consent_allows_one_execution() -> None:
     again = agent.act(history, [])  # the same write proposed once more needs a new yes
     assert again.meta["turn"] == "confirm"
     assert llm.calls["chat"] == 3  # reflection off: the task agent's three proposals only
+
+
+def test_an_invalid_review_lets_the_gate_ask_and_is_recorded() -> None:
+    agent, _ = _saber([CANCEL, "I think it is fine."])  # the agent's proposal, then the review
+    history = [{"role": "system", "content": "policy"}, {"role": "user", "content": "Cancel #W1"}]
+    turn = agent.act(history, [])
+    assert turn.meta["turn"] == "confirm"
+    review = turn.meta["decision"]["reflection"]
+    assert review["verdict"] == "proceed" and review["valid"] is False
+    assert "not valid JSON" in review["error"]
