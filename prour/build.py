@@ -89,7 +89,8 @@ class Builder:
             if key not in instances.built:
                 from prour.llm.registry import build_llm
 
-                instances.built[key] = build_llm(cfg)
+                instances.built[key] = build_llm(cfg, self.recipe.models_dir,
+                                                 f"models.{role}.path")
             return instances.built[key]
 
     def llm(self, role: str) -> LLM:

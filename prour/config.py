@@ -44,7 +44,8 @@ MODEL_ROLES = (
 class ModelConfig(Section):
     """A model behind one of the backends.
 
-    ``hf``: ``path`` is a local HF folder or hub id (loaded in process).
+    ``hf``: ``path`` is a local HF folder or a hub id whose weights are local (the recipe's
+    ``models_dir``, ``$PROUR_MODELS_DIR`` or the HF cache; never downloaded), loaded in process.
     ``openai``: ``base_url`` of an OpenAI-compatible server and the served ``model`` name; the API
     key is read from the environment variable named by ``api_key_env``, never from the recipe.
     Without ``base_url`` the URL comes from the recipe's endpoints file written by ``prour serve``.
@@ -116,6 +117,9 @@ class Recipe(Section):
     seed: int = 0
     run_dir: str = "runs/${name}"
     models: dict[str, ModelConfig] = {}
+    # Local folder of hub-id weights (<models_dir>/Qwen/Qwen3-1.7B or <models_dir>/Qwen3-1.7B);
+    # None: $PROUR_MODELS_DIR. Lookup order: prour/llm/weights.py. Nothing is downloaded.
+    models_dir: str | None = None
     env: EnvConfig = EnvConfig()
     # Written by `prour serve`: base URLs of served models (None: <run_dir>/endpoints.json).
     endpoints_file: str | None = None

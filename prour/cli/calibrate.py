@@ -95,11 +95,13 @@ def calibrate(
     from rich.console import Console
 
     from prour.build import Builder
-    from prour.cli.recipe import load_cli_recipe
+    from prour.cli.recipe import load_cli_recipe, preflight_or_exit
 
     if stage not in STAGES:
         _fail(f"--stage must be one of {', '.join(STAGES)}; got {stage!r}")
-    builder = Builder(load_cli_recipe(recipe, overrides))
+    loaded = load_cli_recipe(recipe, overrides)
+    preflight_or_exit(loaded, "calibrate")
+    builder = Builder(loaded)
     console = Console()
     steps = {"label": _stage_label, "search": _stage_search, "evaluate": _stage_evaluate}
     try:

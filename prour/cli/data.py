@@ -57,12 +57,13 @@ def _report_skipped(path: Path, skipped: list[int]) -> None:
 def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             progress: bool = ProgressOpt) -> None:
     """Run task agent + teacher + user episodes on the data split; resumable (reruns skip done)."""
-    from prour.cli.recipe import hold_run_folder
+    from prour.cli.recipe import hold_run_folder, preflight_or_exit
     from prour.data.collect import EpisodeFactories, collect_trajectories, teacher_exchanges
     from prour.data.pipeline import record_provenance
 
     loaded = _recipe(recipe, overrides)
     cfg, env = loaded.data, loaded.env
+    preflight_or_exit(loaded, "collect")
     builder = _builder(loaded, "collect", "agent", "user", *(["teacher"] if cfg.teacher else []))
     factories = EpisodeFactories(
         make_agent=builder.task_agent, make_user=builder.user_simulator,
@@ -83,12 +84,14 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
 def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
               on_bad_line: str | None = BadLineOpt) -> None:
     """Rewrite each task's instruction into the first-person goal G*; flags lost values."""
+    from prour.cli.recipe import preflight_or_exit
     from prour.data.normalize import normalize_tasks
     from prour.data.pipeline import record_provenance
     from prour.router.thresholds import decomposer_model_id
 
     loaded = _recipe(recipe, overrides, on_bad_line)
     cfg = loaded.data
+    preflight_or_exit(loaded, "normalize")
     builder = _builder(loaded, "normalize", "normalizer")
     path = cfg.path("goals", loaded.resolved_run_dir())
     record_provenance(loaded, "normalize")
@@ -106,9 +109,11 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
 def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             on_bad_line: str | None = BadLineOpt, progress: bool = ProgressOpt) -> None:
     """Split, route every state with the decomposer, and write train/validation parquet + card."""
+    from prour.cli.recipe import preflight_or_exit
     from prour.data.pipeline import run_extract
 
     loaded = _recipe(recipe, overrides, on_bad_line)
+    preflight_or_exit(loaded, "extract")
     tokenizer_role = [] if loaded.data.tokenizer else ["generator"]
     builder = _builder(loaded, "extract", "decomposer", *tokenizer_role)
     try:

@@ -75,7 +75,8 @@ def eval_command(
     more than eval.max_error_fraction of the episodes ended in an error. With --checkpoint the
     generator is a training checkpoint (the step it resolved to is printed and recorded); with
     --steps too, several saved steps of one training run are evaluated into one run folder."""
-    from prour.cli.recipe import hold_run_folder, load_cli_recipe
+    from prour.cli.recipe import hold_run_folder, load_cli_recipe, preflight_or_exit
+    from prour.eval.harness import with_checkpoint
 
     loaded = load_cli_recipe(recipe, overrides, {
         "eval.methods": _split(method), "eval.domains": _split(domains),
@@ -83,6 +84,9 @@ def eval_command(
         "eval.max_tasks": max_tasks, "eval.concurrency": concurrency})
     default_generator = _file_generator(recipe) if overrides or checkpoint else None
     checkpoints = _checkpoints(checkpoint, _split(steps))
+    # every checkpoint is a local HF folder already: check the run with the first as generator
+    preflight_or_exit(with_checkpoint(loaded, checkpoints[0].path) if checkpoints else loaded,
+                      "eval")
     run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
     if os.environ.get("SLURM_ARRAY_TASK_ID"):
         # The tasks of one `prour slurm` eval array share the run folder by design, each on its

@@ -14,11 +14,25 @@ app = typer.Typer(
 
 
 @app.command()
-def validate(recipe: str = typer.Argument(..., help="Path to a YAML recipe.")) -> None:
+def validate(
+    recipe: str = typer.Argument(..., help="Path to a YAML recipe."),
+    preflight: bool = typer.Option(
+        False, "--preflight", help="Also check this node for the whole run: local weights, "
+        "endpoints, extras, input files, thresholds, GPUs (one line per problem)."),
+) -> None:
     """Check a recipe without loading any model; print the first error with its dotted key."""
-    from prour.cli.recipe import load_cli_recipe
+    from prour.cli.recipe import load_cli_recipe, preflight_problems
 
-    loaded = load_cli_recipe(recipe, served=False)
+    loaded = load_cli_recipe(recipe, served=preflight)
+    if preflight:
+        from prour.preflight import run_stages
+
+        stages = run_stages(loaded)
+        if preflight_problems(loaded, *stages, whole_run=True):
+            raise typer.Exit(2)
+        typer.echo(f"ok: {recipe} (recipe {loaded.name!r}); preflight passed for "
+                   f"{', '.join(stages)}")
+        return
     typer.echo(f"ok: {recipe} (recipe {loaded.name!r})")
 
 

@@ -57,3 +57,19 @@ def hold_run_folder(folder: str | Path) -> Iterator[None]:
         yield
     finally:
         release(folder, holder)
+
+
+def preflight_problems(recipe: Recipe, *stages: str, whole_run: bool = False) -> list[str]:
+    """The preflight lines of ``stages`` (:mod:`prour.preflight`), each printed as an error."""
+    from prour.preflight import preflight
+
+    lines = [problem.line() for problem in preflight(recipe, stages, whole_run=whole_run)]
+    for line in lines:
+        typer.echo(f"error: {line}", err=True)
+    return lines
+
+
+def preflight_or_exit(recipe: Recipe, *stages: str) -> None:
+    """Stop the command before its first episode or step (exit 2) when the setup is broken."""
+    if preflight_problems(recipe, *stages):
+        raise typer.Exit(2)

@@ -61,6 +61,7 @@ def serve(
     import signal
     import threading
 
+    from prour.cli.recipe import preflight_or_exit, preflight_problems
     from prour.cluster.serve import ServeError
     from prour.cluster.serve import serve as run_serve
 
@@ -69,9 +70,14 @@ def serve(
     )
     loaded = _load(recipe, overrides)
     wanted = [r.strip() for r in roles.split(",") if r.strip()] if roles else None
-    if dry_run:
-        _dry_run(loaded, wanted)
+    if dry_run:  # the servers and their memory plan, then what this node lacks for them
+        fits = _dry_run(loaded, wanted)
+        if preflight_problems(loaded, "serve"):
+            raise typer.Exit(2)
+        if not fits:
+            raise typer.Exit(1)
         return
+    preflight_or_exit(loaded, "serve")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -89,8 +95,9 @@ def serve(
     typer.echo(f"endpoints: {path}")
 
 
-def _dry_run(loaded: Recipe, roles: list[str] | None) -> None:
-    """Print what `prour serve` would start; exit 1 when it would refuse."""
+def _dry_run(loaded: Recipe, roles: list[str] | None) -> bool:
+    """Print what `prour serve` would start; False when its memory plan does not fit, exit 1 when
+    it would refuse otherwise. A model without local weights shows its id (preflight names it)."""
     import shlex
 
     from prour.cluster.gpu_plan import gpu_plan
@@ -98,7 +105,8 @@ def _dry_run(loaded: Recipe, roles: list[str] | None) -> None:
 
     try:
         plans = plan_servers(loaded, roles)
-        servers = [(plan, vllm_server(plan, loaded.serve.python)) for plan in plans]
+        servers = [(plan, vllm_server(plan, loaded.serve.python, loaded.models_dir, strict=False))
+                   for plan in plans]
     except ServeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -114,8 +122,7 @@ def _dry_run(loaded: Recipe, roles: list[str] | None) -> None:
         memory.append(gpu_plan(loaded, "train"))
     for plan in memory:
         typer.echo(plan.text())
-    if not all(plan.fits for plan in memory):
-        raise typer.Exit(1)
+    return all(plan.fits for plan in memory)
 
 
 def endpoints(

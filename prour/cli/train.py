@@ -64,15 +64,18 @@ def train(
     """Train ``models.generator`` with the recipe's ``train`` section."""
     if ctx.invoked_subcommand is not None:
         return
-    from prour.cli.recipe import hold_run_folder
+    from prour.cli.recipe import hold_run_folder, preflight_or_exit, preflight_problems
     from prour.train.recipe import resolve_output_dir
 
     loaded, cfg = _load(recipe, overrides, backend)
     _logging()
     run = _run_verl if cfg.backend == "verl" else _run_local
-    if dry_run:
+    if dry_run:  # the plan, then what this node lacks for it
         run(loaded, cfg, dry_run, resume)
+        if preflight_problems(loaded, "train"):
+            raise typer.Exit(2)
         return
+    preflight_or_exit(loaded, "train")
     with hold_run_folder(resolve_output_dir(cfg, loaded.name)):  # one trainer per output_dir
         run(loaded, cfg, dry_run, resume)
 

@@ -134,9 +134,21 @@ def server_flags(spec: ServedModel, roles: Sequence[str]) -> list[str]:
     return flags
 
 
-def vllm_server(plan: ServerPlan, python: str | None) -> VLLMServer:
-    """The :class:`VLLMServer` for one plan (port fixed now so the URL is known before start)."""
+def vllm_server(plan: ServerPlan, python: str | None, models_dir: str | None = None,
+                strict: bool = True) -> VLLMServer:
+    """The :class:`VLLMServer` for one plan (port fixed now so the URL is known before start);
+    its weights are local (:func:`prour.llm.weights.local_weights`), never downloaded. Without
+    ``strict`` (a dry run) a model with no local weights keeps its id; preflight names it."""
+    from prour.llm.weights import ModelNotFound, local_weights
+
     spec = plan.spec
+    try:
+        weights = local_weights(spec.path or plan.model_id, models_dir,
+                                f"serve.models.{plan.model_id}")
+    except ModelNotFound:
+        if strict:
+            raise
+        weights = spec.path or plan.model_id
     extra = ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
     extra += server_flags(spec, plan.roles)
     if spec.gpu_memory_utilization is not None:
@@ -146,7 +158,7 @@ def vllm_server(plan: ServerPlan, python: str | None) -> VLLMServer:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in spec.gpus)
     probe_host = "127.0.0.1" if plan.host in WILDCARD_HOSTS else plan.host
     return VLLMServer(
-        spec.path or plan.model_id,
+        weights,
         python=python,
         port=spec.port or free_port(probe_host),
         host=plan.host,
@@ -180,9 +192,10 @@ def process_alive(pid: int | None) -> bool:
 class ServerGroup:
     """The servers of one ``prour serve`` run; one failure stops them all."""
 
-    def __init__(self, plans: Sequence[ServerPlan], python: str | None, timeout_s: float):
+    def __init__(self, plans: Sequence[ServerPlan], python: str | None, timeout_s: float,
+                 models_dir: str | None = None):
         self.plans = {plan.model_id: plan for plan in plans}
-        self.servers = {plan.model_id: vllm_server(plan, python) for plan in plans}
+        self.servers = {plan.model_id: vllm_server(plan, python, models_dir) for plan in plans}
         self.timeout_s = timeout_s
         self.errors: list[tuple[str, str]] = []  # (model id, message) in the order they happened
         self.pids: dict[str, int] = {}  # last known PID of each launched server (kept after stop)
@@ -332,7 +345,13 @@ def serve(
     refuse_if_serving(path)
     plans = plan_servers(recipe, roles)
     check_memory(recipe, plans)
-    group = ServerGroup(plans, recipe.serve.python, recipe.serve.startup_timeout_s)
+    from prour.llm.weights import ModelNotFound
+
+    try:
+        group = ServerGroup(plans, recipe.serve.python, recipe.serve.startup_timeout_s,
+                            recipe.models_dir)
+    except ModelNotFound as exc:
+        raise ServeError(str(exc)) from None
     started = time.monotonic()
     try:
         group.start(stop, on_change=lambda: write_endpoints(path, group.record("starting")))

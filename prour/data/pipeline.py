@@ -15,6 +15,7 @@ from prour.data.decisions import DecisionCache, decomposer_fingerprint
 from prour.data.extract import Router, extract_instances, write_dataset
 from prour.data.normalize import load_goals
 from prour.data.truncate import PolicyTokens
+from prour.llm.weights import local_weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
@@ -45,6 +46,16 @@ def build_router(builder: Builder) -> Router:
                   recipe.router.empty_route)
 
 
+def policy_tokenizer(recipe: Recipe) -> tuple[str, str]:
+    """The policy tokenizer extract counts prompt tokens with, and the recipe key naming it."""
+    if recipe.data.tokenizer:
+        return recipe.data.tokenizer, "data.tokenizer"
+    generator = recipe.models["generator"]
+    if generator.path:
+        return generator.path, "models.generator.path"
+    return str(generator.model or generator.script), "models.generator.model"  # served: its hub id
+
+
 def run_extract(recipe: Recipe, builder: Builder | None = None,
                 progress: bool = True) -> ExtractResult:
     """Extract the dataset of a recipe's run directory and check it."""
@@ -56,8 +67,8 @@ def run_extract(recipe: Recipe, builder: Builder | None = None,
     goals = load_goals(cfg.path("goals", run_dir), cfg.on_bad_line)
     router = build_router(builder or Builder(recipe))
     cache = DecisionCache(cfg.path("decisions", run_dir), cfg.on_bad_line)
-    tokenizer = cfg.tokenizer or recipe.models["generator"].path
-    tokens = PolicyTokens(tokenizer)
+    tokenizer, key = policy_tokenizer(recipe)
+    tokens = PolicyTokens(local_weights(tokenizer, recipe.models_dir, key))
     instances, summary = extract_instances(trajectories, goals, router, cache, tokens, cfg,
                                            progress=progress)
     out_dir = cfg.path("dataset_dir", run_dir)

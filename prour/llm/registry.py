@@ -9,13 +9,15 @@ from prour.llm.base import LLM
 from prour.registry import Registry
 
 
-def _build_hf(cfg: ModelConfig) -> LLM:
+def _build_hf(cfg: ModelConfig, models_dir: str | None, key: str | None) -> LLM:
     from prour.llm.hf import HFLLM
+    from prour.llm.weights import local_weights
 
-    return HFLLM(cfg.path, device=cfg.device, dtype=cfg.dtype, max_model_len=cfg.max_model_len)
+    path = local_weights(cfg.path, models_dir, key)  # never a download: one line when missing
+    return HFLLM(path, device=cfg.device, dtype=cfg.dtype, max_model_len=cfg.max_model_len)
 
 
-def _build_openai(cfg: ModelConfig) -> LLM:
+def _build_openai(cfg: ModelConfig, models_dir: str | None, key: str | None) -> LLM:
     from prour.llm.openai import OpenAILLM
 
     if not cfg.base_url:
@@ -33,17 +35,21 @@ def _build_openai(cfg: ModelConfig) -> LLM:
     )
 
 
-def _build_scripted(cfg: ModelConfig) -> LLM:
+def _build_scripted(cfg: ModelConfig, models_dir: str | None, key: str | None) -> LLM:
     from prour.llm.scripted import scripted_from_config
 
     return scripted_from_config(cfg.script)
 
 
-BACKENDS: Registry[Callable[[ModelConfig], LLM]] = Registry(
+BACKENDS: Registry[Callable[[ModelConfig, str | None, str | None], LLM]] = Registry(
     "backend", {"hf": _build_hf, "openai": _build_openai, "scripted": _build_scripted}
 )
 
 
-def build_llm(cfg: ModelConfig) -> LLM:
-    """Instantiate the backend named by ``cfg.backend``; unknown names list the valid ones."""
-    return BACKENDS.get(cfg.backend)(cfg)
+def build_llm(cfg: ModelConfig, models_dir: str | None = None, key: str | None = None) -> LLM:
+    """Instantiate the backend named by ``cfg.backend``; unknown names list the valid ones.
+
+    ``hf`` weights are found locally (:func:`prour.llm.weights.local_weights`: the path, the
+    recipe's ``models_dir`` / ``$PROUR_MODELS_DIR``, the HF cache); ``key`` names the recipe key
+    in the one-line error of a missing model."""
+    return BACKENDS.get(cfg.backend)(cfg, models_dir, key)

@@ -81,7 +81,9 @@ class LocalTrainer:
                 "models.generator",
                 "the local trainer needs the policy with backend 'hf' and a path",
             )
-        return model.path
+        from prour.llm.weights import local_weights
+
+        return local_weights(model.path, self.recipe.models_dir, "models.generator.path")
 
     def _setup_model(self, path: str | Path) -> None:
         """Load the policy in float32 (master weights); bf16 autocast on a GPU when asked."""

@@ -78,8 +78,13 @@ def _policy_path(recipe: Recipe) -> str:
             "models.generator",
             "the verl backend needs the initial policy's path (hub id or folder)",
         )
-    path = str(model.path or model.model)
-    return str(Path(path).resolve()) if Path(path).exists() else path  # local folder or hub id
+    from prour.llm.weights import ModelNotFound, local_weights
+
+    name = str(model.path or model.model)
+    try:
+        return str(Path(local_weights(name, recipe.models_dir, "models.generator")).resolve())
+    except ModelNotFound:
+        return name  # a dry run shows the id; a real run stops in preflight before this
 
 
 def _data_file(recipe: Recipe, value: str | None) -> str | None:

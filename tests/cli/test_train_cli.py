@@ -1,4 +1,5 @@
-"""``prour train``: batch arithmetic refused at load, dry runs print the command and write nothing."""
+"""``prour train``: batch arithmetic refused at load; dry runs print the command, write nothing, and
+name what this node lacks for the run (exit 2), as the run itself would before its first step."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from prour.cli.main import app
 PAPER = Path(__file__).resolve().parents[2] / "recipes" / "paper.yaml"
 
 
-def test_cli_refuses_at_load_and_dry_run_prints_the_verl_command(tmp_path):
+def test_cli_refuses_at_load_and_dry_run_prints_the_verl_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a node without GPUs
+    monkeypatch.delenv("PROUR_MODELS_DIR", raising=False)
     runner = CliRunner()
     bad = runner.invoke(
         app, ["train", "--recipe", str(PAPER), "--dry-run", "--set", "train.rollout.keep=9"]
@@ -22,11 +25,14 @@ def test_cli_refuses_at_load_and_dry_run_prints_the_verl_command(tmp_path):
     ok = runner.invoke(
         app, ["train", "--recipe", str(PAPER), "--dry-run", "--set", f"train.output_dir={out}"]
     )
-    assert ok.exit_code == 0, ok.output
     assert "-m verl.trainer.main_ppo" in ok.output and "actor_rollout_ref.rollout.n=6" in ok.output
     assert not out.exists()  # a dry run writes nothing
+    # No Qwen3-1.7B weights and no GPUs on a CPU test machine: the dry run says so and exits 2.
+    assert ok.exit_code == 2 and "error: weights: model 'Qwen/Qwen3-1.7B'" in ok.output
+    assert "error: gpus: GPUs visible: 0, needed: 2" in ok.output
     local = runner.invoke(app, ["train", "--recipe", str(PAPER), "--backend", "local", "--dry-run"])
-    assert local.exit_code == 0 and "2010 steps x 16 states x 8 samples (keep 6)" in local.output
+    assert "2010 steps x 16 states x 8 samples (keep 6)" in local.output
+    assert local.exit_code == 2 and "gpus:" not in local.output  # the local backend places none
 
 
 def test_export_of_local_checkpoints(tmp_path):

@@ -1,0 +1,111 @@
+"""Local model weights: a hub id (``Qwen/Qwen3-1.7B``) or a folder, resolved without the network.
+
+Recipes name models by hub id; on a GPU node the weights sit in a local folder. Lookup order of
+:func:`local_weights` for a name ``N``:
+
+1. ``N`` itself, when it is an existing folder (absolute, or relative to the working directory);
+2. for each models folder ``D`` — the recipe's ``models_dir``, then ``$PROUR_MODELS_DIR`` —
+   ``D/N`` (``<D>/Qwen/Qwen3-1.7B``), then ``D/<last part of N>`` (``<D>/Qwen3-1.7B``);
+3. the Hugging Face cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub``), read with ``local_files_only``.
+
+A folder counts when it holds ``config.json`` or ``tokenizer_config.json``. Nothing is ever
+downloaded: a missing model is one :class:`ModelNotFound` line naming the id, the places looked in
+and the fix, instead of transformers' retries against an unreachable hub.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+MODELS_DIR_ENV = "PROUR_MODELS_DIR"
+MARKERS = ("config.json", "tokenizer_config.json")  # what makes a folder a model or tokenizer
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+class ModelNotFound(FileNotFoundError):
+    """A model named by a recipe has no local weights; the message is one line with the fix."""
+
+
+def models_dirs(models_dir: str | None = None) -> list[Path]:
+    """The models folders searched, in order: the recipe's ``models_dir``, then the env var."""
+    found: list[Path] = []
+    for value in (models_dir, os.environ.get(MODELS_DIR_ENV)):
+        if value:
+            path = Path(value).expanduser()
+            if path not in found:
+                found.append(path)
+    return found
+
+
+def _is_model_folder(path: Path) -> bool:
+    return path.is_dir() and any((path / marker).is_file() for marker in MARKERS)
+
+
+def _candidates(name: str, models_dir: str | None) -> list[Path]:
+    """Folders that may hold ``name``, in lookup order (steps 1 and 2)."""
+    own = Path(name).expanduser()
+    out = [own]
+    if not own.is_absolute():
+        for root in models_dirs(models_dir):
+            out += [root / name, root / Path(name).name]
+    return list(dict.fromkeys(out))
+
+
+def _hub_cache(name: str) -> Path | None:
+    """The cached snapshot of hub id ``name`` (step 3), never a download."""
+    if not _HUB_ID.match(name):
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    except ImportError:  # pragma: no cover - a dependency of transformers
+        return None
+    try:
+        folder = Path(snapshot_download(name, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError, OSError, ValueError):
+        return None
+    return folder if _is_model_folder(folder) else None
+
+
+def hub_cache_dir() -> str:
+    """Where the Hugging Face cache lives (for messages)."""
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except ImportError:  # pragma: no cover
+        return "~/.cache/huggingface/hub"
+
+
+def missing_message(name: str, models_dir: str | None, key: str | None = None) -> str:
+    """One line: which model, where it was looked for, and how to provide it."""
+    looked = [str(p) for p in _candidates(name, models_dir)]
+    if _HUB_ID.match(name):
+        looked.append(f"the Hugging Face cache {hub_cache_dir()}")
+    roots = models_dirs(models_dir)
+    where = f"{roots[0]}/{name}" if roots else f"<models_dir>/{name}"
+    setting = "" if roots else (f"; then set `models_dir` in the recipe or ${MODELS_DIR_ENV} "
+                                "to that models folder")
+    label = f"{name!r} ({key})" if key else repr(name)
+    if Path(name).expanduser().is_dir():
+        return (f"model {label}: folder {name} holds neither {' nor '.join(MARKERS)}; "
+                "point at the folder that holds the model's files")
+    if Path(name).is_absolute() or not _HUB_ID.match(name):
+        fix = "fix the path, or name a hub id whose weights are in a models folder"
+    else:
+        fix = f"download it once with `hf download {name} --local-dir {where}`{setting}"
+    return f"model {label} has no local weights (looked in {', '.join(looked)}); {fix}"
+
+
+def local_weights(name: str, models_dir: str | None = None, key: str | None = None) -> str:
+    """The local folder of model ``name`` (a folder or hub id); :class:`ModelNotFound` naming
+    ``key`` (the recipe key that named it), the folders looked in and the fix."""
+    for folder in _candidates(name, models_dir):
+        if _is_model_folder(folder):
+            return str(folder)
+    cached = _hub_cache(name)
+    if cached is not None:
+        return str(cached)
+    raise ModelNotFound(missing_message(name, models_dir, key))

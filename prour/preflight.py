@@ -1,0 +1,400 @@
+"""Preflight: what a stage needs before its first episode or step, checked in a few seconds.
+
+Each check returns :class:`Problem` lines (one line each, naming the recipe key, file, URL or
+package and the fix); an empty list means the stage can start. The checks:
+
+- ``models``: the roles the stage uses are defined in the recipe;
+- ``weights``: ``hf`` roles (and the models ``serve`` loads, and extract's tokenizer) have local
+  weights (:func:`prour.llm.weights.local_weights`; nothing is downloaded);
+- ``endpoint``: ``openai`` roles answer ``GET <base_url>/models`` within a short timeout and list
+  their model; without a ``base_url``, why the endpoints file gave none;
+- ``extra``: the optional packages the recipe uses import (verl, transfer_queue, ray, vllm for
+  ``train.backend: verl``; flash_attn when asked for; vllm in the serve python);
+- ``path``: input files a stage reads (trajectories, goals, parquet, calibration states);
+- ``thresholds``: calibrated (τ_AU, τ_EU) for stages that route;
+- ``gpus``: GPUs visible on this node against those the recipe places.
+
+A file or threshold written by a stage of the same run (``prour validate --preflight`` checks the
+whole run) is not required to exist yet; nor is the endpoint of a model ``serve`` starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prour.config import Recipe
+
+STAGES = ("serve", "collect", "normalize", "calibrate", "extract", "train", "eval")
+PROBE_TIMEOUT_S = 2.0
+GPU_EXTRA = "pip install -e '.[gpu]'"
+
+# Files a stage writes that a later stage reads: (stage that writes it, data.<name>).
+_MADE_BY = {"trajectories": "collect", "goals": "normalize", "dataset": "extract"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing missing for a stage, as one line: ``<check>: <what, where, and the fix>``."""
+
+    check: str  # models | weights | endpoint | extra | path | thresholds | gpus
+    message: str
+
+    def line(self) -> str:
+        return f"{self.check}: {self.message}"
+
+
+# ---- which roles a stage uses ----------------------------------------------------------------
+
+
+def stage_roles(recipe: Recipe, stage: str) -> list[str]:
+    """The ``models.<role>`` a stage loads (serve loads ``serve.models`` instead: none)."""
+    if stage == "collect":
+        return ["agent", "user", *(["teacher"] if recipe.data.teacher else [])]
+    if stage == "normalize":
+        return ["normalizer"]
+    if stage == "calibrate":
+        return ["annotator", "decomposer", *(["router"] if "router" in recipe.models else [])]
+    if stage == "extract":
+        return ["decomposer", *([] if recipe.data.tokenizer else ["generator"])]
+    if stage == "train":
+        return ["generator", "strict_user", "verifier"]
+    if stage == "eval":
+        return _eval_roles(recipe)
+    return []
+
+
+def _eval_roles(recipe: Recipe) -> list[str]:
+    from prour.eval.methods import check_method
+
+    roles = [role for method in recipe.eval.methods for role in check_method(method).roles]
+    cfg = recipe.eval
+    if cfg.attention is not None and (cfg.classifier == "judge" or cfg.judge):
+        roles.append("judge")
+    return list(dict.fromkeys(roles))
+
+
+def served_ids(recipe: Recipe) -> set[str]:
+    """Model ids the recipe's ``serve`` section starts."""
+    return set(recipe.serve.models)
+
+
+# ---- models and weights ------------------------------------------------------------------------
+
+
+def check_models(recipe: Recipe, roles_by_stage: dict[str, list[str]]) -> list[Problem]:
+    """One line per role the stages use that the recipe does not define."""
+    users: dict[str, list[str]] = {}
+    for stage, roles in roles_by_stage.items():
+        for role in roles:
+            if role not in recipe.models:
+                users.setdefault(role, []).append(f"`prour {stage}`")
+    return [Problem("models", f"models.{role} is not in the recipe; {', '.join(stages)} "
+                    f"need{'s' if len(stages) == 1 else ''} it") for role, stages in users.items()]
+
+
+def _weights(name: str, recipe: Recipe, key: str) -> Problem | None:
+    from prour.llm.weights import ModelNotFound, local_weights
+
+    try:
+        local_weights(name, recipe.models_dir, key)
+    except ModelNotFound as exc:
+        return Problem("weights", str(exc))
+    return None
+
+
+def _weights_wanted(recipe: Recipe, stage: str, roles: Sequence[str]) -> list[tuple[str, str]]:
+    """(model name, recipe key) whose weights ``stage`` loads in this process or serves."""
+    wanted = []
+    for role in roles:
+        cfg = recipe.models.get(role)
+        if cfg is None:
+            continue
+        if cfg.backend == "hf":
+            wanted.append((str(cfg.path), f"models.{role}.path"))
+        elif role == "generator" and stage == "train" and recipe.train is not None \
+                and recipe.train.backend == "verl":  # verl loads the policy by path or id
+            wanted.append((str(cfg.path or cfg.model), f"models.{role}"))
+    if stage == "extract" and recipe.data.tokenizer:
+        wanted.append((recipe.data.tokenizer, "data.tokenizer"))
+    if stage == "serve":
+        wanted += [(spec.path or model_id, f"serve.models.{model_id}")
+                   for model_id, spec in recipe.serve.models.items()]
+    return wanted
+
+
+def check_weights(recipe: Recipe, roles_by_stage: dict[str, list[str]]) -> list[Problem]:
+    """One line per model without local weights, naming every key that uses it."""
+    keys: dict[str, list[str]] = {}
+    for stage, roles in roles_by_stage.items():
+        for name, key in _weights_wanted(recipe, stage, roles):
+            keys.setdefault(name, [])
+            if key not in keys[name]:
+                keys[name].append(key)
+    found = (_weights(name, recipe, ", ".join(named)) for name, named in keys.items())
+    return [problem for problem in found if problem is not None]
+
+
+# ---- endpoints ---------------------------------------------------------------------------------
+
+
+def probe_endpoint(base_url: str, model: str | None, api_key: str | None = None,
+                   timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why ``GET <base_url>/models`` fails or does not list ``model``; None when healthy."""
+    url = base_url.rstrip("/") + "/models"
+    request = urllib.request.Request(url)
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        return f"{url} answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{url} is unreachable ({reason})"
+    try:
+        served = [item["id"] for item in json.loads(body).get("data", [])]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return f"{url} did not answer an OpenAI model list"
+    if model and served and model not in served:
+        return f"{url} serves {served}, not {model!r}"
+    return None
+
+
+def _no_base_url(recipe: Recipe, role: str) -> str:
+    from prour.cluster.endpoints import EndpointsError, endpoints_path, read_endpoints
+
+    path = endpoints_path(recipe)
+    model = recipe.models[role].model
+    try:
+        record = read_endpoints(path)
+    except EndpointsError as exc:
+        return f"models.{role} ({model}) has no base_url and {exc}"
+    if record is None:
+        state = f"the endpoints file {path} does not exist"
+    elif record["status"] != "ready":
+        error = f": {record['error']}" if record.get("error") else ""
+        state = f"the endpoints file {path} says {record['status']}{error}"
+    else:
+        state = f"the endpoints file {path} serves no {model!r}"
+    return (f"models.{role} ({model}) has no base_url and {state}; start `prour serve` for this "
+            f"recipe or set models.{role}.base_url")
+
+
+def check_endpoints(recipe: Recipe, roles: Sequence[str], served_later: bool = False,
+                    timeout_s: float = PROBE_TIMEOUT_S) -> list[Problem]:
+    """Health of the ``openai`` roles' servers (each URL probed once); with ``served_later``,
+    roles whose model the recipe's ``serve`` starts are left to that stage."""
+    problems, servers = [], {}
+    for role in roles:
+        cfg = recipe.models.get(role)
+        if cfg is None or cfg.backend != "openai":
+            continue
+        if served_later and cfg.model in served_ids(recipe):
+            continue
+        if not cfg.base_url:
+            problems.append(Problem("endpoint", _no_base_url(recipe, role)))
+            continue
+        servers.setdefault((cfg.base_url, cfg.model, cfg.api_key_env), []).append(role)
+    for (base_url, model, key_env), users in servers.items():
+        why = probe_endpoint(base_url, model, os.environ.get(key_env), timeout_s)
+        if why:
+            keys = ", ".join(f"models.{role}" for role in users)
+            problems.append(Problem("endpoint", f"{keys}: {why}; start the server (`prour serve`)"
+                                    f" or fix {keys.split(', ')[0]}.base_url"))
+    return problems
+
+
+# ---- optional packages -------------------------------------------------------------------------
+
+
+def module_available(name: str, python: str | None = None) -> bool:
+    """Whether ``name`` imports in this interpreter (or in ``python``), without importing it."""
+    # abspath, not resolve(): two venvs' pythons are symlinks to one interpreter
+    if python is None or os.path.abspath(python) == os.path.abspath(sys.executable):
+        return importlib.util.find_spec(name) is not None
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({name!r}) is None)"
+    try:
+        found = subprocess.run([python, "-c", code], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return found.returncode == 0
+
+
+def _train_extras(recipe: Recipe) -> list[tuple[str, str, str]]:
+    """(module, why, how to install) for the train stage."""
+    train = recipe.train
+    if train is None or train.backend != "verl":
+        return []
+    why = "train.backend=verl"
+    needed = [("verl", why, GPU_EXTRA), ("ray", why, GPU_EXTRA),
+              ("vllm", f"{why} rolls out with vLLM", GPU_EXTRA),
+              ("transfer_queue", why, "pip install transferqueue==0.1.11")]
+    if train.verl.attn_implementation == "flash_attention_2":
+        needed.append(("flash_attn", "train.verl.attn_implementation=flash_attention_2",
+                       "pip install flash-attn --no-build-isolation (a source build)"))
+    return needed
+
+
+def serve_python(recipe: Recipe) -> str:
+    """The python ``prour serve`` starts vLLM with: ``serve.python``, $PROUR_VLLM_PYTHON, this."""
+    return recipe.serve.python or os.environ.get("PROUR_VLLM_PYTHON") or sys.executable
+
+
+def check_extras(recipe: Recipe, stage: str) -> list[Problem]:
+    if stage == "train":
+        return [Problem("extra", f"`{module}` is not importable ({why}); install it: {fix}")
+                for module, why, fix in _train_extras(recipe) if not module_available(module)]
+    if stage == "serve" and recipe.serve.models:
+        python = serve_python(recipe)
+        if not Path(python).is_file() and not shutil.which(python):
+            return [Problem("extra", f"serve python {python} does not exist (serve.python or "
+                            "$PROUR_VLLM_PYTHON)")]
+        if not module_available("vllm", python):
+            return [Problem("extra", f"`vllm` is not importable by {python} (serve.models); "
+                            f"install the gpu extra ({GPU_EXTRA}) or set serve.python / "
+                            "$PROUR_VLLM_PYTHON to a python that has vLLM")]
+    return []
+
+
+# ---- input files and thresholds ------------------------------------------------------------------
+
+
+def _stage_inputs(recipe: Recipe, stage: str) -> list[tuple[str, Path, str]]:
+    """(key, file, the stage that writes it) a stage reads."""
+    run_dir, data = recipe.resolved_run_dir(), recipe.data
+    if stage == "extract":
+        return [(f"data.{name}", data.path(name, run_dir), _MADE_BY[name])
+                for name in ("trajectories", "goals")]
+    if stage == "calibrate":
+        states = recipe.router.calibration
+        return [(f"router.calibration.{split}_states", Path(path), "")
+                for split, path in (("dev", states.dev_states), ("test", states.test_states))
+                if path]
+    if stage == "train" and recipe.train is not None:
+        files = (("train.train_file", recipe.train.train_file),
+                 ("train.val_file", recipe.train.val_file))
+        return [(key, value if value.is_absolute() else run_dir / value, "extract")
+                for key, value in ((k, Path(v)) for k, v in files if v)]
+    return []
+
+
+def check_paths(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[Problem]:
+    """Input files of ``stage`` that exist neither now nor as the output of one of ``stages``."""
+    later = set(stages)
+    return [Problem("path", f"{key}: {path} does not exist" +
+                    (f"; run `prour {maker}` first" if maker else ""))
+            for key, path, maker in _stage_inputs(recipe, stage)
+            if maker not in later and not path.exists()]
+
+
+def _routes(recipe: Recipe, stage: str) -> bool:
+    if stage == "extract":
+        return True
+    if stage != "eval":
+        return False
+    from prour.eval.methods import check_method
+
+    return any(check_method(m).router == "decomposer" for m in recipe.eval.methods)
+
+
+def check_thresholds(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[Problem]:
+    """(τ_AU, τ_EU) of the decomposer, for stages that route, unless calibrate runs first."""
+    if "calibrate" in set(stages) or not _routes(recipe, stage) \
+            or "decomposer" not in recipe.models:
+        return []
+    from prour.router.thresholds import decomposer_model_id, router_thresholds
+
+    try:
+        router_thresholds(recipe.router, decomposer_model_id(recipe.models["decomposer"]))
+    except ValueError as exc:
+        return [Problem("thresholds", str(exc).replace("\n", " "))]
+    return []
+
+
+# ---- GPUs ----------------------------------------------------------------------------------------
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        ids = [item for item in listed.split(",") if item.strip()]
+        return 0 if not ids or ids[0].strip() == "-1" else len(ids)
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def gpu_needs(recipe: Recipe, stages: Iterable[str]) -> dict[str, int]:
+    """GPUs per node each placing key asks for (train.verl, serve.models.<id>.gpus)."""
+    needs: dict[str, int] = {}
+    stages = set(stages)
+    if "train" in stages and recipe.train is not None and recipe.train.backend == "verl":
+        needs["train.verl.n_gpus_per_node"] = recipe.train.verl.n_gpus_per_node
+    if "serve" in stages:
+        placed = {gpu for spec in recipe.serve.models.values() for gpu in spec.gpus or []}
+        if placed:
+            needs["serve.models.*.gpus"] = max(placed) + 1
+    return needs
+
+
+def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
+    """One line when the node shows fewer GPUs than the recipe places on it."""
+    needs = gpu_needs(recipe, stages)
+    if not needs:
+        return []
+    needed, visible = max(needs.values()), visible_gpus()
+    if visible >= needed:
+        return []
+    keys = ", ".join(f"{key}={value}" for key, value in needs.items())
+    return [Problem("gpus", f"GPUs visible: {visible}, needed: {needed} ({keys}); run on a node "
+                    "with them (check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`)")]
+
+
+# ---- all together --------------------------------------------------------------------------------
+
+
+def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
+              timeout_s: float = PROBE_TIMEOUT_S) -> list[Problem]:
+    """Every problem of ``stages``; ``whole_run``: the stages run in order, so what an earlier
+    stage of the run makes (files, thresholds, served endpoints) need not exist yet."""
+    unknown = [stage for stage in stages if stage not in STAGES]
+    if unknown:
+        from prour.registry import unknown_name
+
+        raise ValueError(unknown_name("stage", unknown[0], STAGES))
+    run = stages if whole_run else ()
+    roles = {stage: stage_roles(recipe, stage) for stage in stages}
+    problems = check_models(recipe, roles) + check_weights(recipe, roles)
+    every_role = list(dict.fromkeys(role for used in roles.values() for role in used))
+    problems += check_endpoints(recipe, every_role, served_later=whole_run, timeout_s=timeout_s)
+    for stage in stages:
+        problems += check_extras(recipe, stage)
+        problems += check_paths(recipe, stage, run)
+        problems += check_thresholds(recipe, stage, run)
+    problems += check_gpus(recipe, stages)
+    return list(dict.fromkeys(problems))  # e.g. thresholds missing for extract and eval: once
+
+
+def run_stages(recipe: Recipe) -> list[str]:
+    """The stages a whole run of this recipe has: serve only with ``serve.models``, calibrate only
+    without explicit ``router.tau_au``/``tau_eu``, train only with a ``train`` section."""
+    skip = {"serve": not recipe.serve.models, "calibrate": recipe.router.tau_au is not None,
+            "train": recipe.train is None}
+    return [stage for stage in STAGES if not skip.get(stage)]

@@ -1,0 +1,216 @@
+"""Preflight checks and local weights: each problem is one line naming what is missing and the fix.
+
+Real checks on this machine (no GPUs, no hub, no vLLM in the main venv); the endpoint checks probe
+a closed 127.0.0.1 port and a tiny local HTTP server speaking the OpenAI model list.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prour.cli.main import app
+from prour.config import load_recipe, parse_recipe
+from prour.llm.weights import MODELS_DIR_ENV, ModelNotFound, local_weights
+from prour.preflight import check_endpoints, check_paths, preflight, probe_endpoint, visible_gpus
+
+PAPER = Path(__file__).resolve().parents[1] / "recipes" / "paper.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _clean_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No models folder, an empty HF cache and no GPUs, whatever the machine has."""
+    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+def _model(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+# ---- local weights ---------------------------------------------------------------------------
+
+
+def test_lookup_order_recipe_dir_then_env_dir_full_id_then_last_part(tmp_path, monkeypatch):
+    recipe_dir, env_dir = tmp_path / "recipe-models", tmp_path / "env-models"
+    short = _model(env_dir / "Qwen3-1.7B")
+    monkeypatch.setenv(MODELS_DIR_ENV, str(env_dir))
+    assert local_weights("Qwen/Qwen3-1.7B") == str(short)  # <dir>/<last part>
+    full = _model(env_dir / "Qwen" / "Qwen3-1.7B")
+    assert local_weights("Qwen/Qwen3-1.7B") == str(full)  # <dir>/<id> comes first
+    mine = _model(recipe_dir / "Qwen3-1.7B")
+    assert local_weights("Qwen/Qwen3-1.7B", str(recipe_dir)) == str(mine)  # recipe before env
+    folder = _model(tmp_path / "checkpoint")
+    assert local_weights(str(folder), str(recipe_dir)) == str(folder)  # a folder is itself
+
+
+def test_the_hugging_face_cache_is_read_without_the_network(tmp_path):
+    repo = tmp_path / "hf-cache" / "models--Qwen--Qwen3-8B"
+    snapshot = _model(repo / "snapshots" / ("a" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    assert Path(local_weights("Qwen/Qwen3-8B")) == snapshot
+
+
+def test_a_missing_model_is_one_line_within_a_second_naming_id_folders_and_fix(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    started = time.monotonic()
+    with pytest.raises(ModelNotFound) as info:
+        local_weights("Qwen/Qwen3-1.7B", str(models), "models.generator.path")
+    assert time.monotonic() - started < 1.0
+    message = str(info.value)
+    assert "\n" not in message
+    assert "'Qwen/Qwen3-1.7B' (models.generator.path) has no local weights" in message
+    for looked in (models / "Qwen" / "Qwen3-1.7B", models / "Qwen3-1.7B", tmp_path / "hf-cache"):
+        assert str(looked) in message
+    assert f"hf download Qwen/Qwen3-1.7B --local-dir {models}/Qwen/Qwen3-1.7B" in message
+
+
+def test_a_folder_without_model_files_and_a_wrong_path_are_named(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelNotFound, match="holds neither config.json nor tokenizer_config.json"):
+        local_weights(str(empty))
+    with pytest.raises(ModelNotFound, match="fix the path"):
+        local_weights(str(tmp_path / "nowhere"))
+
+
+# ---- endpoints -----------------------------------------------------------------------------
+
+
+class _ModelList(BaseHTTPRequestHandler):
+    served = "tiny"
+
+    def do_GET(self) -> None:
+        ok = self.path == "/v1/models"
+        body = json.dumps({"object": "list", "data": [{"id": self.served}]}).encode()
+        self.send_response(200 if ok else 404)
+        self.end_headers()
+        self.wfile.write(body if ok else b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def healthy_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ModelList)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _openai_recipe(tmp_path: Path, base_url: str | None, model: str = "tiny"):
+    role = {"backend": "openai", "model": model, **({"base_url": base_url} if base_url else {})}
+    return parse_recipe({"name": "probe", "run_dir": str(tmp_path / "run"),
+                         "models": {"agent": role, "user": role}})
+
+
+def test_a_healthy_endpoint_passes_and_a_wrong_model_is_named(tmp_path, healthy_url):
+    assert probe_endpoint(healthy_url, "tiny") is None
+    assert check_endpoints(_openai_recipe(tmp_path, healthy_url), ["agent", "user"]) == []
+    problems = check_endpoints(_openai_recipe(tmp_path, healthy_url, "Qwen/Qwen3-8B"), ["agent"])
+    assert [p.line() for p in problems] == [
+        (f"endpoint: models.agent: {healthy_url}/models serves ['tiny'], not 'Qwen/Qwen3-8B'; "
+         "start the server (`prour serve`) or fix models.agent.base_url")]
+
+
+def test_an_unreachable_endpoint_is_one_line_for_all_its_roles_and_fast(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    started = time.monotonic()
+    problems = check_endpoints(_openai_recipe(tmp_path, url), ["agent", "user"])
+    assert time.monotonic() - started < 3.0
+    assert len(problems) == 1
+    line = problems[0].line()
+    assert line.startswith(f"endpoint: models.agent, models.user: {url}/models is unreachable")
+
+
+def test_no_base_url_names_the_endpoints_file(tmp_path):
+    problems = check_endpoints(_openai_recipe(tmp_path, None), ["agent"])
+    assert [p.check for p in problems] == ["endpoint"]
+    assert f"the endpoints file {tmp_path / 'run' / 'endpoints.json'} does not exist" in \
+        problems[0].message
+
+
+# ---- paths, GPUs -------------------------------------------------------------------------------
+
+
+def test_inputs_made_by_an_earlier_stage_of_the_run_need_not_exist(tmp_path):
+    recipe = parse_recipe({"name": "paths", "run_dir": str(tmp_path / "run")})
+    trajectories = tmp_path / "run" / "data" / "trajectories.jsonl"
+    lines = [p.line() for p in check_paths(recipe, "extract")]
+    assert f"path: data.trajectories: {trajectories} does not exist; run `prour collect` first" \
+        in lines and len(lines) == 2
+    assert check_paths(recipe, "extract", ["collect", "normalize", "extract"]) == []
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    assert visible_gpus() == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert visible_gpus() == 2
+    recipe = load_recipe(PAPER)
+    assert [p for p in preflight(recipe, ["train"]) if p.check == "gpus"] == []
+
+
+# ---- the paper recipe on this machine ----------------------------------------------------------
+
+
+def _hub_ids(recipe) -> set[str]:
+    ids = {cfg.path for cfg in recipe.models.values() if cfg.backend == "hf"}
+    ids |= {spec.path or model_id for model_id, spec in recipe.serve.models.items()}
+    if recipe.train is not None and recipe.train.backend == "verl":
+        generator = recipe.models["generator"]
+        ids.add(generator.path or generator.model)
+    return ids
+
+
+def _problem_lines(output: str, check: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(f"error: {check}: ")]
+
+
+def test_validate_preflight_names_missing_weights_gpus_and_extras_one_line_each(tmp_path):
+    result = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER)])
+    assert result.exit_code == 2
+    lines = result.output.splitlines()
+    assert lines and all(line.startswith("error: ") for line in lines)
+    recipe = load_recipe(PAPER)
+    weights = _problem_lines(result.output, "weights")
+    for hub_id in _hub_ids(recipe):
+        assert sum(f"model {hub_id!r}" in line for line in weights) == 1, hub_id
+    assert len(weights) == len(_hub_ids(recipe))
+    needed = recipe.train.verl.n_gpus_per_node
+    assert _problem_lines(result.output, "gpus") == [
+        (f"error: gpus: GPUs visible: 0, needed: {needed} (train.verl.n_gpus_per_node={needed}); "
+         "run on a node with them (check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`)")]
+    absent = [m for m in ("verl", "ray", "vllm", "transfer_queue")
+              if importlib.util.find_spec(m) is None]
+    extras = _problem_lines(result.output, "extra")
+    assert [line.split("`")[1] for line in extras if "train.backend=verl" in line] == absent
+
+    models = tmp_path / "models"
+    for hub_id in _hub_ids(recipe):
+        _model(models / hub_id)
+    again = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER)],
+                               env={MODELS_DIR_ENV: str(models)})
+    assert _problem_lines(again.output, "weights") == []
