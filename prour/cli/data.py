@@ -57,7 +57,7 @@ def _report_skipped(path: Path, skipped: list[int]) -> None:
 def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             progress: bool = ProgressOpt) -> None:
     """Run task agent + teacher + user episodes on the data split; resumable (reruns skip done)."""
-    from prour.cli.recipe import hold_run_folder, preflight_or_exit
+    from prour.cli.recipe import hold_run_folder, preflight_or_exit, resumable, saved_lines
     from prour.data.collect import EpisodeFactories, collect_trajectories, teacher_exchanges
     from prour.data.pipeline import record_provenance
 
@@ -69,7 +69,9 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
         make_agent=builder.task_agent, make_user=builder.user_simulator,
         teacher=builder.llm("teacher") if cfg.teacher else None, cfg=cfg)
     out = cfg.path("trajectories", loaded.resolved_run_dir())
-    with hold_run_folder(out.parent):  # one collector per run folder's trajectories
+    saved = lambda: (f"{saved_lines(out, 'trajectories')}; rerun `prour collect` with the same "
+                     "recipe to collect only the missing ones")
+    with hold_run_folder(out.parent), resumable(saved):  # one collector per trajectories folder
         record_provenance(loaded, "collect")
         trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,
                                      max_steps=env.max_steps, max_errors=env.max_errors)
@@ -138,7 +140,7 @@ def stats(dataset_dir: str = typer.Argument(..., help="Folder with train/validat
 
     try:
         card, json_path, md_path = write_card(dataset_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(card_markdown(card))

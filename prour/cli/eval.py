@@ -75,8 +75,14 @@ def eval_command(
     more than eval.max_error_fraction of the episodes ended in an error. With --checkpoint the
     generator is a training checkpoint (the step it resolved to is printed and recorded); with
     --steps too, several saved steps of one training run are evaluated into one run folder."""
-    from prour.cli.recipe import hold_run_folder, load_cli_recipe, preflight_or_exit
-    from prour.eval.harness import with_checkpoint
+    from prour.cli.recipe import (
+        hold_run_folder,
+        load_cli_recipe,
+        preflight_or_exit,
+        resumable,
+        saved_lines,
+    )
+    from prour.eval.harness import EPISODES_FILE, with_checkpoint
 
     loaded = load_cli_recipe(recipe, overrides, {
         "eval.methods": _split(method), "eval.domains": _split(domains),
@@ -88,12 +94,15 @@ def eval_command(
     preflight_or_exit(with_checkpoint(loaded, checkpoints[0].path) if checkpoints else loaded,
                       "eval")
     run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
+    saved = lambda: (f"{saved_lines(run_dir / EPISODES_FILE, 'episodes')}; rerun the same "
+                     "`prour eval` to run only the missing ones")
     if os.environ.get("SLURM_ARRAY_TASK_ID"):
         # The tasks of one `prour slurm` eval array share the run folder by design, each on its
         # own seed x domain slice (appends are atomic); Slurm runs each slice once.
-        results = _evaluate(loaded, run_dir, progress, default_generator, checkpoints)
+        with resumable(saved):
+            results = _evaluate(loaded, run_dir, progress, default_generator, checkpoints)
     else:
-        with hold_run_folder(run_dir):
+        with hold_run_folder(run_dir), resumable(saved):
             results = _evaluate(loaded, run_dir, progress, default_generator, checkpoints)
     _print_summary(results, run_dir)
     _check_errors(results, loaded.eval.max_error_fraction)

@@ -7,7 +7,7 @@ records it as it is; an error exits 2 naming the dotted key.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,3 +73,23 @@ def preflight_or_exit(recipe: Recipe, *stages: str) -> None:
     """Stop the command before its first episode or step (exit 2) when the setup is broken."""
     if preflight_problems(recipe, *stages):
         raise typer.Exit(2)
+
+
+@contextmanager
+def resumable(saved: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C: say what ``saved()`` reports was kept and that a rerun resumes; exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        typer.echo(f"\ninterrupted: {saved()}", err=True)
+        raise typer.Exit(130) from None
+
+
+def saved_lines(path: Path, what: str) -> str:
+    """``N <what> saved in <path>`` counting the JSONL lines appended so far."""
+    try:
+        with open(path) as handle:
+            count = sum(1 for line in handle if line.strip())
+    except FileNotFoundError:
+        count = 0
+    return f"{count} {what} saved in {path}"

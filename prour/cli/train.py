@@ -64,7 +64,12 @@ def train(
     """Train ``models.generator`` with the recipe's ``train`` section."""
     if ctx.invoked_subcommand is not None:
         return
-    from prour.cli.recipe import hold_run_folder, preflight_or_exit, preflight_problems
+    from prour.cli.recipe import (
+        hold_run_folder,
+        preflight_or_exit,
+        preflight_problems,
+        resumable,
+    )
     from prour.train.recipe import resolve_output_dir
 
     loaded, cfg = _load(recipe, overrides, backend)
@@ -76,8 +81,22 @@ def train(
             raise typer.Exit(2)
         return
     preflight_or_exit(loaded, "train")
-    with hold_run_folder(resolve_output_dir(cfg, loaded.name)):  # one trainer per output_dir
-        run(loaded, cfg, dry_run, resume)
+    out = Path(resolve_output_dir(cfg, loaded.name))
+    with hold_run_folder(out), resumable(lambda: saved_checkpoint(out, cfg.backend)):
+        run(loaded, cfg, dry_run, resume)  # one trainer per output_dir
+
+
+def saved_checkpoint(out: Path, backend: str) -> str:
+    """What an interrupted training kept: its newest checkpoint and how a rerun resumes."""
+    from prour.train.checkpoint import latest_checkpoint
+    from prour.train.verl_backend import latest_verl_step
+
+    step = latest_verl_step(out) if backend == "verl" else latest_checkpoint(out)
+    if step is None:
+        return f"no checkpoint saved yet in {out} (train.save_every); a rerun starts over"
+    name = f"global_step_{step}" if backend == "verl" else Path(step).name
+    return (f"newest checkpoint {out / name}, metrics in {out / 'metrics.jsonl'}; rerun with "
+            "--resume to continue from it")
 
 
 def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
@@ -143,7 +162,7 @@ def export(
 
     from prour.train.checkpoint import export_hf
     from prour.train.recipe import resolve_output_dir
-    from prour.train.verl_backend import export_checkpoint
+    from prour.train.verl_backend import ExportError, export_checkpoint
 
     loaded, cfg = _load(recipe, overrides, None)
     out = Path(resolve_output_dir(cfg, loaded.name))
@@ -154,7 +173,7 @@ def export(
             source = export_hf(out, step)
             folder = source if dry_run or target is None else export_hf(out, step, target)
             command = []
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ExportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if dry_run and command:

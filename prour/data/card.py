@@ -68,6 +68,10 @@ def dataset_card(dataset_dir: str | Path) -> dict[str, Any]:
             card["splits"][split] = split_stats(read_rows(path))
     if not card["splits"]:
         raise FileNotFoundError(f"no split files (train/validation .parquet) in {dataset_dir}")
+    if not any(stats["rows"] for stats in card["splits"].values()):
+        files = [f"{split}.parquet" for split in card["splits"]]
+        raise ValueError(f"{dataset_dir}: {' and '.join(files)} hold{'s' if len(files) == 1 else ''}"
+                         " no rows; rerun `prour extract` (its card says what it dropped)")
     summary = dataset_dir / EXTRACT_SUMMARY
     if summary.is_file():
         card["extraction"] = json.loads(summary.read_text())

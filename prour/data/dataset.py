@@ -37,8 +37,14 @@ def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a split file as plain dicts; a file of another schema version is an error."""
-    rows = pq.read_table(path).to_pylist()
+    """All rows of a split file as plain dicts; a file of another schema version, or one that is
+    not parquet (corrupt, truncated, 0 bytes), is a one-line ValueError naming the file."""
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{path}: not a readable parquet file ({reason}); rerun `prour extract` "
+                         "to write it again") from None
     problems = version_problem(rows[0].get("extra_info") or {}) if rows else []
     if problems:
         raise ValueError(f"{path}: {problems[0]}")

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -375,5 +376,23 @@ def export_checkpoint(
     target = target or Path(output_dir) / f"step_{step}"
     command = export_command(actor, target)
     if not dry_run:
-        subprocess.run(command, check=True)
+        existed = target.exists()
+        merged = subprocess.run(command, capture_output=True, text=True, check=False)
+        if merged.returncode != 0:
+            if not existed:  # no half-written folder that eval could mistake for the model
+                shutil.rmtree(target, ignore_errors=True)
+            raise ExportError(merge_failure(actor, merged.returncode, merged.stderr))
     return command, target
+
+
+class ExportError(RuntimeError):
+    """verl's model merger failed; the message is one line with its last error line."""
+
+
+def merge_failure(actor: Path, returncode: int, stderr: str) -> str:
+    """One line: which checkpoint, the merger's exit status and its last error line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "no output"
+    return (f"merging {actor} into a Hugging Face folder failed (verl.model_merger exit "
+            f"{returncode}): {last}; check that the step finished saving (actor/ holds "
+            "model_world_size_*_rank_*.pt and huggingface/ its config)")

@@ -15,6 +15,8 @@ import os, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 args = sys.argv[1:]
+if args[:1] == ["-c"]:  # preflight asks whether vllm imports: this stand-in "has" it
+    sys.exit(0)
 model = args[args.index("--model") + 1]
 print("fake vLLM for", model, "env CUDA_VISIBLE_DEVICES=", os.environ.get("CUDA_VISIBLE_DEVICES"),
       "args", " ".join(args), flush=True)

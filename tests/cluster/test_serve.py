@@ -41,6 +41,7 @@ def frozen_recipe(tmp_path: Path, python: Path, models: dict, roles: dict | None
 def model_dir(tmp_path: Path, name: str, broken: bool = False) -> str:
     folder = tmp_path / name
     folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text("{}")  # what makes it a model folder (prour.llm.weights)
     if broken:
         (folder / "BROKEN").write_text("")
     return str(folder)
