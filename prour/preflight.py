@@ -67,10 +67,31 @@ def stage_roles(recipe: Recipe, stage: str) -> list[str]:
     if stage == "extract":
         return ["decomposer", *([] if recipe.data.tokenizer else ["generator"])]
     if stage == "train":
-        return ["generator", "strict_user", "verifier"]
+        return ["generator", *_train_responders(recipe)]
     if stage == "eval":
         return _eval_roles(recipe)
     return []
+
+
+RESPONDERS = {"clarify": "strict_user", "verify": "verifier"}
+
+
+def _train_responders(recipe: Recipe) -> list[str]:
+    """The responders training calls: those of the modes in the train file (both while it does
+    not exist yet, or cannot be read: the path check or the trainer names that)."""
+    train = recipe.train
+    path = Path(train.train_file) if train is not None and train.train_file else None
+    if path is not None and not path.is_absolute():
+        path = recipe.resolved_run_dir() / path
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        modes = set(pq.read_table(path, columns=["extra_info"]).column("extra_info")
+                    .combine_chunks().field("mode").to_pylist())
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        modes = set(RESPONDERS)
+    return [RESPONDERS[mode] for mode in RESPONDERS if mode in modes]
 
 
 def _eval_roles(recipe: Recipe) -> list[str]:
@@ -371,9 +392,10 @@ def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
 
 
 def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
-              timeout_s: float = PROBE_TIMEOUT_S) -> list[Problem]:
+              timeout_s: float = PROBE_TIMEOUT_S, skip: Iterable[str] = ()) -> list[Problem]:
     """Every problem of ``stages``; ``whole_run``: the stages run in order, so what an earlier
-    stage of the run makes (files, thresholds, served endpoints) need not exist yet."""
+    stage of the run makes (files, thresholds, served endpoints) need not exist yet. ``skip``
+    leaves out checks by name (e.g. ``gpus`` on a Slurm login node: each job checks its node)."""
     unknown = [stage for stage in stages if stage not in STAGES]
     if unknown:
         from prour.registry import unknown_name
@@ -389,7 +411,9 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
         problems += check_paths(recipe, stage, run)
         problems += check_thresholds(recipe, stage, run)
     problems += check_gpus(recipe, stages)
-    return list(dict.fromkeys(problems))  # e.g. thresholds missing for extract and eval: once
+    left_out = set(skip)
+    # dict.fromkeys: a problem two stages share (thresholds for extract and eval) is named once
+    return [p for p in dict.fromkeys(problems) if p.check not in left_out]
 
 
 def run_stages(recipe: Recipe) -> list[str]:

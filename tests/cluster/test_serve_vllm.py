@@ -3,9 +3,10 @@
 One test serves the tiny model, reads the endpoints through the recipe as train/eval do, makes a
 chat call and stops with SIGINT. One serves the task agent: its tool-calling requests go through
 vLLM's hermes tool parser, and a seeded request longer than the CPU build's step budget leaves the
-server alive. The other points vLLM at a folder that holds no model: the command must fail with
-vLLM's reason long before the time limit. (That a failure also stops the
-other servers is tested with a stand-in server in test_serve.py.)
+server alive. Another points vLLM at a folder whose config is no model: the command must fail with
+vLLM's reason long before the time limit; a folder with no model files at all is refused by
+preflight before vLLM starts. (That a failure also stops the other servers is tested with a
+stand-in server in test_serve.py.)
 """
 
 from __future__ import annotations
@@ -195,10 +196,26 @@ def test_agent_tool_calls_through_vllm_parser_and_seeded_long_prompt(
     )
 
 
+def test_a_folder_without_model_files_is_refused_before_vllm_starts(
+    vllm_python: Path, tmp_path: Path
+) -> None:
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    serving, _ = recipes(tmp_path, vllm_python, {"broken": served(empty)}, {"judge": "broken"})
+    proc = start_serve(serving)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert err.splitlines() == [
+        f"error: weights: model '{empty}' (serve.models.broken): folder {empty} holds neither "
+        "config.json nor tokenizer_config.json; point at the folder that holds the model's files"]
+    assert not (tmp_path / "run" / "endpoints.json").exists()
+
+
 def test_a_model_folder_vllm_cannot_load_fails_fast(vllm_python: Path, tmp_path: Path) -> None:
     """vLLM exits on a folder without a model: `prour serve` reports why, well before the limit."""
     empty = tmp_path / "not-a-model"
     empty.mkdir()
+    (empty / "config.json").write_text("{}")  # passes preflight's look; vLLM finds no model in it
     serving, _ = recipes(tmp_path, vllm_python, {"broken": served(empty)}, {"judge": "broken"})
     started = time.monotonic()
     proc = start_serve(serving)

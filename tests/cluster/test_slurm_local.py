@@ -221,6 +221,7 @@ def test_serve_stage_holds_until_the_others_end(slurm_cluster: Any, tmp_path: Pa
     python.write_text(FAKE_VLLM.format(python=sys.executable))
     python.chmod(0o755)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # a model folder (prour.llm.weights)
     recipe = write_recipe(
         tmp_path / "serving.yaml",
         {
