@@ -59,11 +59,13 @@ def hold_run_folder(folder: str | Path) -> Iterator[None]:
         release(folder, holder)
 
 
-def preflight_problems(recipe: Recipe, *stages: str, whole_run: bool = False) -> list[str]:
+def preflight_problems(recipe: Recipe, *stages: str, whole_run: bool = False,
+                       skip: tuple[str, ...] = ()) -> list[str]:
     """The preflight lines of ``stages`` (:mod:`prour.preflight`), each printed as an error."""
     from prour.preflight import preflight
 
-    lines = [problem.line() for problem in preflight(recipe, stages, whole_run=whole_run)]
+    found = preflight(recipe, stages, whole_run=whole_run, skip=skip)
+    lines = [problem.line() for problem in found]
     for line in lines:
         typer.echo(f"error: {line}", err=True)
     return lines

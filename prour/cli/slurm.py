@@ -43,6 +43,17 @@ RunArg = typer.Argument(..., help="Run folder holding slurm_jobs.json (or the fi
 TailOpt = typer.Option(15, "--tail", help="Log lines shown for a failed stage.")
 
 
+def _dry_run_preflight(loaded: Recipe, stages: list[str]) -> None:
+    """The submitted stages' preflight, as a run of them (exit 2 on a problem). GPUs are left to
+    each job: the node that submits is not the node that runs."""
+    from prour.cli.recipe import preflight_problems
+    from prour.preflight import STAGES
+
+    checked = [stage for stage in stages if stage in STAGES]
+    if preflight_problems(loaded, *checked, whole_run=True, skip=("gpus",)):
+        raise typer.Exit(2)
+
+
 @slurm_app.command("submit")
 def submit(
     recipe: str = RecipeOpt,
@@ -87,6 +98,7 @@ def submit(
         typer.echo("error: the recipe's models do not fit the node's GPUs (see the plan)", err=True)
         raise typer.Exit(2)
     if dry_run:
+        _dry_run_preflight(loaded, request.stages)
         return
     for plan in plans:
         for note in plan.notes:
