@@ -105,8 +105,10 @@ def _eval_roles(recipe: Recipe) -> list[str]:
 
 
 def served_ids(recipe: Recipe) -> set[str]:
-    """Model ids the recipe's ``serve`` section starts."""
-    return set(recipe.serve.models)
+    """Model ids ``prour serve`` starts for this recipe."""
+    from prour.cluster.recipe import served_roles
+
+    return {model_id for model_id, roles in served_roles(recipe).items() if roles}
 
 
 # ---- models and weights ------------------------------------------------------------------------
@@ -148,8 +150,11 @@ def _weights_wanted(recipe: Recipe, stage: str, roles: Sequence[str]) -> list[tu
     if stage == "extract" and recipe.data.tokenizer:
         wanted.append((recipe.data.tokenizer, "data.tokenizer"))
     if stage == "serve":
+        from prour.cluster.recipe import served_models
+
         wanted += [(spec.path or model_id, f"serve.models.{model_id}")
-                   for model_id, spec in recipe.serve.models.items()]
+                   for model_id, spec in served_models(recipe).items()
+                   if model_id in served_ids(recipe)]
     return wanted
 
 
@@ -276,7 +281,7 @@ def check_extras(recipe: Recipe, stage: str) -> list[Problem]:
     if stage == "train":
         return [Problem("extra", f"`{module}` is not importable ({why}); install it: {fix}")
                 for module, why, fix in _train_extras(recipe) if not module_available(module)]
-    if stage == "serve" and recipe.serve.models:
+    if stage == "serve" and served_ids(recipe):
         python = serve_python(recipe)
         if not Path(python).is_file() and not shutil.which(python):
             return [Problem("extra", f"serve python {python} does not exist (serve.python or "
@@ -314,7 +319,7 @@ def check_paths(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[
     """Input files of ``stage`` that exist neither now nor as the output of one of ``stages``."""
     later = set(stages)
     return [Problem("path", f"{key}: {path} does not exist" +
-                    (f"; run `prour {maker}` first" if maker else ""))
+                    (f"; run `prour {maker}` first" if maker else "; it is an input you provide"))
             for key, path, maker in _stage_inputs(recipe, stage)
             if maker not in later and not path.exists()]
 
@@ -362,30 +367,23 @@ def visible_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
-def gpu_needs(recipe: Recipe, stages: Iterable[str]) -> dict[str, int]:
-    """GPUs per node each placing key asks for (train.verl, serve.models.<id>.gpus)."""
-    needs: dict[str, int] = {}
-    stages = set(stages)
-    if "train" in stages and recipe.train is not None and recipe.train.backend == "verl":
-        needs["train.verl.n_gpus_per_node"] = recipe.train.verl.n_gpus_per_node
-    if "serve" in stages:
-        placed = {gpu for spec in recipe.serve.models.values() for gpu in spec.gpus or []}
-        if placed:
-            needs["serve.models.*.gpus"] = max(placed) + 1
-    return needs
-
-
 def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
-    """One line when the node shows fewer GPUs than the recipe places on it."""
-    needs = gpu_needs(recipe, stages)
-    if not needs:
-        return []
-    needed, visible = max(needs.values()), visible_gpus()
-    if visible >= needed:
-        return []
-    keys = ", ".join(f"{key}={value}" for key, value in needs.items())
-    return [Problem("gpus", f"GPUs visible: {visible}, needed: {needed} ({keys}); run on a node "
-                    "with them (check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`)")]
+    """The stages' GPU memory plans (:mod:`prour.cluster.gpu_plan`): one line per plan that does
+    not fit, and one when this node shows fewer GPUs than the plans place models on."""
+    from prour.cluster.gpu_plan import STAGE_ROLES, gpu_plan
+
+    plans = [gpu_plan(recipe, stage) for stage in stages if stage == "serve" or stage in STAGE_ROLES]
+    problems = [Problem("gpus", f"the GPU memory plan of stage {plan.stage} does not fit on "
+                        f"{plan.n_gpus} x {plan.gpu_gib:g} GiB: {'; '.join(plan.problems)} "
+                        f"(`prour serve --dry-run` / `prour train --dry-run` print the plan)")
+                for plan in plans if not plan.fits]
+    needed, visible = max((plan.n_gpus for plan in plans), default=0), visible_gpus()
+    if visible < needed:
+        widest = ", ".join(plan.stage for plan in plans if plan.n_gpus == needed)
+        problems.append(Problem("gpus", f"GPUs visible: {visible}, needed: {needed} (the GPU "
+                                f"memory plan of {widest}); run on a node with them (check "
+                                "CUDA_VISIBLE_DEVICES and `nvidia-smi -L`)"))
+    return problems
 
 
 # ---- all together --------------------------------------------------------------------------------
@@ -417,8 +415,10 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
 
 
 def run_stages(recipe: Recipe) -> list[str]:
-    """The stages a whole run of this recipe has: serve only with ``serve.models``, calibrate only
+    """The stages a whole run of this recipe has: serve only with models to serve, calibrate only
     without explicit ``router.tau_au``/``tau_eu``, train only with a ``train`` section."""
-    skip = {"serve": not recipe.serve.models, "calibrate": recipe.router.tau_au is not None,
-            "train": recipe.train is None}
+    from prour.cluster.recipe import nothing_to_serve
+
+    skip = {"serve": nothing_to_serve(recipe) is not None,
+            "calibrate": recipe.router.tau_au is not None, "train": recipe.train is None}
     return [stage for stage in STAGES if not skip.get(stage)]

@@ -177,8 +177,12 @@ def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
 
 
 def _hub_ids(recipe) -> set[str]:
+    """Every model the paper run loads: hf roles, the verl policy, the models `prour serve` starts."""
+    from prour.cluster.recipe import served_models, served_roles
+
     ids = {cfg.path for cfg in recipe.models.values() if cfg.backend == "hf"}
-    ids |= {spec.path or model_id for model_id, spec in recipe.serve.models.items()}
+    ids |= {spec.path or model_id for model_id, spec in served_models(recipe).items()
+            if served_roles(recipe)[model_id]}
     if recipe.train is not None and recipe.train.backend == "verl":
         generator = recipe.models["generator"]
         ids.add(generator.path or generator.model)
@@ -199,10 +203,10 @@ def test_validate_preflight_names_missing_weights_gpus_and_extras_one_line_each(
     for hub_id in _hub_ids(recipe):
         assert sum(f"model {hub_id!r}" in line for line in weights) == 1, hub_id
     assert len(weights) == len(_hub_ids(recipe))
-    needed = recipe.train.verl.n_gpus_per_node
-    assert _problem_lines(result.output, "gpus") == [
-        (f"error: gpus: GPUs visible: 0, needed: {needed} (train.verl.n_gpus_per_node={needed}); "
-         "run on a node with them (check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`)")]
+    needed = recipe.train.verl.n_gpus_per_node  # the paper's node: 2 GPUs, servers beside
+    gpus = _problem_lines(result.output, "gpus")
+    assert len(gpus) == 1 and gpus[0].startswith(
+        f"error: gpus: GPUs visible: 0, needed: {needed} (the GPU memory plan of serve")
     absent = [m for m in ("verl", "ray", "vllm", "transfer_queue")
               if importlib.util.find_spec(m) is None]
     extras = _problem_lines(result.output, "extra")
@@ -214,3 +218,18 @@ def test_validate_preflight_names_missing_weights_gpus_and_extras_one_line_each(
     again = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER)],
                                env={MODELS_DIR_ENV: str(models)})
     assert _problem_lines(again.output, "weights") == []
+
+
+def test_a_gpu_memory_plan_that_does_not_fit_is_one_line(monkeypatch, tmp_path):
+    """Two servers at 0.5 of one 80 GiB GPU leave no room for their CUDA contexts (81 GiB)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    recipe = parse_recipe({
+        "name": "tight", "run_dir": str(tmp_path / "run"),
+        "models": {"user": {"backend": "openai", "model": "a"},
+                   "judge": {"backend": "openai", "model": "b"}},
+        "serve": {"models": {name: {"gpus": [0], "gpu_memory_utilization": 0.5}
+                             for name in ("a", "b")}}})
+    lines = [p.line() for p in preflight(recipe, ["serve"]) if p.check == "gpus"]
+    assert len(lines) == 1 and lines[0].startswith(
+        "gpus: the GPU memory plan of stage serve does not fit on 1 x 80 GiB: GPU 0 needs "
+        "81.0 GiB > 80 GiB")
