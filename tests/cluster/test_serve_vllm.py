@@ -206,8 +206,8 @@ def test_a_folder_without_model_files_is_refused_before_vllm_starts(
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     assert err.splitlines() == [
-        f"error: weights: model '{empty}' (serve.models.broken): folder {empty} holds neither "
-        "config.json nor tokenizer_config.json; point at the folder that holds the model's files"]
+        (f"error: weights: model '{empty}' (serve.models.broken): folder {empty} holds neither "
+         "config.json nor tokenizer_config.json; point at the folder that holds the model's files")]
     assert not (tmp_path / "run" / "endpoints.json").exists()
 
 
