@@ -377,9 +377,11 @@ def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
                         f"{plan.n_gpus} x {plan.gpu_gib:g} GiB: {'; '.join(plan.problems)} "
                         f"(`prour serve --dry-run` / `prour train --dry-run` print the plan)")
                 for plan in plans if not plan.fits]
-    needed, visible = max((plan.n_gpus for plan in plans), default=0), visible_gpus()
+    placed = {plan.stage: max((gpu + 1 for gpu, parts in plan.uses.items() if parts), default=0)
+              for plan in plans}  # a local trainer or an unplaced server puts nothing on a GPU
+    needed, visible = max(placed.values(), default=0), visible_gpus()
     if visible < needed:
-        widest = ", ".join(plan.stage for plan in plans if plan.n_gpus == needed)
+        widest = ", ".join(stage for stage, count in placed.items() if count == needed)
         problems.append(Problem("gpus", f"GPUs visible: {visible}, needed: {needed} (the GPU "
                                 f"memory plan of {widest}); run on a node with them (check "
                                 "CUDA_VISIBLE_DEVICES and `nvidia-smi -L`)"))

@@ -32,7 +32,7 @@ def test_cli_refuses_at_load_and_dry_run_prints_the_verl_command(tmp_path, monke
     assert "error: gpus: GPUs visible: 0, needed: 2" in ok.output
     local = runner.invoke(app, ["train", "--recipe", str(PAPER), "--backend", "local", "--dry-run"])
     assert "2010 steps x 16 states x 8 samples (keep 6)" in local.output
-    assert local.exit_code == 2 and "gpus:" not in local.output  # the local backend places none
+    assert local.exit_code == 2 and "error: weights: model 'Qwen/Qwen3-1.7B'" in local.output
 
 
 def test_export_of_local_checkpoints(tmp_path):
