@@ -367,24 +367,53 @@ def visible_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
+def _cuda_count(device: str) -> int:
+    """GPUs an ``hf`` model's ``device`` demands: ``cuda:N`` -> N+1, ``cuda`` -> 1, else 0
+    (``auto`` runs on the CPU when the node has no GPU)."""
+    if not device.startswith("cuda"):
+        return 0
+    index = device.partition(":")[2]
+    return int(index) + 1 if index.isdigit() else 1
+
+
+def gpu_needs(recipe: Recipe, stages: Iterable[str]) -> dict[str, int]:
+    """GPUs per node each placing key of the stages demands: the verl trainer, the servers' listed
+    GPUs and ``hf`` roles pinned to a CUDA device."""
+    from prour.cluster.gpu_plan import STAGE_ROLES, stage_servers
+
+    needs: dict[str, int] = {}
+    for stage in stages:
+        if stage == "train" and recipe.train is not None and recipe.train.backend == "verl":
+            needs["train.verl.n_gpus_per_node"] = recipe.train.verl.n_gpus_per_node
+        if stage == "serve" or stage in STAGE_ROLES:
+            for model_id, spec in stage_servers(recipe, stage).items():
+                if spec.gpus:
+                    needs[f"serve.models.{model_id}.gpus"] = max(spec.gpus) + 1
+        for role in stage_roles(recipe, stage):
+            cfg = recipe.models.get(role)
+            if cfg is not None and cfg.backend == "hf" and _cuda_count(cfg.device):
+                needs[f"models.{role}.device"] = _cuda_count(cfg.device)
+    return needs
+
+
 def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
     """The stages' GPU memory plans (:mod:`prour.cluster.gpu_plan`): one line per plan that does
-    not fit, and one when this node shows fewer GPUs than the plans place models on."""
+    not fit, and one when this node shows fewer GPUs than the recipe places models on."""
     from prour.cluster.gpu_plan import STAGE_ROLES, gpu_plan
 
+    stages = list(stages)
     plans = [gpu_plan(recipe, stage) for stage in stages if stage == "serve" or stage in STAGE_ROLES]
     problems = [Problem("gpus", f"the GPU memory plan of stage {plan.stage} does not fit on "
                         f"{plan.n_gpus} x {plan.gpu_gib:g} GiB: {'; '.join(plan.problems)} "
                         f"(`prour serve --dry-run` / `prour train --dry-run` print the plan)")
                 for plan in plans if not plan.fits]
-    placed = {plan.stage: max((gpu + 1 for gpu, parts in plan.uses.items() if parts), default=0)
-              for plan in plans}  # a local trainer or an unplaced server puts nothing on a GPU
-    needed, visible = max(placed.values(), default=0), visible_gpus()
+    needs = gpu_needs(recipe, stages)
+    needed, visible = max(needs.values(), default=0), visible_gpus()
     if visible < needed:
-        widest = ", ".join(stage for stage, count in placed.items() if count == needed)
-        problems.append(Problem("gpus", f"GPUs visible: {visible}, needed: {needed} (the GPU "
-                                f"memory plan of {widest}); run on a node with them (check "
-                                "CUDA_VISIBLE_DEVICES and `nvidia-smi -L`)"))
+        keys = ", ".join(key for key, count in needs.items() if count == needed)
+        problems.append(Problem("gpus", f"GPUs visible: {visible}, needed: {needed} ({keys}); "
+                                "run on a node with them (check CUDA_VISIBLE_DEVICES and "
+                                "`nvidia-smi -L`)"))
     return problems
 
 

@@ -205,8 +205,8 @@ def test_validate_preflight_names_missing_weights_gpus_and_extras_one_line_each(
     assert len(weights) == len(_hub_ids(recipe))
     needed = recipe.train.verl.n_gpus_per_node  # the paper's node: 2 GPUs, servers beside
     gpus = _problem_lines(result.output, "gpus")
-    assert len(gpus) == 1 and gpus[0].startswith(
-        f"error: gpus: GPUs visible: 0, needed: {needed} (the GPU memory plan of serve")
+    assert len(gpus) == 1 and gpus[0].startswith(f"error: gpus: GPUs visible: 0, needed: {needed} (")
+    assert "train.verl.n_gpus_per_node" in gpus[0]
     absent = [m for m in ("verl", "ray", "vllm", "transfer_queue")
               if importlib.util.find_spec(m) is None]
     extras = _problem_lines(result.output, "extra")

@@ -44,14 +44,14 @@ TailOpt = typer.Option(15, "--tail", help="Log lines shown for a failed stage.")
 
 
 def _dry_run_preflight(loaded: Recipe, stages: list[str]) -> None:
-    """The submitted stages' preflight, as a run of them (exit 2 on a problem). GPUs are left to
-    each job: the node that submits is not the node that runs."""
-    from prour.cli.recipe import preflight_problems
-    from prour.preflight import STAGES
+    """The submitted stages' preflight, as a run of them, printed as warnings: the node that
+    submits is not the one that runs (its GPUs, mounts and venv may differ), and each job runs
+    its stage's checks on its own node before its first step, failing there."""
+    from prour.preflight import STAGES, preflight
 
     checked = [stage for stage in stages if stage in STAGES]
-    if preflight_problems(loaded, *checked, whole_run=True, skip=("gpus",)):
-        raise typer.Exit(2)
+    for problem in preflight(loaded, checked, whole_run=True, skip=("gpus",)):
+        typer.echo(f"warning: preflight on this node: {problem.line()}", err=True)
 
 
 @slurm_app.command("submit")

@@ -267,12 +267,12 @@ def test_cli_dry_run_and_bad_stage(tmp_path: Path) -> None:
     )
     assert "JOB_EVAL=$(sbatch --parsable --dependency=afterok:$JOB_TRAIN" in done.stdout
     assert "JOB_SERVE" not in done.stdout
-    # ... and what the submitted stages lack, as their preflight says (exit 2): here the policy's
-    # weights (no models folder) and eval's roles; no GPU line: the jobs run on other nodes.
-    assert done.returncode == 2, done.stderr
-    checks = {line.split(":")[1].strip() for line in done.stderr.splitlines()}
+    # ... and, as warnings (each job checks its own node), what the submitted stages lack here:
+    # the policy's weights (no models folder) and eval's roles; no GPU line.
+    assert done.returncode == 0, done.stderr
+    checks = {line.split(": ")[2] for line in done.stderr.splitlines()}
     assert checks == {"models", "weights"}, done.stderr
-    assert "model 'Qwen/Qwen3-1.7B' (models.generator.path) has no local weights" in done.stderr
+    assert "warning: preflight on this node: weights: model 'Qwen/Qwen3-1.7B' " in done.stderr
     bad = subprocess.run(
         [*cmd, "--stages", "train,evl"], capture_output=True, text=True, cwd=tmp_path, check=False
     )
