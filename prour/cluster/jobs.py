@@ -79,8 +79,13 @@ def stop_serve_command(
         "--cpus-per-task=1",
         *site,
         "--wrap",
-        f"scancel --batch --signal=TERM {serve_id}",
+        stop_serve_line(serve_id),
     ]
+
+
+def stop_serve_line(serve_id: str) -> str:
+    """SIGTERM the serve job; one that already ended (its server died) is no failure of this job."""
+    return f"scancel --batch --signal=TERM {serve_id} || echo 'serve job {serve_id} had already ended'"
 
 
 def dry_run_text(plans: Sequence[StagePlan], recipe: Recipe) -> str:
@@ -100,7 +105,7 @@ def dry_run_text(plans: Sequence[StagePlan], recipe: Recipe) -> str:
         after = ":".join(f"${JOB_VARS[p.stage]}" for p in plans if p is not serve)
         lines.append(
             f"sbatch --parsable --dependency=afterany:{after} "
-            f'--wrap "scancel --batch --signal=TERM ${JOB_VARS["serve"]}"'
+            f'--wrap "{stop_serve_line("$" + JOB_VARS["serve"])}"'
         )
     for plan in plans:
         lines += [

@@ -83,15 +83,24 @@ def tool_calling_model(model_dir: Path, out_dir: Path, steps: int = 40) -> Path:
     """The tiny model fine-tuned (the demo's warm start) to answer TOOL_PROMPT with ORDER_TOOL
     offered by exactly one ``<tool_call>`` block of TOOL_CALL, so that greedy decoding writes a
     tool call for a server's tool parser to find."""
+    from prour.demo.corpus import SFTExample
+
+    reply = {"role": "assistant", "content": "", "tool_calls": [{"function": TOOL_CALL}]}
+    example = SFTExample("agent", TOOL_PROMPT, reply, tools=[ORDER_TOOL])
+    return learned_by_heart(model_dir, out_dir, [example], steps)
+
+
+def learned_by_heart(model_dir: Path, out_dir: Path, examples: list, steps: int,
+                     max_tokens: int = 512) -> Path:
+    """The tiny model fine-tuned (the demo's warm start) on ``examples`` (SFTExample), all of them
+    in each of ``steps`` steps, saved in ``out_dir``."""
     from transformers import AutoTokenizer
 
-    from prour.demo.corpus import SFTExample
     from prour.demo.training import encode_example
     from prour.demo.warmstart import fine_tune
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    reply = {"role": "assistant", "content": "", "tool_calls": [{"function": TOOL_CALL}]}
-    example = SFTExample("agent", TOOL_PROMPT, reply, tools=[ORDER_TOOL])
+    rows = [[encode_example(tokenizer, example, max_tokens)] for example in examples]
     out_dir.mkdir(parents=True, exist_ok=True)
-    fine_tune(model_dir, out_dir, [[[encode_example(tokenizer, example, 512)]]] * steps, 5e-3, 0)
+    fine_tune(model_dir, out_dir, [rows] * steps, 5e-3, 0)
     return out_dir
