@@ -50,9 +50,12 @@ RAY_NCCL_VARIABLES = (
 
 
 def verl_train(nnodes: int, gpus: int, mini_batch_states: int) -> dict:
-    """A verl train section whose batch arithmetic fits the GPUs (16 states, keep 6 of 8)."""
+    """A verl train section whose batch arithmetic fits the GPUs: 16 states, each keeping one
+    sample per data-parallel rank (verl splits every state's kept samples over the ranks)."""
+    ranks = nnodes * gpus
     return {
         "backend": "verl",
+        "rollout": {"n": ranks, "keep": ranks},
         "ppo": {"mini_batch_states": mini_batch_states},
         "verl": {"nnodes": nnodes, "n_gpus_per_node": gpus},
     }
@@ -83,7 +86,7 @@ def bash_syntax_ok(script: str, tmp_path: Path, name: str) -> None:
 
 
 def test_multinode_script_names_every_ray_and_nccl_variable(tmp_path: Path) -> None:
-    train = verl_train(nnodes=4, gpus=8, mini_batch_states=16)  # 96 samples over 32 GPUs
+    train = verl_train(nnodes=4, gpus=8, mini_batch_states=16)  # 512 samples over 32 GPUs
     slurm = {
         "defaults": {"partition": "gpu", "account": "proj"},
         "env": {"NCCL_SOCKET_IFNAME": "ib0"},
