@@ -339,10 +339,12 @@ def check_thresholds(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> 
     if "calibrate" in set(stages) or not _routes(recipe, stage) \
             or "decomposer" not in recipe.models:
         return []
+    from prour.router.pipeline import thresholds_path
     from prour.router.thresholds import decomposer_model_id, router_thresholds
 
-    try:
-        router_thresholds(recipe.router, decomposer_model_id(recipe.models["decomposer"]))
+    try:  # where the stage itself reads them (prour.build.Builder.thresholds)
+        model_id = decomposer_model_id(recipe.models["decomposer"])
+        router_thresholds(recipe.router, model_id, thresholds_path(recipe))
     except ValueError as exc:
         return [Problem("thresholds", str(exc).replace("\n", " "))]
     return []

@@ -165,6 +165,23 @@ def test_inputs_made_by_an_earlier_stage_of_the_run_need_not_exist(tmp_path):
     assert check_paths(recipe, "extract", ["collect", "normalize", "extract"]) == []
 
 
+def test_thresholds_where_calibrate_writes_them_satisfy_the_routing_stages(tmp_path):
+    """No router.tau_*, no thresholds_file: extract reads <run_dir>/calibration/thresholds.json,
+    and so does its preflight."""
+    from prour.preflight import check_thresholds
+    from prour.router.calibration import calibrate
+    from prour.router.thresholds import decomposer_model_id, save_thresholds
+
+    recipe = parse_recipe({"name": "routes", "run_dir": str(tmp_path / "run"),
+                           "models": {"decomposer": {"backend": "openai", "model": "dec"}}})
+    [missing] = check_thresholds(recipe, "extract")
+    assert missing.check == "thresholds"
+    model_id = decomposer_model_id(recipe.models["decomposer"])
+    fit = calibrate([0.3, 0.0], [0.0, 0.0], ["clarify", "act"])
+    save_thresholds(tmp_path / "run" / "calibration" / "thresholds.json", model_id, fit, "dev")
+    assert check_thresholds(recipe, "extract") == []
+
+
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
     assert visible_gpus() == 0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
