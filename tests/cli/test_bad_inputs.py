@@ -219,3 +219,34 @@ def test_the_readme_method_example_parses(tmp_path):
     assert result.exit_code == 2 and "No such option" not in result.output
     assert "error: models: models.generator is not in the recipe; `prour eval` needs it" in \
         result.output
+
+
+def test_ctrl_c_during_collect_says_what_was_saved_and_exits_130(tmp_path):
+    recipe = write_recipe(tmp_path, data={"split": "base", "num_trajectories": 100,
+                                          "concurrency": 1, "teacher": False})
+    trajectories = tmp_path / "run" / "data" / "trajectories.jsonl"
+    _interrupt_once(trajectories)
+    result = invoke("collect", "--recipe", str(recipe), "--no-progress")
+    assert result.exit_code == 130, result.output
+    saved = len(trajectories.read_text().splitlines())
+    assert 0 < saved < 100
+    assert (f"interrupted: {saved} trajectories saved in {trajectories}; rerun `prour collect` "
+            "with the same recipe") in result.output
+
+
+def test_an_interrupted_training_names_its_newest_checkpoint(tmp_path):
+    from prour.cli.train import saved_checkpoint
+    from prour.train.checkpoint import STATE_FILE
+
+    assert saved_checkpoint(tmp_path, "local") == (
+        f"no checkpoint saved yet in {tmp_path} (train.save_every); a rerun starts over")
+    for step in (1, 2):
+        (tmp_path / f"step_{step}").mkdir()
+        (tmp_path / f"step_{step}" / STATE_FILE).write_bytes(b"")
+    (tmp_path / "step_3").mkdir()  # unfinished: no trainer state
+    assert saved_checkpoint(tmp_path, "local").startswith(
+        f"newest checkpoint {tmp_path / 'step_2'}, metrics in {tmp_path / 'metrics.jsonl'}; "
+        "rerun with --resume")
+    (tmp_path / "global_step_4" / "actor").mkdir(parents=True)
+    assert saved_checkpoint(tmp_path, "verl").startswith(
+        f"newest checkpoint {tmp_path / 'global_step_4'}")
