@@ -198,6 +198,7 @@ def read_recipe_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError("<yaml>", f"not valid YAML at{line}: {exc}", str(path)) from None
+    data = unshared(data)
     if not isinstance(data, dict) or "extends" not in data:
         return data
     base = data.pop("extends")
@@ -207,6 +208,16 @@ def read_recipe_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if base_path in seen or base_path == path.resolve():
         raise ConfigError("extends", f"recipes extend each other in a cycle at {base}", str(path))
     return merge_recipe(read_recipe_data(base_path, (*seen, path.resolve())), data)
+
+
+def unshared(value: Any) -> Any:
+    """A copy in which no mapping or list is shared: YAML aliases (``agent: *tiny``) become
+    separate copies, so that an override of one role's key leaves the other roles alone."""
+    if isinstance(value, dict):
+        return {key: unshared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [unshared(item) for item in value]
+    return value
 
 
 def merge_recipe(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

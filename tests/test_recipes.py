@@ -147,3 +147,13 @@ def test_every_number_in_the_paper_recipe_says_where_it_comes_from():
         if above < 0 or "#" not in lines[above]:
             bare.append(f"{number + 1}: {line.strip()}")
     assert not bare, "numbers without a source comment:\n" + "\n".join(bare)
+
+
+def test_an_override_of_one_aliased_role_leaves_the_others_alone(tmp_path: Path):
+    """smoke.yaml writes `agent: *tiny`; a --set on one role must not reach every alias."""
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\nmodels:\n  generator: &tiny\n    backend: hf\n    path: a\n"
+                    "  strict_user: *tiny\n  agent: *tiny\n")
+    recipe = load_recipe(path, ["models.generator.path=b", "models.strict_user.path=c"])
+    paths = {role: m.path for role, m in recipe.models.items()}
+    assert paths == {"generator": "b", "strict_user": "c", "agent": "a"}

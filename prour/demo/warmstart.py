@@ -107,11 +107,16 @@ def fine_tune(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     losses = train_replies(model, batches, tokenizer.pad_token_id, lr, seed)
+    save_beside_base(model, model_dir, out_dir)
+    return losses
+
+
+def save_beside_base(model: Any, model_dir: Path, out_dir: Path) -> None:
+    """Save ``model`` into ``out_dir`` with the tokenizer and config files of ``model_dir``."""
     for path in model_dir.iterdir():
         if path.is_file() and path.suffix != ".safetensors" and path.name != TINY_MARKER_FILE:
             shutil.copy2(path, out_dir / path.name)
     save_quietly(model, out_dir)
-    return losses
 
 
 def _write_warm(model_dir: Path, folder: Path, args: dict[str, Any]) -> None:

@@ -40,8 +40,8 @@ def proxy_cost(question: str) -> float:
 
 def judged_cost(judgment: Judgment) -> float:
     """The ``full`` cost of one discretionary request from the judge's r and v."""
-    from prour.eval.attention.cost import request_cost
     from prour.eval.attention.config import CostWeights
+    from prour.eval.attention.cost import request_cost
 
     request = {
         "discretionary": True,
