@@ -54,7 +54,7 @@ def test_request_question_names_words_of_the_users_message():
     question = learning.request_question(history, random.Random(0))
     words = history[1]["content"].replace(".", "").split()
     named = [q for q in question.rstrip("?").split() if q in words]
-    assert len(named) >= 3 and question.endswith("?")
+    assert len(named) >= 2 and question.endswith("?")
 
 
 def test_reward_rise_reads_first_and_last_windows():
