@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from prour.config import Recipe
+from prour.config import Recipe, read_recipe_data
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "prour"
@@ -266,7 +266,8 @@ def yaml_keys(data: Any, model: type[BaseModel], prefix: str = "") -> list[str]:
     """Dotted keys of a recipe mapping that are not fields of ``model`` (recursively)."""
     unknown = []
     for key, value in data.items():
-        info = model.model_fields.get(key)
+        info = model.model_fields.get(key) or next(
+            (f for f in model.model_fields.values() if f.alias == key), None)
         if info is None:
             unknown.append(f"{prefix}{key}")
             continue
@@ -284,7 +285,7 @@ def yaml_keys(data: Any, model: type[BaseModel], prefix: str = "") -> list[str]:
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_every_yaml_key_is_a_recipe_field(path: Path) -> None:
-    assert yaml_keys(yaml.safe_load(path.read_text()), Recipe) == []
+    assert yaml_keys(read_recipe_data(path), Recipe) == []
 
 
 def test_yaml_keys_reports_unknown_dotted_keys() -> None:

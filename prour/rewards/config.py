@@ -23,7 +23,7 @@ class AttentionRewardConfig(Section):
     # "proxy": the question's atomic asks (the ask-less `atomic` accounting, rule-counted, free);
     # "judge": the ask-less `full` cost 1 + r/20 + (1 − v/10) from the LLM judge on models.judge.
     cost: Literal["proxy", "judge"] = "proxy"
-    judge_attempts: int = Field(3, ge=1)  # judge replies tried per question before it fails
+    # The judge's strict-JSON attempts per question: eval.attention.judge_attempts (one value).
 
 
 class RewardConfig(Section):

@@ -94,7 +94,8 @@ def question_cost(builder: Builder) -> QuestionCost | None:
         raise ConfigError(
             "models.judge", "reward.attention.cost 'judge' needs a judge model (or cost: proxy)"
         )
-    return QuestionCost(attention, builder.judge(attention.judge_attempts))
+    judge_attempts = builder.recipe.eval.attention.judge_attempts
+    return QuestionCost(attention, builder.judge(judge_attempts))
 
 
 def info_gain_reward(builder: Builder, responders: Responders | None = None) -> RewardFn:
