@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 import pytest
-import yaml
 from pydantic import BaseModel
 
 from prour.config import Recipe, read_recipe_data
