@@ -265,7 +265,7 @@ def _train_extras(recipe: Recipe) -> list[tuple[str, str, str]]:
     why = "train.backend=verl"
     needed = [("verl", why, GPU_EXTRA), ("ray", why, GPU_EXTRA),
               ("vllm", f"{why} rolls out with vLLM", GPU_EXTRA),
-              ("transfer_queue", why, "pip install transferqueue==0.1.11")]
+              ("transfer_queue", why, GPU_EXTRA)]
     if train.verl.attn_implementation == "flash_attention_2":
         needed.append(("flash_attn", "train.verl.attn_implementation=flash_attention_2",
                        "pip install flash-attn --no-build-isolation (a source build)"))
