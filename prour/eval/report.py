@@ -523,8 +523,9 @@ def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],
 
     points = [SystemPoint(s.label, s.steps["total"], 100 * average.estimate,
                           100 * average.low, 100 * average.high)
-              for s in summaries if s.pass_at_1 is not None
-              for average in [s.pass_at_1[AVERAGE]]]
+              for s in summaries
+              if s.pass_at_1 is not None and not error_cell(s.errored.get(AVERAGE))
+              for average in [s.pass_at_1[AVERAGE]]]  # an errored system holds no measurement
     written = {}
     if points:
         written["success_vs_steps"] = plot_success_vs_steps(points, out / SUCCESS_PLOT)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from prour.cli.main import app
 from prour.env.trajectory import read_jsonl, read_trajectories
 from prour.eval.harness import EPISODES_FILE, RESULTS_FILE, TooManyErrors, check_errors
+from prour.eval.report import SUCCESS_PLOT
 from prour.llm.base import BackendError
 from prour.llm.scripted import ScriptedLLM, register_script
 
@@ -67,6 +68,7 @@ def test_errored_episodes_fail_the_eval_mark_the_report_and_rerun(tmp_path: Path
     assert (airline, average) == ("error (2/2)", "error (2/4)")
     assert "error (n/N): n of the cell's N episodes ended in an error" in markdown
     assert ["airline", "error (2/2)"] in _pass_hat_rows(markdown)
+    assert not (run / "report" / SUCCESS_PLOT).exists()  # no point drawn from an errored system
 
     BROKEN.clear()  # the server is back: the same command reruns the two errored episodes
     fixed = runner.invoke(app, command)
@@ -81,6 +83,7 @@ def test_errored_episodes_fail_the_eval_mark_the_report_and_rerun(tmp_path: Path
     _, airline, average = _cells(markdown, "Pass@1 (%) and interaction cost")["base"][:3]
     assert airline.startswith("50.00 [") and average.startswith("50.00 [")
     assert "error (" not in markdown
+    assert (run / "report" / SUCCESS_PLOT).exists()
 
 
 def _pass_hat_rows(markdown: str) -> list[list[str]]:
