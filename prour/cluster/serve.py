@@ -295,12 +295,13 @@ class ServerGroup:
         return None
 
     def watch(self, stop: threading.Event, poll_s: float = 1.0) -> str | None:
-        """Hold until ``stop`` is set (returns ``None``) or a server dies (returns why)."""
+        """Hold until ``stop`` is set or a server dies; returns why a server died (checked once more
+        when ``stop`` is set), else ``None``."""
         while not stop.wait(poll_s):
             dead = self.first_dead()
             if dead:
                 return dead
-        return None
+        return self.first_dead()  # one that died before the stop request still failed
 
     def stop(self) -> None:
         """Stop every server by PID (TERM, then KILL); safe to call more than once."""

@@ -221,6 +221,35 @@ def test_endpoints_fill_openai_base_urls(tmp_path: Path, fake_vllm_python: Path)
         build_llm(load_run_recipe(plain).models["user"])
 
 
+def test_a_server_that_died_before_the_stop_request_fails_the_serve(
+    tmp_path: Path, fake_vllm_python: Path
+) -> None:
+    """A stop request (serve_stop's SIGTERM after a failed eval) that comes before the next health
+    poll still reports the server that died: the serve stage fails with its cause."""
+    loaded = load_cluster_recipe(
+        frozen_recipe(tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big")}})
+    )
+    stop, outcome = threading.Event(), {}
+
+    def body() -> None:
+        try:
+            serve(loaded, stop, poll_s=600)  # no poll would see the death before the stop
+        except ServeError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    endpoints = tmp_path / "run" / "endpoints.json"
+    pid = wait_status(endpoints, "ready")["servers"]["big"]["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    assert not alive(pid)
+    stop.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert f"(pid {pid}) exited while serving" in str(outcome.get("error")), outcome
+    assert read_endpoints(endpoints)["status"] == "failed"
+
+
 def test_cli_serve_holds_until_sigterm(tmp_path: Path, fake_vllm_python: Path) -> None:
     recipe_path = frozen_recipe(
         tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big")}}
