@@ -287,17 +287,19 @@ def test_cli_serve_holds_until_sigterm(tmp_path: Path, fake_vllm_python: Path) -
     assert json.loads(endpoints.read_text())["status"] == "stopped"
 
 
+def serve_cli(recipe_path: Path) -> subprocess.CompletedProcess[str]:
+    """`prour serve --recipe PATH` in a subprocess, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "prour.cli.main", "serve", "--recipe", str(recipe_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
 def test_cli_reports_a_start_failure(tmp_path: Path, fake_vllm_python: Path) -> None:
     recipe_path = frozen_recipe(
         tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big", broken=True)}}
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "prour.cli.main", "serve", "--recipe", str(recipe_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = serve_cli(recipe_path)
     assert done.returncode == 1
     assert "server 'big' could not start" in done.stderr and "exited with code 3" in done.stderr
 
@@ -406,13 +408,7 @@ def test_a_recipe_that_serves_nothing_is_refused_and_publishes_nothing(tmp_path:
         },
     }
     path = write_recipe(tmp_path / "r.yaml", data)
-    done = subprocess.run(
-        [sys.executable, "-m", "prour.cli.main", "serve", "--recipe", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = serve_cli(path)
     assert done.returncode == 1
     assert done.stderr.startswith("error: nothing to serve: no openai role of recipe 'nothing'")
     assert "models.verifier: base_url http://127.0.0.1:8000/v1" in done.stderr
