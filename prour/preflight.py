@@ -304,7 +304,8 @@ def _stage_inputs(recipe: Recipe, stage: str) -> list[tuple[str, Path, str]]:
                 for name in ("trajectories", "goals")]
     if stage == "calibrate":
         states = recipe.router.calibration
-        return [(f"router.calibration.{split}_states", Path(path), "")
+        return [(f"router.calibration.{split}_states", Path(path),
+                 f"calibrate states --split {split} --from <trajectories JSONL>")
                 for split, path in (("dev", states.dev_states), ("test", states.test_states))
                 if path]
     if stage == "train" and recipe.train is not None:
@@ -318,8 +319,7 @@ def _stage_inputs(recipe: Recipe, stage: str) -> list[tuple[str, Path, str]]:
 def check_paths(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[Problem]:
     """Input files of ``stage`` that exist neither now nor as the output of one of ``stages``."""
     later = set(stages)
-    return [Problem("path", f"{key}: {path} does not exist" +
-                    (f"; run `prour {maker}` first" if maker else "; it is an input you provide"))
+    return [Problem("path", f"{key}: {path} does not exist; run `prour {maker}` first")
             for key, path, maker in _stage_inputs(recipe, stage)
             if maker not in later and not path.exists()]
 

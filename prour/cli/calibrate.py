@@ -1,8 +1,12 @@
 """``prour calibrate --recipe R [--stage label|search|evaluate|all]``: fit (τ_AU, τ_EU) for the
-recipe's decomposer model and report routing F1 on a held-out set (paper A.2.2)."""
+recipe's decomposer model and report routing F1 on a held-out set (paper A.2.2).
+
+``prour calibrate states --recipe R --split dev|test --from TRAJECTORIES.jsonl``: sample the
+decision states those stages read (:mod:`prour.router.states`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -84,14 +88,60 @@ def _stage_evaluate(builder: Builder, console) -> None:
         console.print(scores_table(f"held-out, LLM router ({invalid} invalid replies)", llm_scores))
 
 
-def calibrate(
+calibrate_app = typer.Typer(
+    invoke_without_command=True, no_args_is_help=False,
+    help="Label decision states, grid-search (τ_AU, τ_EU) for the decomposer, evaluate held-out; "
+    "`states` samples the decision states.")
+
+
+@calibrate_app.command("states")
+def states(
     recipe: str = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe."),
+    split: str = typer.Option(..., "--split", help="dev or test."),
+    trajectories: str = typer.Option(
+        ..., "--from", help="Trajectories JSONL written by `prour collect`."),
+    n: int = typer.Option(240, "--n", min=1, help="States to sample (paper A.2.2: 240)."),
+    seed: int | None = typer.Option(None, "--seed", help="Sampling seed (default: the recipe's)."),
+    out: str | None = typer.Option(
+        None, "--out", help="Output JSONL (default: router.calibration.<split>_states)."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", help="Override a recipe value: key.sub=value (repeatable)."
+    ),
+) -> None:
+    """Sample --n decision states (the agent's view before one of its turns) into the JSONL that
+    `prour calibrate` labels; refuses, with the count, when there are fewer."""
+    from prour.cli.recipe import load_cli_recipe
+    from prour.router.pipeline import SPLITS, states_path
+    from prour.router.states import sample_states, write_states
+
+    if split not in SPLITS:
+        _fail(f"--split must be one of {', '.join(SPLITS)}; got {split!r}")
+    loaded = load_cli_recipe(recipe, overrides)
+    try:
+        path = Path(out) if out else states_path(loaded, split)
+        records = sample_states(trajectories, loaded.data, n,
+                                loaded.seed if seed is None else seed)
+    except ValueError as exc:
+        _fail(str(exc))
+    write_states(path, records)
+    spread = len({r["trajectory_id"] for r in records})
+    typer.echo(f"{len(records)} {split} decision states from {spread} trajectories -> {path}")
+
+
+@calibrate_app.callback()
+def calibrate(
+    ctx: typer.Context,
+    recipe: str | None = typer.Option(None, "--recipe", "-r", help="Path to a YAML recipe."),
     stage: str = typer.Option("all", help="label, search, evaluate or all."),
     overrides: list[str] | None = typer.Option(
         None, "--set", help="Override a recipe value: key.sub=value (repeatable)."
     ),
 ) -> None:
     """Label decision states, grid-search (τ_AU, τ_EU) for the decomposer, evaluate held-out."""
+    if ctx.invoked_subcommand:
+        return
+    if recipe is None:
+        _fail("--recipe is required")
     from rich.console import Console
 
     from prour.build import Builder

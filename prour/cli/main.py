@@ -42,7 +42,7 @@ def _register_subcommands() -> None:
 
     for module in (env, data, train, eval, serve, demo):
         module.register(app)  # env/episode, collect/normalize/extract/data, train, eval/report, ...
-    app.command("calibrate")(calibrate.calibrate)
+    app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")
     app.add_typer(slurm.slurm_app, name="slurm")
 

@@ -92,9 +92,14 @@ ROW_SCHEMA = pa.schema(
 )
 
 
+def decision_id_of(trajectory_id: str, step: int) -> str:
+    """A decision's stable id: ``<trajectory_id>#<step>`` (calibration states use it as is)."""
+    return f"{trajectory_id}#{step}"
+
+
 def state_id_of(trajectory_id: str, step: int, mode: str) -> str:
     """The row's stable id: ``<trajectory_id>#<step>:<mode>``."""
-    return f"{trajectory_id}#{step}:{mode}"
+    return f"{decision_id_of(trajectory_id, step)}:{mode}"
 
 
 # ---------------------------------------------------------------- instance → row

@@ -1,0 +1,86 @@
+"""Calibration decision states sampled from collected trajectories (paper A.2.2).
+
+A decision state is what the task agent saw right before one of its own turns, built by
+:func:`prour.data.extract.decision_states` (the extract stage's rule: the first
+``data.max_decisions`` agent decisions; user text, the agent's own messages, tool calls and
+results; never the system prompt, the task instruction, G* or reference actions). The decomposer
+sees exactly this history, untruncated, during extract and calibration.
+
+Sampling is seeded and spread over trajectories: trajectories are shuffled, each one's decisions
+are shuffled, then states are taken round-robin, one per trajectory per round, so every
+trajectory contributes before any contributes twice. Asking for more states than the
+trajectories hold is refused with the count (a short calibration set is better noticed than
+silently written). The file is replaced atomically (temp file + rename); rerunning with the same
+inputs and seed rewrites the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prour.data.config import DataConfig
+from prour.data.extract import decision_states
+from prour.data.schema import decision_id_of
+from prour.env.trajectory import Trajectory, read_trajectories
+
+
+def trajectory_states(traj: Trajectory, cfg: DataConfig, source: str) -> list[dict[str, Any]]:
+    """One trajectory's decision states as calibration records (``id``, ``messages``, provenance)."""
+    plain = cfg.model_copy(update={"verify_target": "agent"})  # no reference lookup needed here
+    return [
+        {"id": decision_id_of(s.trajectory_id, s.step), "domain": s.domain, "task_id": s.task_id,
+         "trajectory_id": s.trajectory_id, "step": s.step, "source": source,
+         "messages": s.history}
+        for s in decision_states(traj, plain)
+    ]
+
+
+def spread_sample(groups: Sequence[list[dict[str, Any]]], n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` records taken round-robin over shuffled groups (each shuffled), seeded."""
+    rng = random.Random(seed)
+    queues = [rng.sample(group, len(group)) for group in groups if group]
+    rng.shuffle(queues)
+    picked: list[dict[str, Any]] = []
+    while len(picked) < n and queues:
+        for queue in queues:
+            if len(picked) < n:
+                picked.append(queue.pop())
+        queues = [q for q in queues if q]
+    return picked
+
+
+def sample_states(trajectories_path: str | Path, cfg: DataConfig, n: int,
+                  seed: int) -> list[dict[str, Any]]:
+    """``n`` decision states from a trajectories JSONL, or a ValueError saying how many exist."""
+    path = Path(trajectories_path)
+    if not path.is_file():
+        raise ValueError(f"trajectories file not found: {path}")
+    trajectories = [t for t in read_trajectories(path) if t.termination != "error"]
+    groups = [trajectory_states(t, cfg, str(path)) for t in trajectories]
+    available = sum(map(len, groups))
+    if available < n:
+        raise ValueError(
+            f"{path}: {len(trajectories)} usable trajectories hold {available} decision states "
+            f"(first data.max_decisions={cfg.max_decisions} of each); asked for --n {n}: "
+            f"collect more trajectories or pass --n {available}")
+    return spread_sample(groups, n, seed)
+
+
+def write_states(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
+    """Write the records as JSONL, replacing ``path`` atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path
