@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.router.calibration import RoutingScores
 
 STAGES = ("label", "search", "evaluate", "all")
+SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 
 
 def _fail(message: str) -> None:
@@ -104,9 +105,7 @@ def states(
     seed: int | None = typer.Option(None, "--seed", help="Sampling seed (default: the recipe's)."),
     out: str | None = typer.Option(
         None, "--out", help="Output JSONL (default: router.calibration.<split>_states)."),
-    overrides: list[str] | None = typer.Option(
-        None, "--set", help="Override a recipe value: key.sub=value (repeatable)."
-    ),
+    overrides: list[str] | None = SetOpt,
 ) -> None:
     """Sample --n decision states (the agent's view before one of its turns) into the JSONL that
     `prour calibrate` labels; refuses, with the count, when there are fewer."""
@@ -133,9 +132,7 @@ def calibrate(
     ctx: typer.Context,
     recipe: str | None = typer.Option(None, "--recipe", "-r", help="Path to a YAML recipe."),
     stage: str = typer.Option("all", help="label, search, evaluate or all."),
-    overrides: list[str] | None = typer.Option(
-        None, "--set", help="Override a recipe value: key.sub=value (repeatable)."
-    ),
+    overrides: list[str] | None = SetOpt,
 ) -> None:
     """Label decision states, grid-search (τ_AU, τ_EU) for the decomposer, evaluate held-out."""
     if ctx.invoked_subcommand:
