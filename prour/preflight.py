@@ -379,15 +379,16 @@ def _cuda_count(device: str) -> int:
 
 
 def gpu_needs(recipe: Recipe, stages: Iterable[str]) -> dict[str, int]:
-    """GPUs per node each placing key of the stages demands: the verl trainer, the servers' listed
-    GPUs and ``hf`` roles pinned to a CUDA device."""
-    from prour.cluster.gpu_plan import STAGE_ROLES, stage_servers
+    """GPUs per node each placing key of the stages demands of this node: the verl trainer, the
+    servers' listed GPUs (serve only: other stages reach the servers over HTTP, e.g. from a Slurm
+    job without GPUs) and ``hf`` roles pinned to a CUDA device."""
+    from prour.cluster.gpu_plan import stage_servers
 
     needs: dict[str, int] = {}
     for stage in stages:
         if stage == "train" and recipe.train is not None and recipe.train.backend == "verl":
             needs["train.verl.n_gpus_per_node"] = recipe.train.verl.n_gpus_per_node
-        if stage == "serve" or stage in STAGE_ROLES:
+        if stage == "serve":
             for model_id, spec in stage_servers(recipe, stage).items():
                 if spec.gpus:
                     needs[f"serve.models.{model_id}.gpus"] = max(spec.gpus) + 1

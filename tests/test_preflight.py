@@ -250,3 +250,16 @@ def test_a_gpu_memory_plan_that_does_not_fit_is_one_line(monkeypatch, tmp_path):
     assert len(lines) == 1 and lines[0].startswith(
         "gpus: the GPU memory plan of stage serve does not fit on 1 x 80 GiB: GPU 0 needs "
         "81.0 GiB > 80 GiB")
+
+
+def test_a_stage_that_reaches_the_servers_over_http_needs_none_of_their_gpus():
+    """A collect job (a Slurm job without GPUs) checks no GPU of the servers it calls; serve's
+    own check counts them."""
+    from prour.preflight import gpu_needs
+
+    recipe = load_recipe(PAPER)
+    gpus = {model_id: max(spec.gpus) + 1 for model_id, spec in recipe.serve.models.items()
+            if spec.gpus}
+    assert gpus  # the paper places its servers on listed GPUs
+    assert gpu_needs(recipe, ["collect"]) == {}
+    assert gpu_needs(recipe, ["serve"]) == {f"serve.models.{m}.gpus": n for m, n in gpus.items()}
