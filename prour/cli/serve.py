@@ -72,12 +72,12 @@ def serve(
     wanted = [r.strip() for r in roles.split(",") if r.strip()] if roles else None
     if dry_run:  # the servers and their memory plan, then what this node lacks for them
         fits = _dry_run(loaded, wanted)
-        if preflight_problems(loaded, "serve"):
+        if preflight_problems(_serving_only(loaded, wanted), "serve"):
             raise typer.Exit(2)
         if not fits:
             raise typer.Exit(1)
         return
-    preflight_or_exit(loaded, "serve")
+    preflight_or_exit(_serving_only(loaded, wanted), "serve")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -93,6 +93,22 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"endpoints: {path}")
+
+
+def _serving_only(loaded: Recipe, roles: list[str] | None) -> Recipe:
+    """The recipe as ``--roles`` serves it: ``serve.models`` holds only those roles' servers, so
+    preflight checks their weights and memory plan and no other server's."""
+    if not roles:
+        return loaded
+    from prour.cluster.serve import ServeError, plan_servers
+
+    try:
+        plans = plan_servers(loaded, roles)
+    except ServeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    serve = loaded.serve.model_copy(update={"models": {p.model_id: p.spec for p in plans}})
+    return loaded.model_copy(update={"serve": serve})
 
 
 def _dry_run(loaded: Recipe, roles: list[str] | None) -> bool:

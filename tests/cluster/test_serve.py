@@ -458,3 +458,21 @@ def test_slurm_submit_refuses_a_serve_stage_that_would_serve_nothing(tmp_path: P
     assert done.returncode == 2
     assert "--stages serve: nothing to serve" in done.stderr
     assert "models.generator: hf" in done.stderr and "leave serve out of --stages" in done.stderr
+
+
+def test_preflight_of_serve_roles_checks_only_the_servers_it_starts() -> None:
+    """`prour serve --roles strict_user,verifier` (the paper's training-time serving) needs the
+    8B's weights only: the 32B that serves other roles is not named."""
+    from typer.testing import CliRunner
+
+    from prour.cli.main import app
+
+    paper = Path(__file__).resolve().parents[2] / "recipes" / "paper.yaml"
+    result = CliRunner().invoke(
+        app, ["serve", "--recipe", str(paper), "--roles", "strict_user,verifier", "--dry-run"]
+    )
+    weights = [line for line in result.output.splitlines() if line.startswith("error: weights:")]
+    assert result.exit_code == 2, result.output
+    assert len(weights) == 1 and "'Qwen/Qwen3-8B'" in weights[0], result.output
+    full = CliRunner().invoke(app, ["serve", "--recipe", str(paper), "--dry-run"])
+    assert sum(line.startswith("error: weights:") for line in full.output.splitlines()) == 2
