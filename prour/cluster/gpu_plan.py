@@ -120,13 +120,14 @@ class GpuPlanError(ValueError):
 
 def model_shape(model_id: str, path: str | None = None) -> ModelShape | None:
     """The shape from ``path``'s (or a local ``model_id``'s) config.json, else the known table
-    (also for a config without the sizes, e.g. a stand-in folder: then the size is unknown)."""
+    (also for a config without the sizes or not JSON, e.g. a stand-in folder: then the size is
+    unknown)."""
     for candidate in (path, model_id):
         if candidate and (Path(candidate) / "config.json").is_file():
-            cfg = json.loads((Path(candidate) / "config.json").read_text())
-            try:
+            try:  # a config.json that is not JSON (ValueError) or not a mapping: size unknown
+                cfg = json.loads((Path(candidate) / "config.json").read_text())
                 return shape_from_config(cfg.get("text_config", cfg))
-            except (KeyError, TypeError, ValueError):
+            except (AttributeError, KeyError, TypeError, ValueError):
                 break
     return KNOWN_MODELS.get(model_id) or (KNOWN_MODELS.get(path) if path else None)
 

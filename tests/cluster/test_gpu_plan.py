@@ -46,6 +46,15 @@ def test_a_local_config_json_wins_over_the_table(tmp_path: Path) -> None:
     assert model_shape("someone/unknown") is None
 
 
+@pytest.mark.parametrize("text", ["{", "[1, 2]"])
+def test_a_config_json_that_is_not_a_model_config_leaves_the_size_to_the_table(
+    tmp_path: Path, text: str
+) -> None:
+    (tmp_path / "config.json").write_text(text)
+    assert model_shape("Qwen/Qwen3-8B", str(tmp_path)) == KNOWN_MODELS["Qwen/Qwen3-8B"]
+    assert model_shape("someone/unknown", str(tmp_path)) is None
+
+
 def test_the_papers_train_node() -> None:
     """GPU 1 holds the Qwen3-8B server (0.45 x 80 = 36 GiB), the FSDP shard of the 1.7B policy
     (1,720,574,976 params x 16 B / 2 GPUs), the rollout (0.2 x 80 = 16 GiB) and three CUDA
