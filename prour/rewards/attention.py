@@ -31,29 +31,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.rewards.config import AttentionRewardConfig
 
 
+def _discretionary_cost(accounting: str, **scores: float) -> float:
+    """The cost of one discretionary request under ``accounting`` with the default weights."""
+    from prour.eval.attention.config import CostWeights
+    from prour.eval.attention.cost import request_cost
+
+    return request_cost({"discretionary": True, **scores}, accounting, CostWeights())
+
+
 def proxy_cost(question: str) -> float:
     """The ``atomic`` cost of one discretionary request: its rule-counted asks (at least 1)."""
     from prour.eval.attention.classifier import count_atomic_questions
 
-    return float(max(1, count_atomic_questions(question)))
+    return _discretionary_cost("atomic", atomic_questions=max(1, count_atomic_questions(question)))
 
 
 def judged_cost(judgment: Judgment) -> float:
     """The ``full`` cost of one discretionary request from the judge's r and v."""
-    from prour.eval.attention.config import CostWeights
-    from prour.eval.attention.cost import request_cost
-
-    request = {
-        "discretionary": True,
-        "reading_effort": judgment.reading_effort,
-        "value": judgment.value,
-    }
-    return request_cost(request, "full", CostWeights())
-
-
-def attention_reward(info_gain: float, cost: float, lam: float) -> float:
-    """R = IG − λ·cost."""
-    return float(info_gain) - lam * float(cost)
+    return _discretionary_cost(
+        "full", reading_effort=judgment.reading_effort, value=judgment.value
+    )
 
 
 class QuestionCost:
@@ -78,5 +75,7 @@ class QuestionCost:
         from prour.env.history import render_history
 
         context = render_history(list(history))
-        verdicts = self.judge.judge([(q, context) for q in questions])
-        return [(None, v.error) if v.failed else (judged_cost(v), None) for v in verdicts]
+        distinct = list(dict.fromkeys(questions))  # a group's repeated question is judged once
+        verdicts = dict(zip(distinct, self.judge.judge([(q, context) for q in distinct])))
+        return [(None, v.error) if v.failed else (judged_cost(v), None)
+                for v in (verdicts[q] for q in questions)]

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from prour.data.schema import EnvironmentMismatch, RewardState, decision_environment
+from prour.eval.attention.cost import utility
 from prour.llm.base import LLM, Completion, ScoreRequest, ScoreResult
-from prour.rewards.attention import QuestionCost, attention_reward
+from prour.rewards.attention import QuestionCost
 from prour.rewards.belief import belief_prompt
 from prour.rewards.config import RewardConfig
 from prour.rollout.query import ParsedQuery, parse_query
@@ -129,7 +130,7 @@ class InfoGainReward:
                 s.failed, s.reward, s.reason = True, None, f"attention cost failed: {error}"
                 continue
             s.attention_cost = cost
-            s.reward = attention_reward(s.ig, cost, self.question_cost.lam)
+            s.reward = utility(s.ig, cost, self.question_cost.lam)  # R = IG − λ·cost
 
     def _decided(self, parsed: ParsedQuery) -> SampleReward:
         """The reward of an output before any responder call (ask stays pending)."""

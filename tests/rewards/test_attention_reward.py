@@ -84,6 +84,15 @@ def test_judge_cost_is_the_full_ask_less_cost():
     assert out[1].reward == pytest.approx(hand_ig(TWO_ASKS, "Clicky, gift card.") - 0.5 * cost_two)
 
 
+def test_a_question_repeated_in_the_group_is_judged_once():
+    judge = judge_llm()
+    out = reward_of("judge", 0.5, judge).score_group(
+        state(), [ask(ONE_ASK), ask(TWO_ASKS), ask(ONE_ASK), ask(ONE_ASK)])
+    assert judge.calls["chat_requests"] == 2  # two distinct questions, one verdict each
+    assert [s.attention_cost for s in out] == pytest.approx(
+        [1 + 2 / 20 + (1 - 8 / 10), 1 + 11 / 20 + (1 - 4 / 10)] + [1 + 2 / 20 + (1 - 8 / 10)] * 2)
+
+
 def test_a_judge_without_a_valid_verdict_fails_the_sample():
     broken = ScriptedLLM(default="not json")
     out = reward_of("judge", 0.5, broken).score_group(state(), [ask(ONE_ASK)])
