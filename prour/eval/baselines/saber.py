@@ -44,6 +44,7 @@ from prour.env.history import render_history
 from prour.eval.agent import AgentWrapper
 from prour.eval.baselines import ask_strict_json, tagged, text_fields, write_tools
 from prour.llm.base import ToolCall
+from prour.router.candidates import canonical_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent
@@ -63,8 +64,7 @@ OLD_ERROR = "[cleaned: a tool error from an earlier part of the conversation]"
 
 def call_signature(call: ToolCall) -> str:
     """A call's tool and arguments as canonical JSON (equal calls, equal signatures)."""
-    return json.dumps({"tool": call.name, "arguments": call.arguments}, sort_keys=True,
-                      ensure_ascii=False, separators=(",", ":"))
+    return canonical_json({"tool": call.name, "arguments": call.arguments})
 
 
 def describe_call(call: ToolCall) -> str:
@@ -96,8 +96,7 @@ def _calls_by_id(messages: Sequence[Message]) -> dict[str, str]:
                     args = json.loads(args)
                 except json.JSONDecodeError:
                     pass
-            out[call.get("id", "")] = json.dumps({"tool": fn.get("name"), "arguments": args},
-                                                 sort_keys=True)
+            out[call.get("id", "")] = canonical_json({"tool": fn.get("name"), "arguments": args})
     return out
 
 

@@ -41,6 +41,7 @@ from prour.env.agents import AgentTurn, TaskView
 from prour.eval.agent import AgentWrapper
 from prour.eval.baselines import tagged
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams, ToolCall
+from prour.router.candidates import canonical_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent, LLMAgent
@@ -71,14 +72,9 @@ class Candidate:
         return dict(self.arguments).get(aspect, UNSET)
 
 
-def canonical(value: Any) -> str:
-    """A value as sorted, compact JSON, so equal arguments compare equal."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
 def candidate(tool: str, arguments: dict[str, Any] | None = None) -> Candidate:
     args = arguments if isinstance(arguments, dict) else {}
-    return Candidate(tool, tuple(sorted((k, canonical(v)) for k, v in args.items())))
+    return Candidate(tool, tuple(sorted((k, canonical_json(v)) for k, v in args.items())))
 
 
 def belief(candidates: Sequence[Candidate]) -> dict[Candidate, float]:
