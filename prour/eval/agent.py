@@ -15,7 +15,7 @@ the decision records ``skipped`` and why) all fall back to ``act``. The episode'
 and call counts go to the trajectory's meta (:meth:`ProactiveAgent.episode_meta`).
 Every agent step records its route, the router's decision and its turn tag (:data:`TURN_TAGS`:
 question, confirmation, verification, act) in the step meta; :func:`turn_labels` reads the tags
-back and :func:`paper_split` turns them into the act / clarify / verify counts of the paper's
+back and :func:`prour.eval.metrics.paper_split` turns them into the act / clarify / verify counts of the paper's
 tables. Baselines (:mod:`prour.eval.baselines`) tag their turns the same way.
 
 Model calls are counted per episode by :class:`CountingLLM` proxies and written into each step's
@@ -439,15 +439,6 @@ def turn_labels(trajectory: Trajectory) -> list[str]:
     """The turn tag of every agent turn, in order (:data:`TURN_TAGS`; untagged steps are act)."""
     return [label for step in trajectory.steps if is_agent_turn(step)
             for label in step_labels(step.meta)]
-
-
-def paper_split(labels: Sequence[str]) -> dict[str, int]:
-    """Act / Clarify / Verify counts of the paper's tables from turn tags (a confirmation is a
-    user-facing turn: it counts as Clarify)."""
-    from prour.eval.metrics import PAPER_KIND, STEP_KINDS
-
-    kinds = [PAPER_KIND.get(label, label) for label in labels]
-    return {kind: kinds.count(kind) for kind in STEP_KINDS}
 
 
 def is_stop_only(text: str | None) -> bool:

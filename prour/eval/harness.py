@@ -432,8 +432,8 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
                 generator: str | None = None) -> dict[str, Any]:
     """The compact, report-ready record of one episode; ``generator`` names a query generator
     swapped in for the recipe's default (None: the default, or a method without one)."""
-    from prour.eval.agent import paper_split, turn_labels
-    from prour.eval.metrics import is_success
+    from prour.eval.agent import turn_labels
+    from prour.eval.metrics import is_success, paper_split
 
     labels = turn_labels(trajectory)
     score = trajectory.reward if trajectory.reward is not None else 0.0

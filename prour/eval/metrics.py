@@ -157,11 +157,21 @@ def step_split(episodes: Sequence[Sequence[str]]) -> StepSplit:
         raise ValueError("step_split needs at least one episode")
     counts = np.zeros((len(episodes), len(STEP_KINDS)))
     for i, labels in enumerate(episodes):
-        for label in labels:
-            kind = PAPER_KIND.get(label, label)
-            if kind not in STEP_KINDS:
-                raise ValueError(f"episode {i}: unknown step label {label!r}; "
-                                 f"valid: {', '.join([*STEP_KINDS, *PAPER_KIND])}")
-            counts[i, STEP_KINDS.index(kind)] += 1
+        try:
+            split = paper_split(labels)
+        except ValueError as exc:
+            raise ValueError(f"episode {i}: {exc}") from None
+        counts[i] = [split[kind] for kind in STEP_KINDS]
     act, clarify, verify = counts.mean(axis=0)
     return StepSplit(float(act), float(clarify), float(verify), len(episodes))
+
+
+def paper_split(labels: Sequence[str]) -> dict[str, int]:
+    """Act / Clarify / Verify counts of the paper's tables from turn tags (a confirmation is a
+    user-facing turn: it counts as Clarify); unknown labels are errors."""
+    kinds = [PAPER_KIND.get(label, label) for label in labels]
+    unknown = [label for label, kind in zip(labels, kinds) if kind not in STEP_KINDS]
+    if unknown:
+        raise ValueError(f"unknown step label {unknown[0]!r}; "
+                         f"valid: {', '.join([*STEP_KINDS, *PAPER_KIND])}")
+    return {kind: kinds.count(kind) for kind in STEP_KINDS}

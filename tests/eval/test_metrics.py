@@ -79,7 +79,8 @@ def test_step_split_counts_act_clarify_verify_per_episode():
 
 
 def test_a_confirmation_counts_as_clarify_in_the_paper_split():
-    from prour.eval.agent import paper_split, step_labels
+    from prour.eval.agent import step_labels
+    from prour.eval.metrics import paper_split
 
     split = step_split([["act", "confirm", "act"], ["confirm", "verify", "act"]])
     assert (split.act, split.clarify, split.verify) == (1.5, 1.0, 0.5)
