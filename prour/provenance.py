@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from importlib import metadata
@@ -22,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from prour.files import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
@@ -74,26 +74,13 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
     return versions
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_provenance(
     run_dir: str | Path, recipe: Recipe, extra: Mapping[str, Any] | None = None
 ) -> Path:
     """Write the resolved recipe and ``provenance.json`` into ``run_dir``; returns the JSON path."""
     run_dir = Path(run_dir)
     resolved = recipe.model_dump(mode="json")
-    _atomic_write(run_dir / RECIPE_FILE, yaml.safe_dump(resolved, sort_keys=False))
+    write_atomic(run_dir / RECIPE_FILE, yaml.safe_dump(resolved, sort_keys=False))
     record = {
         "seed": recipe.seed,
         "git": git_state(),
@@ -105,6 +92,6 @@ def write_provenance(
         **dict(extra or {}),
     }
     path = run_dir / PROVENANCE_FILE
-    _atomic_write(path, json.dumps(record, indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(record, indent=2, default=str) + "\n")
     logger.info("provenance written to %s (commit %s)", path, record["git"]["commit"])
     return path

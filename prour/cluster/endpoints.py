@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from prour.config import Recipe, load_recipe
+from prour.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +40,7 @@ def write_endpoints(path: Path, record: dict[str, Any]) -> None:
             f"endpoints status must be one of {STATUSES}, got {record.get('status')!r}"
         )
     body = {"schema": SCHEMA, **record, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(body, handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(body, indent=2) + "\n")
 
 
 def read_endpoints(path: Path) -> dict[str, Any] | None:

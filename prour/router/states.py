@@ -17,9 +17,7 @@ inputs and seed rewrites the same bytes.
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from prour.data.config import DataConfig
 from prour.data.extract import decision_states
 from prour.data.schema import decision_id_of
 from prour.env.trajectory import Trajectory, read_trajectories
+from prour.files import write_atomic
 
 
 def trajectory_states(traj: Trajectory, cfg: DataConfig, source: str) -> list[dict[str, Any]]:
@@ -74,13 +73,5 @@ def sample_states(trajectories_path: str | Path, cfg: DataConfig, n: int,
 
 def write_states(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
     """Write the records as JSONL, replacing ``path`` atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return path
+    lines = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n" for record in records)
+    return write_atomic(path, "".join(lines), fsync=True)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prour.config import ModelConfig
+from prour.files import write_atomic
 from prour.router.calibration import Calibration
 from prour.router.config import RouterConfig
 
@@ -87,12 +86,7 @@ class ThresholdStore:
     def put(self, thresholds: Thresholds) -> None:
         data = self.read()
         data[thresholds.model_id] = thresholds.to_dict()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def save_thresholds(
