@@ -3,6 +3,7 @@
 An entry is the object itself or a lazy ``"module:attr"`` string, imported on the first
 :meth:`Registry.get` of its name, so naming a heavy backend in a registry costs nothing until a
 recipe uses it. An unknown name raises a ValueError that lists the valid names and the closest.
+:func:`lazy_exports` gives a package the same lazy loading for the names it re-exports.
 This module imports nothing of prour, so config modules may use :func:`did_you_mean`.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -31,8 +32,9 @@ def unknown_name(kind: str, value: Any, valid: Iterable[str]) -> str:
     return f"unknown {kind} {value!r}; valid: {listing}.{did_you_mean(value, names)}"
 
 
-def _load(target: str) -> Any:
-    """The object a ``"module:attr"`` string names (``attr`` may be dotted)."""
+def load_target(target: str) -> Any:
+    """The object a ``"module:attr"`` string names (``attr`` may be dotted), imported now: the
+    one way prour imports a thing by name (registry entries, package re-exports, baselines)."""
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ValueError(f"a lazy registry entry must look like 'module:attr', got {target!r}")
@@ -65,7 +67,7 @@ class Registry(Generic[T]):
         """The entry of ``name``; a lazy entry is imported now and kept."""
         entry = self._entries[self.check(name)]
         if isinstance(entry, str):
-            entry = _load(entry)
+            entry = load_target(entry)
             self._entries[name] = entry
         return entry
 
@@ -81,3 +83,17 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def lazy_exports(package: str, exports: Mapping[str, Iterable[str]]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` that re-exports names of its submodules on first use:
+    ``exports`` maps a module to the names it defines, each loaded as ``"module:name"``, so
+    importing the package (or one leaf of it) loads none of the others."""
+    targets = {name: f"{module}:{name}" for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        if name not in targets:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return load_target(targets[name])
+
+    return __getattr__

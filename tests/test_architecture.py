@@ -404,3 +404,43 @@ def test_method_names_in_the_config_leaf_match_the_registry() -> None:
     from prour.eval.methods import METHODS
 
     assert tuple(METHODS) == METHOD_NAMES
+
+
+# ---- one lazy-import mechanism ---------------------------------------------------------------
+
+# Modules that may import a module named at run time, and why. Everything else that loads a thing
+# by name gives ``prour.registry`` a ``"module:attr"`` string (a registry entry, a package
+# re-export through ``lazy_exports``, a baseline's ``build``).
+IMPORTS_BY_NAME = {
+    "prour/registry.py": "load_target: the one loader of 'module:attr' strings",
+    "prour/env/domains.py": "tau2's own modules (the domain table names them), not prour's",
+}
+
+
+def imports_by_name(path: Path) -> list[str]:
+    """``importlib.import_module``/``__import__`` calls and module-level ``def __getattr__``."""
+    found = []
+    tree = parsed(path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("import_module", "__import__"):
+                found.append(f"{name}() at line {node.lineno}")
+    found += [f"def __getattr__ at line {node.lineno}" for node in tree.body
+              if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"]
+    return found
+
+
+def test_things_are_imported_by_name_only_through_the_registry() -> None:
+    offenders = {str(path.relative_to(REPO)): hits for path in modules().values()
+                 if (hits := imports_by_name(path))
+                 and str(path.relative_to(REPO)) not in IMPORTS_BY_NAME}
+    assert not offenders, f"import by name outside prour.registry: {offenders}"
+
+
+def test_a_hand_written_lazy_table_is_reported(tmp_path: Path) -> None:
+    planted = tmp_path / "__init__.py"
+    planted.write_text("from importlib import import_module\n\n\ndef __getattr__(name):\n"
+                       "    return getattr(import_module('x.' + name), name)\n")
+    assert imports_by_name(planted) == ["import_module() at line 5", "def __getattr__ at line 4"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prour.registry import Registry, did_you_mean
+from prour.registry import Registry, did_you_mean, lazy_exports
 
 
 def test_get_returns_the_registered_object_and_names_keep_order() -> None:
@@ -74,3 +74,15 @@ def test_every_named_choice_uses_the_one_registry() -> None:
     assert BACKENDS.names() == ["hf", "openai", "scripted"]
     with pytest.raises(ValueError, match="unknown method 'prou'.*Did you mean 'prour'"):
         METHODS.get("prou")
+
+
+def test_lazy_exports_load_a_name_on_first_use_and_refuse_unknown_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "prour_export_probe.py").write_text("def answer():\n    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    getter = lazy_exports("pkg", {"prour_export_probe": ("answer",)})
+    assert "prour_export_probe" not in sys.modules
+    assert getter("answer")() == 42
+    with pytest.raises(AttributeError, match="module 'pkg' has no attribute 'answr'"):
+        getter("answr")
+    monkeypatch.delitem(sys.modules, "prour_export_probe")

@@ -7,8 +7,7 @@ such as :mod:`prour.env.history` does not pull in the rest.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from prour.registry import lazy_exports
 
 _EXPORTS = {
     "prour.env.domains": ("DOMAINS", "SPLITS", "load_tasks", "get_task", "domain_policy"),
@@ -51,7 +50,6 @@ _EXPORTS = {
     ),
     "prour.env.runner": ("EpisodeJob", "run_episode", "run_episodes"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [
     "DOMAINS",
     "SPLITS",
@@ -92,8 +90,4 @@ __all__ = [
     "user_view",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'prour.env' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -4,7 +4,7 @@ Names load on first use, so that :mod:`prour.config` can import the ``reward`` s
 (:mod:`prour.rewards.config`) without the reward's runtime.
 """
 
-from importlib import import_module
+from prour.registry import lazy_exports
 
 _EXPORTS = {
     "prour.rewards.belief": ("belief_prompt",),
@@ -12,10 +12,4 @@ _EXPORTS = {
     "prour.rewards.reward": ("InfoGainReward", "SampleReward", "info_gain"),
     "prour.data.schema": ("RewardState", "state_from_row"),
 }
-_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str) -> object:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_HOME[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -4,7 +4,7 @@ Names load on first use (``from prour.router import decompose, route, calibrate`
 :mod:`prour.config` can import the ``router`` section (:mod:`prour.router.config`) alone.
 """
 
-from importlib import import_module
+from prour.registry import lazy_exports
 
 _EXPORTS = {
     "prour.router.calibration": ("Calibration", "RoutingScores", "calibrate", "evaluate_thresholds"),
@@ -15,10 +15,4 @@ _EXPORTS = {
     "prour.router.thresholds": ("Thresholds", "ThresholdsNotFound", "load_thresholds", "save_thresholds"),
     "prour.router.uncertainty": ("Uncertainty", "decompose", "softmax_over_candidates"),
 }
-_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str) -> object:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_HOME[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -11,7 +11,7 @@ Names load on first use (``from prour.eval.attention import conversation_cost``)
 ``eval.attention`` recipe section (:mod:`prour.eval.attention.config`) loads alone.
 """
 
-from importlib import import_module
+from prour.registry import lazy_exports
 
 _EXPORTS = {
     "prour.eval.attention.budget": ("FALLBACK_MESSAGE", "AttentionGate", "BudgetExceeded", "ConversationState",
@@ -26,10 +26,4 @@ _EXPORTS = {
     "prour.eval.attention.policies": ("AttentionPolicy", "build_policy"),
     "prour.eval.attention.strict_json": ("JsonCache",),
 }
-_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str) -> object:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_HOME[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -24,13 +24,13 @@ counted apart from the task agent's.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prour.env.agents import AgentTurn
 from prour.llm.base import Message
+from prour.registry import load_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
@@ -86,8 +86,7 @@ class BaselineContext:
 
 def build_baseline(spec: MethodSpec, context: BaselineContext) -> Agent:
     """The agent of baseline ``spec`` for one episode (its module's ``build``)."""
-    module = importlib.import_module(f"{__name__}.{spec.baseline}")
-    return module.build(context)
+    return load_target(f"{__name__}.{spec.baseline}:build")(context)
 
 
 def tagged(turn: AgentTurn, tag: str, **meta: Any) -> AgentTurn:
