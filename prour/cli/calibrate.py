@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from prour.cli.recipe import RecipeOpt, RecipeOrNoneOpt, SetOpt
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.router.calibration import RoutingScores
 
 STAGES = ("label", "search", "evaluate", "all")
-SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 
 
 def _fail(message: str) -> None:
@@ -97,7 +98,7 @@ calibrate_app = typer.Typer(
 
 @calibrate_app.command("states")
 def states(
-    recipe: str = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe."),
+    recipe: str = RecipeOpt,
     split: str = typer.Option(..., "--split", help="dev or test."),
     trajectories: str = typer.Option(
         ..., "--from", help="Trajectories JSONL written by `prour collect`."),
@@ -130,7 +131,7 @@ def states(
 @calibrate_app.callback()
 def calibrate(
     ctx: typer.Context,
-    recipe: str | None = typer.Option(None, "--recipe", "-r", help="Path to a YAML recipe."),
+    recipe: str | None = RecipeOrNoneOpt,
     stage: str = typer.Option("all", help="label, search, evaluate or all."),
     overrides: list[str] | None = SetOpt,
 ) -> None:

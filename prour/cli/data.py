@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from prour.cli.recipe import RecipeOpt, SetOpt
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.config import Recipe
 
 data_app = typer.Typer(help="Inspect training datasets.", no_args_is_help=True)
 
-RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
-SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 BadLineOpt = typer.Option(
     None, "--on-bad-line",
     help="Corrupt JSONL input lines: 'error' refuses the file, 'skip' reports and skips them "

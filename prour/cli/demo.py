@@ -18,15 +18,13 @@ from typing import Any
 
 import typer
 
+from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
+
 DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "smoke.yaml"
 
-RecipeOpt = typer.Option(
-    str(DEFAULT_RECIPE), "--recipe", help="Recipe to run (default: the embedded smoke recipe)."
-)
 WarmOpt = typer.Option(
     True, "--warm-start/--no-warm-start", help="Warm-start the tiny model (well-formed outputs)."
 )
-SetOpt = typer.Option(None, "--set", help="Recipe override key.sub=value (repeatable).")
 
 
 def _stage(title: str, args: list[str]) -> float:
@@ -63,10 +61,14 @@ def _tiny_model(path: Path, warm: bool, seed: int) -> None:
 
 
 def demo(
-    recipe: str = RecipeOpt, warm: bool = WarmOpt, overrides: list[str] | None = SetOpt
+    recipe: str | None = RecipeOrNoneOpt, warm: bool = WarmOpt,
+    overrides: list[str] | None = SetOpt,
 ) -> None:
-    """Run the whole pipeline on tiny local models (CPU) and print where its outputs are."""
+    """Run the whole pipeline on tiny local models (CPU) and print where its outputs are
+    (``--recipe`` defaults to the embedded smoke recipe, recipes/smoke.yaml)."""
     from prour.cli.recipe import load_cli_recipe
+
+    recipe = recipe or str(DEFAULT_RECIPE)
 
     sets = [part for item in overrides or [] for part in ("--set", item)]
     loaded = load_cli_recipe(recipe, overrides)

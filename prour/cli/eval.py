@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+from prour.cli.recipe import RecipeOpt, SetOpt
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import ModelConfig, Recipe
 
@@ -24,7 +26,6 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
-RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
 CheckpointOpt = typer.Option(
     None, "--checkpoint", help="Query generator checkpoint: an HF folder, a trainer output folder "
     "(newest step_N) or a merged verl checkpoint.")
@@ -39,7 +40,6 @@ PolicyOpt = typer.Option(None, "--attention-policy",
                          help="Attention variants, e.g. no-ask, budgeted@2 (repeat or comma list).")
 ConcurrencyOpt = typer.Option(None, "--concurrency", help="Episodes run at the same time.")
 OutOpt = typer.Option(None, "--out", help="Run folder (default <run_dir>/eval).")
-SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
 RunsArg = typer.Argument(..., help="Run folder(s) written by `prour eval`, or training output "
                          "folders (holding metrics.jsonl) for the training report.")

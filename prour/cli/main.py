@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from prour.cli.recipe import SetOpt
+
 app = typer.Typer(
     name="prour",
     help="Train and evaluate the query generator of proactive tool-using agents on tau2-bench.",
@@ -16,6 +18,7 @@ app = typer.Typer(
 @app.command()
 def validate(
     recipe: str = typer.Argument(..., help="Path to a YAML recipe."),
+    overrides: list[str] | None = SetOpt,
     preflight: bool = typer.Option(
         False, "--preflight", help="Also check this node for the whole run: local weights, "
         "endpoints, extras, input files, thresholds, GPUs (one line per problem)."),
@@ -23,7 +26,7 @@ def validate(
     """Check a recipe without loading any model; print the first error with its dotted key."""
     from prour.cli.recipe import load_cli_recipe, preflight_problems
 
-    loaded = load_cli_recipe(recipe, served=preflight)
+    loaded = load_cli_recipe(recipe, overrides, served=preflight)
     if preflight:
         from prour.preflight import run_stages
 

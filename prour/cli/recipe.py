@@ -2,6 +2,9 @@
 the command's own flags as overrides of the keys they stand for (``prour eval --max-tasks 3`` is
 ``--set eval.max_tasks=3``), validated once. Stages get that one resolved recipe, and provenance
 records it as it is; an error exits 2 naming the dotted key.
+
+The ``--recipe`` and ``--set`` options are defined here once; every command that reads a recipe
+takes both (tests/cli/test_common_options.py walks the app to hold that).
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ import typer
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
+
+RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
+# For a command that names what it does without one (its help says so): a group callback whose
+# subcommands read their own, `prour demo`'s embedded smoke recipe, `reward probe --model`.
+RecipeOrNoneOpt = typer.Option(
+    None, "--recipe", "-r", help="Path to a YAML recipe (see the command's help when omitted).")
+SetOpt = typer.Option(
+    None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
 
@@ -63,13 +65,9 @@ def _as_output(query: str) -> str:
 DatasetOpt = Annotated[Path, typer.Option("--dataset", help="Parquet of training states.")]
 RowOpt = Annotated[int, typer.Option("--row", help="Row index in the dataset.")]
 QueryOpt = Annotated[str, typer.Option("--query", help="A question, or a full generator output.")]
-RecipeOpt = Annotated[
-    str | None, typer.Option("--recipe", "-r", help="YAML recipe (models, reward).")
-]
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="HF folder used for all three roles.")
 ]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Recipe override key.sub=value.")]
 
 
 @reward_app.command("probe")
@@ -77,11 +75,12 @@ def probe(
     dataset: DatasetOpt,
     row: RowOpt,
     query: QueryOpt,
-    recipe: RecipeOpt = None,
+    recipe: str | None = RecipeOrNoneOpt,
     model: ModelOpt = None,
-    overrides: SetOpt = None,
+    overrides: list[str] | None = SetOpt,
 ) -> None:
-    """Print the responder's answer, ℓ_prior, ℓ_post and R for one query on one state."""
+    """Print the responder's answer, ℓ_prior, ℓ_post and R for one query on one state
+    (``--recipe`` for its models and reward section, or ``--model`` for all three roles)."""
     from prour.build import Builder
     from prour.data.schema import state_from_row
     from prour.train.reward import info_gain_reward

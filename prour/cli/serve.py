@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from prour.cli.recipe import RecipeOpt, SetOpt
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
 
-RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
-SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 EndpointsOpt = typer.Option(
     None,
     "--endpoints",

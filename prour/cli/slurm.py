@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from prour.cli.recipe import RecipeOpt, SetOpt
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.cluster.gpu_plan import GpuPlan
     from prour.cluster.jobs import RunStatus
@@ -15,7 +17,6 @@ if TYPE_CHECKING:  # pragma: no cover
 slurm_app = typer.Typer(help="Submit the pipeline to Slurm and follow it.", no_args_is_help=True)
 
 
-RecipeOpt = typer.Option(..., "--recipe", "-r", help="Path to a YAML recipe.")
 StagesOpt = typer.Option(
     "serve,train,eval",
     "--stages",
@@ -32,12 +33,6 @@ CheckpointOpt = typer.Option(
     None,
     "--checkpoint",
     help="Checkpoint the eval stage evaluates (default: train's output when train is submitted).",
-)
-SetOpt = typer.Option(
-    None,
-    "--set",
-    help="Override a recipe value: key.sub=value (repeatable); slurm.* keys shape the jobs, "
-    "the others reach every stage.",
 )
 RunArg = typer.Argument(..., help="Run folder holding slurm_jobs.json (or the file itself).")
 TailOpt = typer.Option(15, "--tail", help="Log lines shown for a failed stage.")
@@ -63,7 +58,10 @@ def submit(
     checkpoint: str | None = CheckpointOpt,
     overrides: list[str] | None = SetOpt,
 ) -> None:
-    """Render the sbatch scripts for a recipe and submit them chained with dependencies."""
+    """Render the sbatch scripts for a recipe and submit them chained with dependencies.
+
+    ``--set slurm.*`` items shape the jobs; the other ``--set`` items reach every stage.
+    """
     from prour.cluster.jobs import SubmitError, dry_run_text
     from prour.cluster.jobs import submit as submit_jobs
     from prour.cluster.recipe import load_cluster_recipe

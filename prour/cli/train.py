@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
     from prour.train.config import TrainConfig
 
 train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1).")
 
-RecipeOpt = typer.Option(None, "--recipe", "-r", help="Path to a YAML recipe.")
-SetOpt = typer.Option(None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 TargetOpt = typer.Option(None, "--target", help="Output folder (default: <output_dir>/step_N).")
 OutputDirArg = typer.Argument(..., help="Training output folder (train.output_dir).")
 ReportOutOpt = typer.Option(None, "--out", help="Report folder (default OUTPUT_DIR/report).")
@@ -49,7 +49,7 @@ def _logging() -> None:
 @train_app.callback(invoke_without_command=True)
 def train(
     ctx: typer.Context,
-    recipe: str = RecipeOpt,
+    recipe: str | None = RecipeOrNoneOpt,
     backend: str = typer.Option(
         None, "--backend", help="local (one process) or verl (Ray, FSDP, vLLM)."
     ),
@@ -145,7 +145,7 @@ def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> 
 
 @train_app.command("export")
 def export(
-    recipe: str = RecipeOpt,
+    recipe: str | None = RecipeOrNoneOpt,
     step: int = typer.Option(None, "--step", help="verl step to convert (default: the newest)."),
     target: Path = TargetOpt,
     dry_run: bool = typer.Option(
