@@ -122,7 +122,7 @@ def checkpoint_generators(checkpoint: str | Path,
                           steps: list[str] | None) -> list[GeneratorCheckpoint]:
     """The checkpoints ``--checkpoint`` (and ``--steps``: ``all`` or numbers) name, in step
     order, each with its training run's name and the step it resolved to."""
-    from prour.eval.methods import checkpoint_step, resolve_checkpoint, select_checkpoints
+    from prour.train.checkpoint import checkpoint_step, resolve_checkpoint, select_checkpoints
 
     given = Path(checkpoint).expanduser().resolve()
     if steps:

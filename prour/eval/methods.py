@@ -22,13 +22,13 @@ templates and use no generator).
 
 The query generator is whatever ``models.generator`` names (any backend: a prompted model, a
 served checkpoint) or, with ``--checkpoint DIR``, an HF folder written by the local trainer or a
-merged verl checkpoint, found by :func:`resolve_checkpoint`; :func:`select_checkpoints` picks
-several saved steps of one training run for a sweep.
+merged verl checkpoint, found by :func:`prour.train.checkpoint.resolve_checkpoint`;
+:func:`prour.train.checkpoint.select_checkpoints` picks several saved steps of one training run
+for a sweep.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,7 @@ from prour.config import ModelConfig, Recipe
 from prour.eval.config import EvalConfig
 from prour.registry import Registry
 from prour.router.routing import ROUTES, episode_budget
+from prour.train.checkpoint import resolve_checkpoint
 from prour.train.config import RolloutSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,124 +111,6 @@ def variant_name(attention: AttentionConfig | None) -> str | None:
 
 
 # ---- checkpoints ---------------------------------------------------------------------------
-
-HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-              "pytorch_model.bin.index.json")
-_VERL_STEP = re.compile(r"^global_step_(\d+)$")
-_VERL_SHARD = "model_world_size_*_rank_*.pt"
-
-
-def is_hf_folder(path: Path) -> bool:
-    """A folder transformers can load: a config and weights."""
-    return (path / "config.json").is_file() and any((path / w).is_file() for w in HF_WEIGHTS)
-
-
-def _newest(children: list[tuple[int, Path]]) -> Path | None:
-    return max(children)[1] if children else None
-
-
-def _verl_steps(root: Path) -> list[tuple[int, Path]]:
-    return [(int(m.group(1)), p) for p in root.iterdir()
-            if p.is_dir() and (m := _VERL_STEP.match(p.name))]
-
-
-def _newest_verl_step(root: Path) -> Path | None:
-    """The newest ``global_step_N`` of a verl output folder, or its export ``step_N`` (an HF
-    folder written by ``prour train export``) when there is one."""
-    newest = _newest(_verl_steps(root))
-    if newest is None:
-        return None
-    exported = root / newest.name.removeprefix("global_")
-    return exported if is_hf_folder(exported) else newest
-
-
-def _export_hint(actor: Path) -> str:
-    """What to run when a checkpoint holds verl FSDP shards only."""
-    step = actor.parent.name if actor.name == "actor" else actor.name
-    match = _VERL_STEP.match(step)
-    output = actor.parent.parent if actor.name == "actor" else actor.parent
-    number = match.group(1) if match else "N"
-    return (f"{actor} holds verl FSDP shards, not a Hugging Face model; export them with "
-            f"`prour train export --recipe RECIPE --step {number}` (the recipe that trained "
-            f"them; it writes {output / f'step_{number}'}) and pass {output} again")
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """The HF folder inside a checkpoint path: the folder itself, a verl ``huggingface`` folder,
-    or the newest step of a trainer output folder (local ``step_N``; verl ``global_step_N`` as
-    ``prour train export`` left it in ``step_N``)."""
-    from prour.train.checkpoint import latest_checkpoint
-
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"checkpoint {root} does not exist or is not a folder")
-    for candidate in (root, root / "huggingface", root / "actor" / "huggingface"):
-        if is_hf_folder(candidate):
-            return _with_tokenizer(candidate)
-    newest = latest_checkpoint(root) or _newest_verl_step(root)
-    if newest is not None:
-        return resolve_checkpoint(newest)
-    shards = list(root.glob(_VERL_SHARD)) + list(root.glob(f"actor/{_VERL_SHARD}"))
-    if shards:
-        raise ValueError(_export_hint(shards[0].parent))
-    raise ValueError(f"{root} is not a checkpoint: no config.json with weights in it, in "
-                     "huggingface/ or actor/huggingface/, and no step_N or global_step_N folder")
-
-
-def checkpoint_step(folder: str | Path) -> int | None:
-    """The training step of a resolved checkpoint folder: the ``step_N`` (local trainer) or
-    ``global_step_N`` (verl) folder it is or lies in; None for a model folder of no run."""
-    from prour.train.checkpoint import STEP_DIR
-
-    for part in (Path(folder), *Path(folder).parents):
-        match = STEP_DIR.match(part.name) or _VERL_STEP.match(part.name)
-        if match:
-            return int(match.group(1))
-    return None
-
-
-def checkpoint_steps(root: str | Path) -> dict[int, Path]:
-    """Every saved step of a trainer output folder, step -> folder: local ``step_N``, verl
-    ``global_step_N`` (its ``prour train export`` in ``step_N`` when there is one)."""
-    from prour.train.checkpoint import complete_checkpoints
-
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"checkpoint {root} does not exist or is not a folder")
-    found = {}
-    for step, folder in _verl_steps(root):
-        exported = root / f"step_{step}"
-        found[step] = exported if is_hf_folder(exported) else folder
-    found.update(complete_checkpoints(root))
-    return dict(sorted(found.items()))
-
-
-def select_checkpoints(root: str | Path, steps: list[str]) -> dict[int, Path]:
-    """The HF folders of the chosen steps of a trainer output folder (``["all"]`` or numbers),
-    step -> folder; every folder is resolved (a verl step must be merged) before any runs."""
-    available = checkpoint_steps(root)
-    if not available:
-        raise ValueError(f"{root} holds no step_N or global_step_N checkpoint to sweep")
-    if steps == ["all"]:
-        chosen = list(available)
-    else:
-        try:
-            chosen = sorted({int(s) for s in steps})
-        except ValueError:
-            raise ValueError(
-                f"--steps takes 'all' or step numbers, got {','.join(steps)}") from None
-        missing = [s for s in chosen if s not in available]
-        if missing:
-            raise ValueError(f"{root} has no checkpoint of step {', '.join(map(str, missing))}; "
-                             f"saved steps: {', '.join(map(str, available))}")
-    return {step: resolve_checkpoint(available[step]) for step in chosen}
-
-
-def _with_tokenizer(folder: Path) -> Path:
-    if not (folder / "tokenizer_config.json").is_file():
-        raise ValueError(f"checkpoint {folder} has weights but no tokenizer "
-                         "(tokenizer_config.json); save the tokenizer next to the model")
-    return folder
 
 
 def checkpoint_model(path: str | Path, base: ModelConfig | None = None) -> ModelConfig:
@@ -337,7 +220,7 @@ class MethodKit:
 
             context = BaselineContext(domain, task_agent, episode,
                                       lambda: self.query_generator(episode))
-            return build_baseline(spec, context)
+            return build_baseline(spec.baseline, context)
         if not spec.proactive:
             return task_agent
         return self._proactive(spec, domain, task_agent, episode)

@@ -1,9 +1,13 @@
-"""Checkpoints of the local trainer: ``<output_dir>/step_N/`` written atomically.
+"""Checkpoints: the local trainer's ``<output_dir>/step_N/`` written atomically, and finding the
+Hugging Face folder in any checkpoint path (a model folder, a local or a verl output folder).
 
-A checkpoint holds the policy in Hugging Face format (weights, config, generation config,
+A local checkpoint holds the policy in Hugging Face format (weights, config, generation config,
 tokenizer) and ``trainer_state.pt`` (optimizer, scheduler, RNG states, data position). It is
 assembled in a hidden temporary folder and renamed into place, so a ``step_N`` folder is always
-complete; leftovers of a save that was killed are hidden folders that loading ignores.
+complete; leftovers of a save that was killed are hidden folders that loading ignores. verl saves
+``global_step_N/actor`` FSDP shards, which ``prour train export`` merges into ``step_N``.
+torch and numpy are imported by the functions that save or restore state, so that finding a
+checkpoint (evaluation, preflight) loads neither.
 """
 
 from __future__ import annotations
@@ -16,9 +20,6 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
 
 def rng_state() -> dict[str, Any]:
     """Every random stream the trainer draws from."""
+    import numpy as np
+    import torch
+
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -63,6 +67,9 @@ def rng_state() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -74,6 +81,8 @@ def save_checkpoint(
     output_dir: str | Path, step: int, model: Any, tokenizer: Any, trainer_state: dict[str, Any]
 ) -> Path:
     """Write ``step_<step>`` atomically and return it (an older folder of that name is replaced)."""
+    import torch
+
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}step_{step}-", dir=root))
@@ -97,7 +106,10 @@ def save_checkpoint(
 
 
 HF_FILES = ("config.json", "tokenizer_config.json")
-HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+# What transformers loads weights from: one file, or the index of a sharded save (safetensors by
+# default, ``pytorch_model*.bin`` with ``safe_serialization=False``).
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+              "pytorch_model.bin.index.json")
 
 
 def export_hf(output_dir: str | Path, step: int | None = None, target: Path | None = None) -> Path:
@@ -134,6 +146,8 @@ def load_trainer_state(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a finished checkpoint: {STATE_FILE} is missing")
+    import torch
+
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
@@ -170,3 +184,116 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ---- finding the Hugging Face folder of a checkpoint ---------------------------------------
+
+_VERL_STEP = re.compile(r"^global_step_(\d+)$")
+_VERL_SHARD = "model_world_size_*_rank_*.pt"
+
+
+def is_hf_folder(path: Path) -> bool:
+    """A folder transformers can load: a config and weights."""
+    return (path / "config.json").is_file() and any((path / w).is_file() for w in HF_WEIGHTS)
+
+
+def _newest(children: list[tuple[int, Path]]) -> Path | None:
+    return max(children)[1] if children else None
+
+
+def _verl_steps(root: Path) -> list[tuple[int, Path]]:
+    return [(int(m.group(1)), p) for p in root.iterdir()
+            if p.is_dir() and (m := _VERL_STEP.match(p.name))]
+
+
+def _newest_verl_step(root: Path) -> Path | None:
+    """The newest ``global_step_N`` of a verl output folder, or its export ``step_N`` (an HF
+    folder written by ``prour train export``) when there is one."""
+    newest = _newest(_verl_steps(root))
+    if newest is None:
+        return None
+    exported = root / newest.name.removeprefix("global_")
+    return exported if is_hf_folder(exported) else newest
+
+
+def _export_hint(actor: Path) -> str:
+    """What to run when a checkpoint holds verl FSDP shards only."""
+    step = actor.parent.name if actor.name == "actor" else actor.name
+    match = _VERL_STEP.match(step)
+    output = actor.parent.parent if actor.name == "actor" else actor.parent
+    number = match.group(1) if match else "N"
+    return (f"{actor} holds verl FSDP shards, not a Hugging Face model; export them with "
+            f"`prour train export --recipe RECIPE --step {number}` (the recipe that trained "
+            f"them; it writes {output / f'step_{number}'}) and pass {output} again")
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The HF folder inside a checkpoint path: the folder itself, a verl ``huggingface`` folder,
+    or the newest step of a trainer output folder (local ``step_N``; verl ``global_step_N`` as
+    ``prour train export`` left it in ``step_N``)."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint {root} does not exist or is not a folder")
+    for candidate in (root, root / "huggingface", root / "actor" / "huggingface"):
+        if is_hf_folder(candidate):
+            return _with_tokenizer(candidate)
+    newest = latest_checkpoint(root) or _newest_verl_step(root)
+    if newest is not None:
+        return resolve_checkpoint(newest)
+    shards = list(root.glob(_VERL_SHARD)) + list(root.glob(f"actor/{_VERL_SHARD}"))
+    if shards:
+        raise ValueError(_export_hint(shards[0].parent))
+    raise ValueError(f"{root} is not a checkpoint: no config.json with weights in it, in "
+                     "huggingface/ or actor/huggingface/, and no step_N or global_step_N folder")
+
+
+def checkpoint_step(folder: str | Path) -> int | None:
+    """The training step of a resolved checkpoint folder: the ``step_N`` (local trainer) or
+    ``global_step_N`` (verl) folder it is or lies in; None for a model folder of no run."""
+    for part in (Path(folder), *Path(folder).parents):
+        match = STEP_DIR.match(part.name) or _VERL_STEP.match(part.name)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def checkpoint_steps(root: str | Path) -> dict[int, Path]:
+    """Every saved step of a trainer output folder, step -> folder: local ``step_N``, verl
+    ``global_step_N`` (its ``prour train export`` in ``step_N`` when there is one)."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint {root} does not exist or is not a folder")
+    found = {}
+    for step, folder in _verl_steps(root):
+        exported = root / f"step_{step}"
+        found[step] = exported if is_hf_folder(exported) else folder
+    found.update(complete_checkpoints(root))
+    return dict(sorted(found.items()))
+
+
+def select_checkpoints(root: str | Path, steps: list[str]) -> dict[int, Path]:
+    """The HF folders of the chosen steps of a trainer output folder (``["all"]`` or numbers),
+    step -> folder; every folder is resolved (a verl step must be merged) before any runs."""
+    available = checkpoint_steps(root)
+    if not available:
+        raise ValueError(f"{root} holds no step_N or global_step_N checkpoint to sweep")
+    if steps == ["all"]:
+        chosen = list(available)
+    else:
+        try:
+            chosen = sorted({int(s) for s in steps})
+        except ValueError:
+            raise ValueError(
+                f"--steps takes 'all' or step numbers, got {','.join(steps)}") from None
+        missing = [s for s in chosen if s not in available]
+        if missing:
+            raise ValueError(f"{root} has no checkpoint of step {', '.join(map(str, missing))}; "
+                             f"saved steps: {', '.join(map(str, available))}")
+    return {step: resolve_checkpoint(available[step]) for step in chosen}
+
+
+def _with_tokenizer(folder: Path) -> Path:
+    if not (folder / "tokenizer_config.json").is_file():
+        raise ValueError(f"checkpoint {folder} has weights but no tokenizer "
+                         "(tokenizer_config.json); save the tokenizer next to the model")
+    return folder

@@ -30,8 +30,9 @@ from prour.env.domains import split_sizes
 from prour.env.trajectory import read_jsonl, read_trajectories
 from prour.eval.config import EvalConfig
 from prour.eval.harness import EPISODES_FILE, RESULTS_FILE, Evaluation
-from prour.eval.methods import METHODS, resolve_checkpoint
+from prour.eval.methods import METHODS
 from prour.router.config import RouterConfig
+from prour.train.checkpoint import resolve_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_METHODS = ["base", "prour", "clarify-only", "verify-only", "llm-router", "oracle"]

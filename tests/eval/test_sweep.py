@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from prour.cli.main import app
 from prour.env.trajectory import read_jsonl
 from prour.eval.harness import EPISODES_FILE, RESULTS_FILE
-from prour.eval.methods import checkpoint_step, select_checkpoints
+from prour.train.checkpoint import checkpoint_step, select_checkpoints
 
 TRAIN_NAME = "sweep-train"
 STEPS = [1, 2, 3]

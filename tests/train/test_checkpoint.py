@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -79,6 +80,42 @@ def test_prune_keeps_the_newest(tmp_path):
         ckpt.save_checkpoint(tmp_path, step, _Model("m"), _Model("t"), _state(step))
     ckpt.prune_checkpoints(tmp_path, keep=2)
     assert [s for s, _ in ckpt.complete_checkpoints(tmp_path)] == [2, 3]
+
+
+class _Files:
+    """Stand-in whose ``save_pretrained`` writes the named files (a model's or tokenizer's)."""
+
+    def __init__(self, *names: str):
+        self.names = names
+
+    def save_pretrained(self, folder: Path) -> None:
+        for name in self.names:
+            (Path(folder) / name).write_text("{}")
+
+
+@pytest.mark.parametrize("index", ["model.safetensors.index.json", "pytorch_model.bin.index.json"])
+def test_a_sharded_checkpoint_is_found_and_exported(tmp_path, index):
+    """transformers saves a large model as shards plus an index (``.bin`` ones when safetensors
+    is off); both kinds are a Hugging Face folder to evaluation and to ``prour train export``."""
+    shard = index.replace(".index.json", "").replace(".", "-00001-of-00002.", 1)
+    model = _Files("config.json", index, shard)
+    folder = ckpt.save_checkpoint(tmp_path / "run", 4, model, _Files("tokenizer_config.json"),
+                                  _state(4))
+    assert ckpt.resolve_checkpoint(tmp_path / "run") == folder
+    assert ckpt.select_checkpoints(tmp_path / "run", ["all"]) == {4: folder}
+    assert ckpt.export_hf(tmp_path / "run") == folder
+    copied = ckpt.export_hf(tmp_path / "run", target=tmp_path / "hf")
+    assert sorted(p.name for p in copied.iterdir()) == sorted(
+        ["config.json", index, shard, "tokenizer_config.json"])
+
+
+def test_export_names_what_a_step_lacks(tmp_path):
+    ckpt.save_checkpoint(tmp_path, 1, _Files("config.json", "model-00001-of-00002.safetensors"),
+                         _Files("vocab.json"), _state(1))
+    message = ("no tokenizer_config.json, weights (model.safetensors or "
+               "model.safetensors.index.json or pytorch_model.bin or pytorch_model.bin.index.json)")
+    with pytest.raises(FileNotFoundError, match=re.escape(message)):
+        ckpt.export_hf(tmp_path)
 
 
 # ---- kill -9 during `prour train`, then --resume --------------------------------------------

@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent
     from prour.eval.agent import QueryGenerator
     from prour.eval.attention.strict_json import JsonOutcome
-    from prour.eval.methods import MethodSpec
     from prour.llm.base import LLM, SamplingParams
     from prour.rollout.verifier import Verifier
     from prour.router.routing import DecomposerBudget
@@ -84,9 +83,10 @@ class BaselineContext:
                         sampling=self.episode.responder_sampling())
 
 
-def build_baseline(spec: MethodSpec, context: BaselineContext) -> Agent:
-    """The agent of baseline ``spec`` for one episode (its module's ``build``)."""
-    return load_target(f"{__name__}.{spec.baseline}:build")(context)
+def build_baseline(module: str, context: BaselineContext) -> Agent:
+    """The agent of the baseline in ``prour.eval.baselines.<module>`` for one episode (its
+    ``build``); the method registry names the module, and this package never imports it."""
+    return load_target(f"{__name__}.{module}:build")(context)
 
 
 def tagged(turn: AgentTurn, tag: str, **meta: Any) -> AgentTurn:
