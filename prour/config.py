@@ -23,7 +23,7 @@ from prour.router.config import RouterConfig
 from prour.section import ConfigError, Section
 from prour.train.config import TrainConfig
 
-__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "Recipe", "Section", "load_recipe", "parse_recipe"]
+__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "Recipe", "Section", "parse_recipe"]
 
 BACKENDS = ("hf", "openai", "scripted")
 MODEL_ROLES = (
@@ -173,22 +173,13 @@ def parse_recipe(data: dict[str, Any], source: str | None = None) -> Recipe:
         raise first_error(exc, source) from None
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read a YAML recipe, apply ``key.sub=value`` overrides, and validate it.
-
-    A recipe may start from another: ``extends: <file>`` (relative to the recipe) reads that
-    recipe first and lays this one over it, mappings merged key by key, any other value replaced.
-    Reads no file but the recipe and those it extends. Stages that call served models load with
-    :func:`prour.cluster.endpoints.load_run_recipe`, which also fills ``openai`` base URLs.
-    """
-    data = read_recipe_data(Path(path))
-    for item in overrides or []:
-        apply_override(data, item)
-    return parse_recipe(data, str(path))
-
-
 def read_recipe_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The mapping of a YAML recipe with its ``extends`` chain merged in (base first)."""
+    """The mapping of a YAML recipe with its ``extends`` chain merged in (base first).
+
+    ``extends: <file>`` (relative to the recipe) reads that recipe first and lays this one over
+    it, mappings merged key by key, any other value replaced. Reads no file but the recipe and
+    those it extends; :func:`prour.recipes.load_recipe` is the loader that calls this.
+    """
     if not path.is_file():
         where = f" (extended by {seen[-1]})" if seen else ""
         raise ConfigError("<file>", f"recipe file not found: {path}{where}")

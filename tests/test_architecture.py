@@ -444,3 +444,62 @@ def test_a_hand_written_lazy_table_is_reported(tmp_path: Path) -> None:
     planted.write_text("from importlib import import_module\n\n\ndef __getattr__(name):\n"
                        "    return getattr(import_module('x.' + name), name)\n")
     assert imports_by_name(planted) == ["import_module() at line 5", "def __getattr__ at line 4"]
+
+
+# ---- one recipe loader -----------------------------------------------------------------------
+
+# Modules that may parse YAML, each with its reason; a recipe is parsed only by the first.
+YAML_PARSERS = {
+    "prour.config": "read_recipe_data reads a recipe and its extends chain for "
+                    "prour.recipes.load_recipe; apply_override parses a --set value",
+    "prour.llm.scripted": "the scripted backend's rules file (tests only), not a recipe",
+}
+YAML_LOADS = {"load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all"}
+# What only the loader may call: the pieces it is made of.
+LOADER_PARTS = {"read_recipe_data", "apply_override", "parse_recipe"}
+
+
+def _called_names(tree: ast.AST) -> list[tuple[str, str | None]]:
+    """(name, owner) of every call: ``yaml.safe_load(...)`` -> ("safe_load", "yaml")."""
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute):
+                owner = func.value.id if isinstance(func.value, ast.Name) else None
+                calls.append((func.attr, owner))
+            elif isinstance(func, ast.Name):
+                calls.append((func.id, None))
+    return calls
+
+
+def yaml_parsers(tree: ast.AST) -> bool:
+    return any(owner == "yaml" and name in YAML_LOADS for name, owner in _called_names(tree))
+
+
+def test_only_the_recipe_leaf_and_listed_modules_parse_yaml() -> None:
+    found = sorted(name for name, path in modules().items()
+                   if name not in YAML_PARSERS and yaml_parsers(parsed(path)))
+    assert not found, f"modules parsing YAML outside the recipe loader (list them with a reason " \
+                      f"in YAML_PARSERS if they read no recipe): {found}"
+    assert all(yaml_parsers(parsed(modules()[name])) for name in YAML_PARSERS), "stale entry"
+
+
+def test_yaml_parsers_finds_a_second_recipe_reader() -> None:
+    assert yaml_parsers(ast.parse("import yaml\ndata = yaml.safe_load(open('r.yaml'))"))
+    assert not yaml_parsers(ast.parse("import yaml\ntext = yaml.safe_dump({})"))
+
+
+def test_every_recipe_load_goes_through_the_one_loader() -> None:
+    """One function loads recipe files (``prour.recipes.load_recipe``): no other ``load*recipe``
+    is defined in prour, and only the loader calls the pieces it is made of."""
+    loaders, callers = [], []
+    for name, path in modules().items():
+        tree = parsed(path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and re.fullmatch(r"_?load\w*recipe\w*", node.name):
+                loaders.append(f"{name}.{node.name}")
+        if name not in ("prour.config", "prour.recipes"):
+            callers += [f"{name}: {call}" for call, _ in _called_names(tree) if call in LOADER_PARTS]
+    assert loaders == ["prour.recipes.load_recipe"]
+    assert not callers, f"recipes read past prour.recipes.load_recipe: {callers}"

@@ -62,7 +62,7 @@ def test_one_model_shared_by_seven_roles_loads_once(tiny_model_dir: Path,
 
 def test_the_smoke_recipe_loads_its_one_model_once_for_all_roles(tiny_model_dir: Path,
                                                                   model_loads: list[str]) -> None:
-    from prour.config import load_recipe
+    from prour.recipes import load_recipe
 
     smoke = Path(__file__).resolve().parents[1] / "recipes" / "smoke.yaml"
     roles = list(load_recipe(smoke).models)

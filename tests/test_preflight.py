@@ -19,9 +19,10 @@ import pytest
 from typer.testing import CliRunner
 
 from prour.cli.main import app
-from prour.config import load_recipe, parse_recipe
+from prour.config import parse_recipe
 from prour.llm.weights import MODELS_DIR_ENV, ModelNotFound, local_weights
 from prour.preflight import check_endpoints, check_paths, preflight, probe_endpoint, visible_gpus
+from prour.recipes import load_recipe
 
 PAPER = Path(__file__).resolve().parents[1] / "recipes" / "paper.yaml"
 

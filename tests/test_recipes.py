@@ -9,7 +9,8 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel
 
-from prour.config import ConfigError, Recipe, load_recipe, parse_recipe
+from prour.config import ConfigError, Recipe, parse_recipe
+from prour.recipes import load_recipe
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").rglob("*.yaml"))
 
@@ -111,10 +112,10 @@ def test_paper_recipe_is_the_whole_run():
     """Every role the paper names, each frozen one served by `prour serve` (no fixed base_url);
     every stage finds the roles it needs; the paper's data, router and eval numbers."""
     from prour.cluster.gpu_plan import STAGE_ROLES
-    from prour.cluster.recipe import load_cluster_recipe, served_roles
+    from prour.cluster.recipe import served_roles
     from prour.eval.methods import METHODS
 
-    recipe = load_cluster_recipe(PAPER)
+    recipe = load_recipe(PAPER, cluster=True)
     assert {r: m.path or m.model for r, m in recipe.models.items()} == PAPER_ROLES
     served = {role for roles in served_roles(recipe).values() for role in roles}
     assert served == set(PAPER_ROLES) - {"generator"}

@@ -110,13 +110,15 @@ def states(
 ) -> None:
     """Sample --n decision states (the agent's view before one of its turns) into the JSONL that
     `prour calibrate` labels; refuses, with the count, when there are fewer."""
-    from prour.cli.recipe import load_cli_recipe
+    from prour.cli.recipe import recipe_errors
+    from prour.recipes import load_recipe
     from prour.router.pipeline import SPLITS, states_path
     from prour.router.states import sample_states, write_states
 
     if split not in SPLITS:
         _fail(f"--split must be one of {', '.join(SPLITS)}; got {split!r}")
-    loaded = load_cli_recipe(recipe, overrides)
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides, endpoints=True)
     try:
         path = Path(out) if out else states_path(loaded, split)
         records = sample_states(trajectories, loaded.data, n,
@@ -143,11 +145,13 @@ def calibrate(
     from rich.console import Console
 
     from prour.build import Builder
-    from prour.cli.recipe import load_cli_recipe, preflight_or_exit
+    from prour.cli.recipe import preflight_or_exit, recipe_errors
+    from prour.recipes import load_recipe
 
     if stage not in STAGES:
         _fail(f"--stage must be one of {', '.join(STAGES)}; got {stage!r}")
-    loaded = load_cli_recipe(recipe, overrides)
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides, endpoints=True)
     preflight_or_exit(loaded, "calibrate")
     builder = Builder(loaded)
     console = Console()

@@ -25,9 +25,12 @@ ProgressOpt = typer.Option(True, "--progress/--no-progress", help="Show progress
 
 def _recipe(path: str, overrides: list[str] | None, on_bad_line: str | None = None) -> Recipe:
     """The resolved recipe, ``--on-bad-line`` being ``data.on_bad_line``."""
-    from prour.cli.recipe import load_cli_recipe
+    from prour.cli.recipe import recipe_errors
+    from prour.recipes import load_recipe
 
-    return load_cli_recipe(path, overrides, {"data.on_bad_line": on_bad_line})
+    with recipe_errors():
+        return load_recipe(path, overrides, flags={"data.on_bad_line": on_bad_line},
+                           endpoints=True)
 
 
 def _builder(recipe: Recipe, command: str, *roles: str) -> Builder:

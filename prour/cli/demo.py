@@ -66,12 +66,14 @@ def demo(
 ) -> None:
     """Run the whole pipeline on tiny local models (CPU) and print where its outputs are
     (``--recipe`` defaults to the embedded smoke recipe, recipes/smoke.yaml)."""
-    from prour.cli.recipe import load_cli_recipe
+    from prour.cli.recipe import recipe_errors
+    from prour.recipes import load_recipe
 
     recipe = recipe or str(DEFAULT_RECIPE)
 
     sets = [part for item in overrides or [] for part in ("--set", item)]
-    loaded = load_cli_recipe(recipe, overrides)
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides, endpoints=True)
     if loaded.train is None:
         typer.echo(f"error: {recipe}: train: the demo recipe needs a `train` section", err=True)
         raise typer.Exit(2)

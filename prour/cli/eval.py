@@ -77,17 +77,19 @@ def eval_command(
     --steps too, several saved steps of one training run are evaluated into one run folder."""
     from prour.cli.recipe import (
         hold_run_folder,
-        load_cli_recipe,
         preflight_or_exit,
+        recipe_errors,
         resumable,
         saved_lines,
     )
     from prour.eval.harness import EPISODES_FILE, with_checkpoint
+    from prour.recipes import load_recipe
 
-    loaded = load_cli_recipe(recipe, overrides, {
-        "eval.methods": _split(method), "eval.domains": _split(domains),
-        "eval.seeds": _split(seeds), "eval.attention_policies": _split(attention_policy),
-        "eval.max_tasks": max_tasks, "eval.concurrency": concurrency})
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides, endpoints=True, flags={
+            "eval.methods": _split(method), "eval.domains": _split(domains),
+            "eval.seeds": _split(seeds), "eval.attention_policies": _split(attention_policy),
+            "eval.max_tasks": max_tasks, "eval.concurrency": concurrency})
     default_generator = _file_generator(recipe) if overrides or checkpoint else None
     checkpoints = _checkpoints(checkpoint, _split(steps))
     # every checkpoint is a local HF folder already: check the run with the first as generator
@@ -121,7 +123,8 @@ def _check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:
 def _file_generator(path: str) -> ModelConfig | None:
     """``models.generator`` as the recipe file writes it (before ``--set`` and ``--checkpoint``):
     report rows name the generator where a run swapped it."""
-    from prour.config import ConfigError, load_recipe
+    from prour.config import ConfigError
+    from prour.recipes import load_recipe
 
     try:
         return load_recipe(path).models.get("generator")

@@ -24,9 +24,11 @@ def validate(
         "endpoints, extras, input files, thresholds, GPUs (one line per problem)."),
 ) -> None:
     """Check a recipe without loading any model; print the first error with its dotted key."""
-    from prour.cli.recipe import load_cli_recipe, preflight_problems
+    from prour.cli.recipe import preflight_problems, recipe_errors
+    from prour.recipes import load_recipe
 
-    loaded = load_cli_recipe(recipe, overrides, served=preflight)
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides, endpoints=preflight)
     if preflight:
         from prour.preflight import run_stages
 

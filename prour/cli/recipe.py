@@ -1,19 +1,18 @@
-"""How every command reads its recipe: the YAML file, the ``--set key.sub=value`` overrides, then
-the command's own flags as overrides of the keys they stand for (``prour eval --max-tasks 3`` is
-``--set eval.max_tasks=3``), validated once. Stages get that one resolved recipe, and provenance
-records it as it is; an error exits 2 naming the dotted key.
-
-The ``--recipe`` and ``--set`` options are defined here once; every command that reads a recipe
-takes both (tests/cli/test_common_options.py walks the app to hold that).
+"""What the commands share around their recipe: the ``--recipe`` and ``--set`` options, defined
+here once (every command that reads a recipe takes both; tests/cli/test_common_options.py walks the
+app to hold that), and a recipe that does not load exiting 2 with its one error line. Every command
+loads through :func:`prour.recipes.load_recipe`, its ``--set`` overrides and then its own flags as
+overrides of the keys they stand for (``prour eval --max-tasks 3`` is ``--set eval.max_tasks=3``),
+validated once. Stages get that one resolved recipe, and provenance records it as it is. Also here:
+the run-folder lock, preflight and Ctrl-C handling.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -29,25 +28,14 @@ SetOpt = typer.Option(
     None, "--set", help="Override a recipe value: key.sub=value (repeatable).")
 
 
-def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
-    """``{"eval.max_tasks": 3}`` → ``["eval.max_tasks=3"]``; unset flags (None) are skipped."""
-    return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+@contextmanager
+def recipe_errors() -> Iterator[None]:
+    """A recipe that does not load (:class:`~prour.config.ConfigError`, an unreadable endpoints
+    file) exits 2 with its one line naming the file, the dotted key and the fix."""
+    from prour.config import ConfigError
 
-
-def load_cli_recipe(
-    path: str | Path,
-    overrides: list[str] | None = None,
-    flags: Mapping[str, Any] | None = None,
-    served: bool = True,
-) -> Recipe:
-    """The resolved recipe of a command; with ``served``, ``openai`` roles without a ``base_url``
-    take it from the endpoints file of ``prour serve`` (the cluster commands decide that)."""
-    from prour.cluster.endpoints import load_run_recipe
-    from prour.config import ConfigError, load_recipe
-
-    items = [*(overrides or []), *flag_overrides(flags or {})]
     try:
-        return (load_run_recipe if served else load_recipe)(path, items)
+        yield
     except (ConfigError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

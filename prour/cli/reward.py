@@ -26,13 +26,15 @@ REWARD_ROLES = ("generator", "strict_user", "verifier")
 def _probe_recipe(path: str | None, overrides: list[str], model_path: str | None) -> Recipe:
     """The recipe whose generator, strict user and verifier score the probe: ``--model`` for all
     three, else the recipe's roles (a missing responder role uses ``models.generator``)."""
-    from prour.cli.recipe import load_cli_recipe
+    from prour.cli.recipe import recipe_errors
     from prour.config import ModelConfig, Recipe
+    from prour.recipes import load_recipe
 
     if path is None and model_path is None:
         _fail("give --recipe (models.generator, models.strict_user, models.verifier) or "
               "--model PATH")
-    loaded = load_cli_recipe(path, overrides) if path else Recipe(name="probe")
+    with recipe_errors():
+        loaded = load_recipe(path, overrides, endpoints=True) if path else Recipe(name="probe")
     if model_path:
         cfg = ModelConfig(backend="hf", path=model_path, dtype="float32", device="cpu")
         models = {**loaded.models, **dict.fromkeys(REWARD_ROLES, cfg)}

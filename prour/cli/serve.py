@@ -23,14 +23,11 @@ EndpointsOpt = typer.Option(
 
 def _load(recipe: str, overrides: list[str] | None) -> Recipe:
     """Load the recipe with its serve/slurm sections; exit 2 naming the dotted key on an error."""
-    from prour.cluster.recipe import load_cluster_recipe
-    from prour.config import ConfigError
+    from prour.cli.recipe import recipe_errors
+    from prour.recipes import load_recipe
 
-    try:
-        return load_cluster_recipe(recipe, list(overrides or []))
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    with recipe_errors():
+        return load_recipe(recipe, overrides, cluster=True)
 
 
 def _print_servers(record: dict[str, Any]) -> None:

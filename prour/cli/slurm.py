@@ -64,13 +64,13 @@ def submit(
     """
     from prour.cluster.jobs import SubmitError, dry_run_text
     from prour.cluster.jobs import submit as submit_jobs
-    from prour.cluster.recipe import load_cluster_recipe
     from prour.cluster.slurm import RenderError, SubmitRequest, plan_submission, refuse_empty_serve
     from prour.config import ConfigError
+    from prour.recipes import load_recipe
 
     items = list(overrides or [])
     try:
-        loaded = load_cluster_recipe(recipe, items)
+        loaded = load_recipe(recipe, items, cluster=True)
         folder = (run_dir or loaded.resolved_run_dir()).resolve()
         request = SubmitRequest(
             Path(recipe).resolve(),

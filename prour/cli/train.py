@@ -24,19 +24,16 @@ ReportOutOpt = typer.Option(None, "--out", help="Report folder (default OUTPUT_D
 
 def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Recipe, TrainConfig]:
     """Recipe (``--backend`` is ``train.backend``) and its train section; exit 2 naming the key."""
-    from prour.cli.recipe import load_cli_recipe
-    from prour.config import ConfigError
+    from prour.cli.recipe import recipe_errors
+    from prour.recipes import load_recipe
     from prour.train.recipe import train_section
 
     if recipe is None:
         typer.echo("error: --recipe is required", err=True)
         raise typer.Exit(2)
-    loaded = load_cli_recipe(recipe, overrides, {"train.backend": backend})
-    try:
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides, flags={"train.backend": backend}, endpoints=True)
         return loaded, train_section(loaded)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
 
 
 def _logging() -> None:

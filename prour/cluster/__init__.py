@@ -1,7 +1,7 @@
 """Serving frozen models and running the pipeline on Slurm.
 
 - ``config``: the ``serve`` and ``slurm`` recipe sections;
-- ``recipe``: loading a recipe with those sections (:func:`load_cluster_recipe`);
+- ``recipe``: the servers a recipe's ``openai`` roles need, and the check of ``serve.models``;
 - ``endpoints``: the endpoints file ``prour serve`` writes and train/eval read;
 - ``serve``: starting, watching and stopping one vLLM server per frozen model;
 - ``vllm_server``: one vLLM server as a child process (start, health wait, stop by PID);

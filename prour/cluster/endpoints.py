@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prour.config import Recipe, load_recipe
+from prour.config import Recipe
 from prour.files import write_atomic
 
 logger = logging.getLogger(__name__)
@@ -105,9 +105,3 @@ def resolve_endpoints(recipe: Recipe) -> Recipe:
         logger.debug("endpoints file %s is %s; models.%s keep no base_url", path, status, missing)
         return recipe
     return apply_endpoints(recipe, record)
-
-
-def load_run_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """A recipe as the stages that call models load it: validated, then ``openai`` roles without
-    a ``base_url`` pointed at the servers of a ready endpoints file (``prour serve``)."""
-    return resolve_endpoints(load_recipe(path, overrides))

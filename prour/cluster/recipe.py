@@ -1,5 +1,5 @@
-"""The recipe as the cluster commands read it: endpoints left unresolved (``prour serve`` decides
-them) and the servers of its ``openai`` roles without a ``base_url``.
+"""The servers a recipe's ``openai`` roles without a ``base_url`` need, as the cluster commands
+read them (``load_recipe(..., cluster=True)`` runs :func:`check_served_roles`).
 
 ``serve.models`` lists the servers when given, and then every such role must name one of them.
 When it is empty, each distinct model id of those roles gets one server with the defaults of
@@ -7,18 +7,9 @@ When it is empty, each distinct model id of those roles gets one server with the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prour.cluster.config import ServedModel
-from prour.config import ConfigError, Recipe, load_recipe
+from prour.config import ConfigError, Recipe
 from prour.registry import did_you_mean
-
-
-def load_cluster_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Load a recipe for ``prour serve`` / ``prour slurm`` (endpoints are not resolved here)."""
-    recipe = load_recipe(path, overrides)
-    check_served_roles(recipe, str(path))
-    return recipe
 
 
 def unserved_roles(recipe: Recipe) -> dict[str, str]:

@@ -106,15 +106,17 @@ TRAINING_RECIPES = ("recipe.resolved.yaml", "verl/recipe.yaml")
 def training_run(folder: Path) -> tuple[str, Path] | None:
     """(recipe name, output folder) of the training run a checkpoint folder belongs to: the
     nearest of the folder and its parents (up to four levels) that holds the run's recipe."""
-    import yaml
+    from prour.config import ConfigError
+    from prour.recipes import load_recipe
 
     for candidate in [folder, *folder.parents][:5]:
         for name in TRAINING_RECIPES:
             path = candidate / name
             if path.is_file():
-                recipe = yaml.safe_load(path.read_text()) or {}
-                if recipe.get("name"):
-                    return str(recipe["name"]), candidate
+                try:
+                    return load_recipe(path).name, candidate
+                except ConfigError:  # a recipe this prour no longer reads: the folder's name
+                    continue
     return None
 
 

@@ -2,8 +2,7 @@
 core algorithms, the local trainer, and the verl backend. Heavy modules load on use:
 
 - ``config``: the ``train`` recipe section and its batch-arithmetic checks (a leaf);
-- ``recipe``: the recipe as training reads it (``train_section``, ``load_train_recipe``, the
-  output folder);
+- ``recipe``: the recipe as training reads it (``train_section``, its plain dump);
 - ``algorithm``: ``select_kept``, ``drop_zero_variance``, ``group_advantages``, ``policy_loss``;
 - ``local``: :class:`~prour.train.local.LocalTrainer` (one process, CPU or one GPU);
 - ``verl_backend``: Hydra overrides and launch of ``verl.trainer.main_ppo``; ``verl_ext``: the

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from prour.cluster.endpoints import load_run_recipe
 from prour.config import ConfigError, Recipe
 from prour.train.config import TrainConfig
 
@@ -20,14 +18,6 @@ def train_section(recipe: Recipe) -> TrainConfig:
     if recipe.train is None:
         raise ConfigError("train", "this recipe has no `train` section; add one to train")
     return recipe.train
-
-
-def load_train_recipe(
-    path: str | Path, overrides: list[str] | None = None
-) -> tuple[Recipe, TrainConfig]:
-    """A recipe (served models' URLs filled in) and its ``train`` section."""
-    recipe = load_run_recipe(path, overrides)
-    return recipe, train_section(recipe)
 
 
 def recipe_dict(recipe: Recipe) -> dict[str, Any]:

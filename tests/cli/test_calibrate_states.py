@@ -151,10 +151,10 @@ def test_calibrate_labels_and_measures_the_sampled_states(recipe: Path) -> None:
         asked = any(scripts.QUESTION in (m.get("content") or "") for m in expected[state_id])
         assert by_id[state_id] == ("clarify" if asked else "act"), state_id
     from prour.build import Builder
-    from prour.cli.recipe import load_cli_recipe
+    from prour.recipes import load_recipe
     from prour.router.pipeline import cache_path, measure_split
 
-    builder = Builder(load_cli_recipe(str(recipe), None))
+    builder = Builder(load_recipe(str(recipe), endpoints=True))
     try:
         assert measure_split(builder, "dev") == len(ids)
     finally:
@@ -163,11 +163,11 @@ def test_calibrate_labels_and_measures_the_sampled_states(recipe: Path) -> None:
 
 
 def test_preflight_names_the_command_that_writes_missing_states(recipe: Path) -> None:
-    from prour.cli.recipe import load_cli_recipe
     from prour.preflight import check_paths
+    from prour.recipes import load_recipe
 
     missing = f"router.calibration.test_states={recipe.parent}/no.jsonl"
-    loaded = load_cli_recipe(str(recipe), [missing])
+    loaded = load_recipe(str(recipe), [missing], endpoints=True)
     [problem] = [p for p in check_paths(loaded, "calibrate", ["calibrate"])
                  if "router.calibration.test_states" in p.message]
     assert "run `prour calibrate states --split test --from" in problem.message

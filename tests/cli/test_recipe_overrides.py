@@ -10,8 +10,9 @@ import yaml
 from typer.testing import CliRunner
 
 from prour.cli.main import app
-from prour.cli.recipe import flag_overrides, load_cli_recipe
+from prour.cli.recipe import recipe_errors
 from prour.provenance import RECIPE_FILE
+from prour.recipes import flag_overrides, load_recipe
 
 
 def _recipe(tmp_path: Path, **sections: object) -> Path:
@@ -31,10 +32,10 @@ def test_flags_become_dotted_overrides_and_unset_flags_are_skipped() -> None:
 def test_a_flag_wins_over_set_and_is_validated_like_the_file(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture) -> None:
     path = _recipe(tmp_path, eval={"max_tasks": 5})
-    loaded = load_cli_recipe(path, ["eval.max_tasks=4"], {"eval.max_tasks": 2}, served=False)
+    loaded = load_recipe(path, ["eval.max_tasks=4"], flags={"eval.max_tasks": 2})
     assert loaded.eval.max_tasks == 2
-    with pytest.raises(typer.Exit) as info:
-        load_cli_recipe(path, [], {"eval.max_tasks": 0}, served=False)
+    with pytest.raises(typer.Exit) as info, recipe_errors():
+        load_recipe(path, [], flags={"eval.max_tasks": 0})
     assert info.value.exit_code == 2
     assert "eval.max_tasks" in capsys.readouterr().err
 

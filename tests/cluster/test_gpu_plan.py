@@ -11,8 +11,8 @@ import pytest
 from cluster_helpers import write_recipe
 
 from prour.cluster.gpu_plan import KNOWN_MODELS, GpuPlanError, check_stage, gpu_plan, model_shape
-from prour.cluster.recipe import load_cluster_recipe
 from prour.cluster.serve import ServeError, serve
+from prour.recipes import load_recipe
 
 PAPER = Path(__file__).resolve().parents[2] / "recipes" / "paper.yaml"
 GIB = 2**30
@@ -59,20 +59,20 @@ def test_the_papers_train_node() -> None:
     """GPU 1 holds the Qwen3-8B server (0.45 x 80 = 36 GiB), the FSDP shard of the 1.7B policy
     (1,720,574,976 params x 16 B / 2 GPUs), the rollout (0.2 x 80 = 16 GiB) and three CUDA
     contexts of 0.5 GiB; GPU 0 the same without the server."""
-    plan = check_stage(load_cluster_recipe(PAPER), "train")
+    plan = check_stage(load_recipe(PAPER, cluster=True), "train")
     shard = 1_720_574_976 * 16 / 2 / GIB  # 12.82 GiB
     assert plan.n_gpus == 2 and plan.gpu_gib == 80
     assert plan.total(0) == pytest.approx(shard + 16 + 1.0)
     assert plan.total(1) == pytest.approx(36 + 0.5 + shard + 16 + 1.0)
     assert "stop Qwen/Qwen3-32B on this node while training" in plan.text()
-    serving = check_stage(load_cluster_recipe(PAPER), "serve")  # 8B + the 32B's half on GPU 1
+    serving = check_stage(load_recipe(PAPER, cluster=True), "serve")  # 8B + the 32B's half on GPU 1
     assert serving.total(1) == pytest.approx(36 + 0.5 + 40 + 0.5)
 
 
 def test_a_share_too_small_for_the_weights_and_one_sequence_is_refused() -> None:
     """0.2 x 80 = 16 GiB - 15.26 GiB of bf16 weights (8,190,735,360 x 2 B) - 1.5 GiB reserve =
     -0.76 GiB of KV cache, but one 32,768-token sequence needs 147,456 x 32,768 B = 4.5 GiB."""
-    recipe = load_cluster_recipe(PAPER, ["serve.models.Qwen/Qwen3-8B.gpu_memory_utilization=0.2"])
+    recipe = load_recipe(PAPER, ["serve.models.Qwen/Qwen3-8B.gpu_memory_utilization=0.2"], cluster=True)
     with pytest.raises(GpuPlanError) as info:
         check_stage(recipe, "train")
     assert (
@@ -86,11 +86,11 @@ def test_a_smaller_gpu_overflows_with_the_sum_named() -> None:
     """On 40 GiB GPUs the rollout share (0.2 x 40 = 8 GiB) is below the update's activations
     (3,160 x 151,936 x 4 B x 5 = 8.94 GiB of logits + 28 x 3,160 x 2,048 x 2 B = 0.34 GiB of
     hidden states), so GPU 1 needs 18 + 0.5 + 12.82 + 9.28 + 1 = 41.6 GiB."""
-    plan = gpu_plan(load_cluster_recipe(PAPER, ["serve.gpu_memory_gib=40"]), "train")
+    plan = gpu_plan(load_recipe(PAPER, ["serve.gpu_memory_gib=40"], cluster=True), "train")
     assert not plan.fits
     assert any(p.startswith("GPU 1 needs 41.6 GiB > 40 GiB") for p in plan.problems)
     apart = gpu_plan(
-        load_cluster_recipe(PAPER, ["serve.gpu_memory_gib=40", "serve.colocate_train=false"]),
+        load_recipe(PAPER, ["serve.gpu_memory_gib=40", "serve.colocate_train=false"], cluster=True),
         "train",
     )
     activations = (3160 * 151_936 * 4 * 5 + 28 * 3160 * 2048 * 2) / GIB
@@ -109,7 +109,7 @@ def test_serve_refuses_servers_that_cannot_share_a_gpu(tmp_path: Path) -> None:
                    "judge": {"backend": "openai", "model": "b"}},
         "serve": {"python": sys.executable, "models": models},
     }  # fmt: skip
-    recipe = load_cluster_recipe(write_recipe(tmp_path / "r.yaml", data))
+    recipe = load_recipe(write_recipe(tmp_path / "r.yaml", data), cluster=True)
     with pytest.raises(ServeError, match=r"GPU 0 needs 81.0 GiB > 80 GiB"):
         serve(recipe, threading.Event())
     assert not (tmp_path / "run" / "endpoints.json").exists()
@@ -131,10 +131,10 @@ def test_the_update_estimate_matches_the_measured_peak() -> None:
 def test_eval_counts_the_generator_it_loads_in_process() -> None:
     """The evaluated Qwen3-1.7B (hf, bf16) sits on GPU 0 beside the 32B's half: 40 + 0.5 +
     1,720,574,976 x 2 B (3.2 GiB) + 0.5; without servers it alone makes the plan one GPU."""
-    plan = check_stage(load_cluster_recipe(PAPER), "eval")
+    plan = check_stage(load_recipe(PAPER, cluster=True), "eval")
     weights = 1_720_574_976 * 2 / GIB
     assert plan.total(0) == pytest.approx(40 + 0.5 + weights + 0.5)
-    alone = gpu_plan(load_cluster_recipe(PAPER, ["serve.models={}"]), "eval")
+    alone = gpu_plan(load_recipe(PAPER, ["serve.models={}"], cluster=True), "eval")
     assert alone.n_gpus == 1 and alone.total(0) == pytest.approx(weights + 0.5)
 
 

@@ -25,8 +25,8 @@ from prour.cluster.jobs import (
     submit,
     summarize,
 )
-from prour.cluster.recipe import load_cluster_recipe
 from prour.cluster.slurm import SubmitRequest, plan_submission
+from prour.recipes import load_recipe
 
 SCONTROL = {
     "1": "JobId=1 JobName=prour-unit-serve JobState=COMPLETED Reason=None Dependency=(null) "
@@ -76,7 +76,7 @@ def submitted(tmp_path: Path, runner: FakeSlurm, serve: dict | None = None) -> d
         data["serve"] = serve
         data["models"]["user"] = {"backend": "openai", "model": next(iter(serve["models"]))}
     path = write_recipe(tmp_path / "recipe.yaml", data)
-    loaded = load_cluster_recipe(path)
+    loaded = load_recipe(path, cluster=True)
     request = SubmitRequest(path, ["serve", "train", "eval"], tmp_path / "run", [], tmp_path)
     return submit(loaded, request, plan_submission(loaded, request), runner=runner)
 

@@ -20,10 +20,10 @@ import httpx
 import pytest
 from cluster_helpers import alive, write_recipe
 
-from prour.cluster.endpoints import load_run_recipe, read_endpoints, write_endpoints
-from prour.cluster.recipe import load_cluster_recipe
+from prour.cluster.endpoints import read_endpoints, write_endpoints
 from prour.cluster.serve import ServeError, plan_servers, serve
 from prour.config import ConfigError
+from prour.recipes import load_recipe
 
 
 def frozen_recipe(tmp_path: Path, python: Path, models: dict, roles: dict | None = None) -> Path:
@@ -78,7 +78,7 @@ def test_roles_sharing_a_model_share_one_server(tmp_path: Path, fake_vllm_python
         "judge-m": {"path": model_dir(tmp_path, "j")},
     }
     roles = {"decomposer": "big", "user": "big", "judge": "judge-m"}
-    loaded = load_cluster_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles))
+    loaded = load_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles), cluster=True)
     plans = plan_servers(loaded)
     assert [(p.model_id, p.roles) for p in plans] == [
         ("big", ("decomposer", "user")),
@@ -118,7 +118,7 @@ def test_placement_errors_name_the_key(
 ) -> None:
     path = frozen_recipe(tmp_path, Path(sys.executable), serve_models)
     with pytest.raises(ConfigError) as info:
-        load_cluster_recipe(path)
+        load_recipe(path, cluster=True)
     assert info.value.key == key
     assert fragment in str(info.value)
 
@@ -128,14 +128,14 @@ def test_shared_gpu_is_fine_when_shares_fit(tmp_path: Path) -> None:
         "big": {"gpus": [0], "gpu_memory_utilization": 0.5},
         "small": {"gpus": [0], "gpu_memory_utilization": 0.4},
     }
-    loaded = load_cluster_recipe(frozen_recipe(tmp_path, Path(sys.executable), serve_models))
+    loaded = load_recipe(frozen_recipe(tmp_path, Path(sys.executable), serve_models), cluster=True)
     assert set(loaded.serve.models) == {"big", "small"}
 
 
 def test_unserved_openai_role_is_refused(tmp_path: Path) -> None:
     path = frozen_recipe(tmp_path, Path(sys.executable), {"bigg": {}})
     with pytest.raises(ConfigError) as info:
-        load_cluster_recipe(path)
+        load_recipe(path, cluster=True)
     assert info.value.key == "models.decomposer.model"
     assert "Did you mean 'bigg'" in str(info.value)
 
@@ -146,7 +146,7 @@ def test_serve_publishes_endpoints_and_stops_by_pid(tmp_path: Path, fake_vllm_py
         "judge-m": {"path": model_dir(tmp_path, "j")},
     }
     roles = {"decomposer": "big", "user": "big", "judge": "judge-m"}
-    loaded = load_cluster_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles))
+    loaded = load_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles), cluster=True)
     stop = threading.Event()
     thread, outcome = run_in_thread(loaded, stop)
     endpoints = tmp_path / "run" / "endpoints.json"
@@ -179,7 +179,7 @@ def test_failed_start_stops_the_others_quickly(
         "judge-m": {"path": model_dir(tmp_path, "j", broken=True)},
     }
     roles = {"user": "big", "judge": "judge-m"}
-    loaded = load_cluster_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles))
+    loaded = load_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles), cluster=True)
     started = time.monotonic()
     thread, outcome = run_in_thread(loaded, threading.Event())
     thread.join(60)
@@ -203,22 +203,22 @@ def test_endpoints_fill_openai_base_urls(tmp_path: Path, fake_vllm_python: Path)
         if k != "serve"
     }
     plain = write_recipe(tmp_path / "plain.yaml", base)
-    assert load_run_recipe(plain).models["user"].base_url is None  # nothing published yet
-    loaded = load_cluster_recipe(recipe_path)
+    assert load_recipe(plain, endpoints=True).models["user"].base_url is None  # nothing published yet
+    loaded = load_recipe(recipe_path, cluster=True)
     stop = threading.Event()
     thread, _ = run_in_thread(loaded, stop)
     record = wait_status(tmp_path / "run" / "endpoints.json", "ready")
-    resolved = load_run_recipe(plain)
+    resolved = load_recipe(plain, endpoints=True)
     assert {r: m.base_url for r, m in resolved.models.items()} == {
         r: record["servers"]["big"]["base_url"] for r in ("decomposer", "user", "verifier")
     }
     stop.set()
     thread.join(30)
-    assert load_run_recipe(plain).models["user"].base_url is None  # stopped servers are not used
+    assert load_recipe(plain, endpoints=True).models["user"].base_url is None  # stopped servers are not used
     from prour.llm.registry import build_llm
 
     with pytest.raises(ValueError, match="prour serve"):
-        build_llm(load_run_recipe(plain).models["user"])
+        build_llm(load_recipe(plain, endpoints=True).models["user"])
 
 
 def test_a_server_that_died_before_the_stop_request_fails_the_serve(
@@ -226,8 +226,8 @@ def test_a_server_that_died_before_the_stop_request_fails_the_serve(
 ) -> None:
     """A stop request (serve_stop's SIGTERM after a failed eval) that comes before the next health
     poll still reports the server that died: the serve stage fails with its cause."""
-    loaded = load_cluster_recipe(
-        frozen_recipe(tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big")}})
+    loaded = load_recipe(
+        frozen_recipe(tmp_path, fake_vllm_python, {"big": {"path": model_dir(tmp_path, "big")}}), cluster=True
     )
     stop, outcome = threading.Event(), {}
 
@@ -320,13 +320,13 @@ def test_a_second_serve_on_the_same_endpoints_is_refused(
         with pytest.raises(
             ServeError, match=f"owned by a running `prour serve` \\(pid {owner.pid}\\)"
         ):
-            serve(load_cluster_recipe(recipe_path), threading.Event())
+            serve(load_recipe(recipe_path, cluster=True), threading.Event())
     finally:
         owner.kill()
         owner.wait()
     stopped = threading.Event()
     stopped.set()  # the owner is gone: a new serve may take the file over (and stops at once here)
-    path = serve(load_cluster_recipe(recipe_path), stopped)
+    path = serve(load_recipe(recipe_path, cluster=True), stopped)
     assert read_endpoints(path)["status"] == "stopped"
 
 
@@ -389,7 +389,7 @@ def test_without_serve_models_each_model_id_of_the_openai_roles_gets_a_server(
             "generator": {"backend": "hf", "path": "Qwen/Qwen3-1.7B"},
         },
     }
-    loaded = load_cluster_recipe(write_recipe(tmp_path / "r.yaml", data))
+    loaded = load_recipe(write_recipe(tmp_path / "r.yaml", data), cluster=True)
     plans = plan_servers(loaded)
     assert [(p.model_id, p.roles) for p in plans] == [
         ("Qwen/Qwen3-8B", ("agent", "verifier")),
@@ -428,7 +428,7 @@ def test_endpoints_name_a_host_other_nodes_can_reach(
 ) -> None:
     models = {"big": {"path": model_dir(tmp_path, "big"), "port": free_tcp_port()}}
     path = frozen_recipe(tmp_path, fake_vllm_python, models)
-    loaded = load_cluster_recipe(path, [f"serve.{k}={v}" for k, v in serve_section.items()])
+    loaded = load_recipe(path, [f"serve.{k}={v}" for k, v in serve_section.items()], cluster=True)
     (plan,) = plan_servers(loaded)
     assert plan.host == serve_section.get("host", "127.0.0.1")
     assert plan.advertised_host == advertised

@@ -29,10 +29,10 @@ from cluster_helpers import (
     write_recipe,
 )
 
-from prour.cluster.endpoints import load_run_recipe
 from prour.env.agents import LLMAgent, TaskView
 from prour.llm.base import ChatRequest, SamplingParams
 from prour.llm.registry import build_llm
+from prour.recipes import load_recipe
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -111,7 +111,7 @@ def test_serve_tiny_model_endpoints_chat_and_clean_stop(
         assert server["roles"] == ["user", "judge"] and server["base_url"].startswith(
             "http://127.0.0.1:"
         )
-        resolved = load_run_recipe(stage)  # a train/eval stage loading its recipe
+        resolved = load_recipe(stage, endpoints=True)  # a train/eval stage loading its recipe
         assert resolved.models["user"].base_url == server["base_url"]
         llm = build_llm(resolved.models["user"])
         try:
@@ -133,7 +133,7 @@ def test_serve_tiny_model_endpoints_chat_and_clean_stop(
     assert "tiny: http://127.0.0.1:" in out
     assert not alive(server["pid"]), f"vLLM pid {server['pid']} survived prour serve"
     assert json.loads((tmp_path / "run" / "endpoints.json").read_text())["status"] == "stopped"
-    assert load_run_recipe(stage).models["user"].base_url is None
+    assert load_recipe(stage, endpoints=True).models["user"].base_url is None
 
 
 def stop_serve(proc: subprocess.Popen[str]) -> tuple[str, str]:
@@ -171,7 +171,7 @@ def test_agent_tool_calls_through_vllm_parser_and_seeded_long_prompt(
             "--no-enable-chunked-prefill --max-num-batched-tokens 4096",
         ):
             assert flag in command, (flag, command)
-        llm = build_llm(load_run_recipe(stage).models["agent"])
+        llm = build_llm(load_recipe(stage, endpoints=True).models["agent"])
         agent = LLMAgent(llm, temperature=0.0, max_tokens=48)
         try:
             agent.reset("retail", TaskView("retail", "0", "policy", seed=3))

@@ -16,7 +16,6 @@ import pytest
 from cluster_helpers import write_recipe
 
 from prour.cluster.jobs import dry_run_text
-from prour.cluster.recipe import load_cluster_recipe
 from prour.cluster.slurm import (
     BLOCK_END,
     BLOCK_START,
@@ -29,6 +28,7 @@ from prour.cluster.slurm import (
     render_script,
 )
 from prour.config import ConfigError
+from prour.recipes import load_recipe
 
 RAY_NCCL_VARIABLES = (
     "RAY_ADDRESS",
@@ -73,7 +73,7 @@ def base_recipe(tmp_path: Path, **sections) -> dict:
 
 def plan(tmp_path: Path, data: dict, stages=("serve", "train", "eval"), overrides=()) -> tuple:
     path = write_recipe(tmp_path / "recipe.yaml", data)
-    loaded = load_cluster_recipe(path, list(overrides))
+    loaded = load_recipe(path, list(overrides), cluster=True)
     request = SubmitRequest(path, list(stages), tmp_path / "run", list(overrides), tmp_path)
     return loaded, plan_submission(loaded, request)
 

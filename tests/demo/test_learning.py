@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from prour.config import load_recipe
 from prour.data.dataset import read_rows
 from prour.data.schema import state_from_row
 from prour.demo import learning
 from prour.demo.states import oracle_states
 from prour.demo.transcripts import corpus_task_ids
 from prour.demo.warmstart import warm_start
+from prour.recipes import load_recipe
 from prour.rollout.query import query_prompt
 
 SMOKE = Path(__file__).resolve().parents[2] / "recipes" / "smoke.yaml"

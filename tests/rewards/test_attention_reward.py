@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from prour.config import ConfigError, load_recipe, parse_recipe
+from prour.config import ConfigError, parse_recipe
 from prour.eval.attention.judge import RequestJudge
 from prour.llm.scripted import ScriptedLLM, render_prompt, word_overlap_logprobs
+from prour.recipes import load_recipe
 from prour.rewards import InfoGainReward, RewardConfig, RewardState, belief_prompt
 from prour.rewards.attention import QuestionCost
 from prour.rollout import StrictUserSimulator

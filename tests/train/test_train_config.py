@@ -9,8 +9,9 @@ import yaml
 
 from prour.config import ConfigError
 from prour.data.config import DataConfig
+from prour.recipes import load_recipe
 from prour.train.config import TrainConfig
-from prour.train.recipe import load_train_recipe
+from prour.train.recipe import train_section
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "recipes" / "paper.yaml"
@@ -37,7 +38,8 @@ def test_defaults_are_the_papers_numbers():
 
 
 def test_paper_recipe_loads_with_its_train_section():
-    recipe, cfg = load_train_recipe(PAPER)
+    recipe = load_recipe(PAPER)
+    cfg = train_section(recipe)
     assert recipe.name == "paper" and cfg.backend == "verl"
     assert (
         cfg.model_dump()
@@ -86,7 +88,7 @@ def test_paper_recipe_loads_with_its_train_section():
 )
 def test_bad_batch_arithmetic_is_refused_with_the_numbers(overrides, key, numbers):
     with pytest.raises(ConfigError) as info:
-        load_train_recipe(PAPER, overrides)
+        load_recipe(PAPER, overrides)
     assert info.value.key == key
     message = str(info.value)
     for number in numbers:
@@ -99,5 +101,5 @@ def test_unknown_section_key_names_the_dotted_path(tmp_path):
     path = tmp_path / "typo.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as info:
-        load_train_recipe(path)
+        load_recipe(path)
     assert info.value.key == "train.ppo.clip_hgih"

@@ -44,10 +44,10 @@ AGENT_NAME = "prour_query"
 def _run_context(recipe_path: str) -> tuple[Any, Any]:
     """The run's recipe and frozen responders (clients), built once per worker process."""
     from prour.build import Builder
-    from prour.train.recipe import load_train_recipe
+    from prour.recipes import load_recipe
     from prour.train.reward import build_responders
 
-    recipe, _train = load_train_recipe(recipe_path)
+    recipe = load_recipe(recipe_path, endpoints=True)
     return recipe, build_responders(Builder(recipe))
 
 

@@ -70,8 +70,8 @@ def scripted_responders() -> Iterator:
 
     from prour.llm import SamplingParams
     from prour.llm.scripted import ScriptedLLM
+    from prour.recipes import load_recipe
     from prour.rollout import StrictUserSimulator
-    from prour.train.recipe import load_train_recipe
     from prour.train.reward import Responders
     from prour.train.verl_ext import agent_loop
 
@@ -81,7 +81,7 @@ def scripted_responders() -> Iterator:
         patch.setattr(
             agent_loop,
             "_run_context",
-            lambda path: (load_train_recipe(path)[0], Responders(responder, None)),
+            lambda path: (load_recipe(path, endpoints=True), Responders(responder, None)),
         )
         yield user
 

@@ -34,10 +34,11 @@ ANSWERS = ("Blue, size M.", "The grey one, size M.", "It does not matter, size M
 def compose(model_dir: Path, run_dir: Path, sets: list[str]) -> tuple[Any, Path]:
     """The paper recipe with the verl backend on ``model_dir``: verl's resolved config and the
     recipe file the agent loops read."""
-    from prour.train.recipe import load_train_recipe
+    from prour.recipes import load_recipe
+    from prour.train.recipe import train_section
     from prour.train.verl_backend import compose_verl_config, prepare_verl_run
 
-    recipe, cfg = load_train_recipe(
+    recipe = load_recipe(
         "recipes/paper.yaml",
         [
             "train.backend=verl",
@@ -47,8 +48,9 @@ def compose(model_dir: Path, run_dir: Path, sets: list[str]) -> tuple[Any, Path]
             "reward.responder_retries=0",
             *sets,
         ],
+        endpoints=True,
     )
-    run = prepare_verl_run(recipe, cfg, write=True)
+    run = prepare_verl_run(recipe, train_section(recipe), write=True)
     config = compose_verl_config(run.overrides + ["data.dataloader_num_workers=0"])
     OmegaConf.resolve(config)
     return config, run.recipe_file

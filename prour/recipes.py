@@ -1,0 +1,58 @@
+"""The one way prour reads a recipe file, for every command and stage alike.
+
+:func:`load_recipe` reads the YAML (with its ``extends`` chain), applies the ``--set key.sub=value``
+overrides and then a command's own flags (``prour eval --max-tasks 3`` is
+``--set eval.max_tasks=3``), validates the result once into a :class:`~prour.config.Recipe`, whose
+paths follow the recipe's one path rule (see :mod:`prour.config`), and, when the caller asks,
+checks what the cluster commands need or fills the base URLs of served models. Nothing else in
+prour parses a recipe file (tests/test_architecture.py holds that line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from prour.config import Recipe, apply_override, parse_recipe, read_recipe_data
+
+__all__ = ["flag_overrides", "load_recipe"]
+
+
+def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
+    """``{"eval.max_tasks": 3}`` → ``["eval.max_tasks=3"]``; unset flags (None) are skipped."""
+    return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+
+
+def load_recipe(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    flags: Mapping[str, Any] | None = None,
+    endpoints: bool = False,
+    cluster: bool = False,
+) -> Recipe:
+    """The validated recipe of ``path``; raises :class:`~prour.config.ConfigError` naming the
+    file and dotted key.
+
+    ``overrides`` (``key.sub=value``, values parsed as YAML) apply first, then ``flags`` (dotted
+    key -> value; ``None`` means the flag was not given). With ``cluster`` every ``openai`` role
+    without a ``base_url`` must be served by ``serve.models`` when that list is given (``prour
+    serve``, ``prour slurm``). With ``endpoints`` such roles take their ``base_url`` from a ready
+    endpoints file of ``prour serve`` (stages that call models); an unreadable endpoints file
+    raises :class:`~prour.cluster.endpoints.EndpointsError`.
+    """
+    data = read_recipe_data(Path(path))
+    for item in [*(overrides or []), *flag_overrides(flags or {})]:
+        apply_override(data, item)
+    recipe = parse_recipe(data, str(path))
+    if cluster:
+        from prour.cluster.recipe import check_served_roles
+
+        check_served_roles(recipe, str(path))
+    if endpoints:
+        from prour.cluster.endpoints import resolve_endpoints
+
+        recipe = resolve_endpoints(recipe)
+    return recipe
