@@ -126,8 +126,7 @@ class Builder:
         """(τ_AU, τ_EU) of the decomposer model: explicit in the recipe, or calibrated."""
         instances = self._instances
         if instances.thresholds is None:
-            from prour.router.pipeline import thresholds_path
-            from prour.router.thresholds import router_thresholds
+            from prour.router.thresholds import router_thresholds, thresholds_path
 
             instances.thresholds = router_thresholds(
                 self.recipe.router, self.decomposer_model_id(), thresholds_path(self.recipe)

@@ -339,8 +339,7 @@ def check_thresholds(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> 
     if "calibrate" in set(stages) or not _routes(recipe, stage) \
             or "decomposer" not in recipe.models:
         return []
-    from prour.router.pipeline import thresholds_path
-    from prour.router.thresholds import decomposer_model_id, router_thresholds
+    from prour.router.thresholds import decomposer_model_id, router_thresholds, thresholds_path
 
     try:  # where the stage itself reads them (prour.build.Builder.thresholds)
         model_id = decomposer_model_id(recipe.models["decomposer"])

@@ -93,14 +93,16 @@ def _in_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(tree: ast.AST, module_level_only: bool) -> list[ast.Import | ast.ImportFrom]:
+def _import_nodes(tree: ast.AST, module_level_only: bool,
+                  type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
     """Import statements anywhere (module level and inside functions, unless only the module
-    level is asked for); ``if TYPE_CHECKING:`` blocks never run and are skipped."""
+    level is asked for). ``if TYPE_CHECKING:`` blocks never run, so they are skipped unless
+    ``type_checking`` asks for them (a type checker follows them, and so does the cycle check)."""
     out: list[ast.Import | ast.ImportFrom] = []
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _in_type_checking(node):
+        if isinstance(node, ast.If) and _in_type_checking(node) and not type_checking:
             stack.extend(node.orelse)
             continue
         if module_level_only and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -111,12 +113,13 @@ def _import_nodes(tree: ast.AST, module_level_only: bool) -> list[ast.Import | a
     return out
 
 
-def imported_names(name: str, path: Path, module_level_only: bool = False) -> set[str]:
+def imported_names(name: str, path: Path, module_level_only: bool = False,
+                   type_checking: bool = False) -> set[str]:
     """Dotted modules a module imports; ``from a import b`` names ``a.b`` when that is a module."""
     known = modules()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in _import_nodes(parsed(path), module_level_only):
+    for node in _import_nodes(parsed(path), module_level_only, type_checking):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
             continue
@@ -133,12 +136,14 @@ def imported_names(name: str, path: Path, module_level_only: bool = False) -> se
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Edges module -> each ``prour`` module it imports: at module level, inside functions, or
-    (a package ``__init__``) lazily by a name table. An import of ``prour.a.b`` is an edge to
-    ``prour.a.b`` alone: the ``__init__`` Python also runs on the way is checked apart, by the
-    ``sys.modules`` probe above (package inits must not load runtime code when a leaf loads)."""
+    """Edges module -> each ``prour`` module it imports: at module level, inside functions,
+    under ``if TYPE_CHECKING:``, or (a package ``__init__``) lazily by a name table. An import
+    of ``prour.a.b`` is an edge to ``prour.a.b`` alone: the ``__init__`` Python also runs on the
+    way is checked apart, by the ``sys.modules`` probe above (package inits must not load runtime
+    code when a leaf loads)."""
     known = modules()
-    return {name: {t for t in imported_names(name, path) if t in known and t != name}
+    return {name: {t for t in imported_names(name, path, type_checking=True)
+                   if t in known and t != name}
             for name, path in known.items()}
 
 
@@ -175,6 +180,18 @@ def test_relative_and_submodule_imports_are_resolved(tmp_path: Path) -> None:
     assert "prour.section" in graph["prour.config"]
     assert "prour.llm.base" in graph["prour.llm"]  # package __init__ -> submodule
     assert "prour.router.uncertainty" in graph["prour.router"]  # a lazy re-export counts too
+    assert "prour.build" in graph["prour.router.pipeline"]  # only under `if TYPE_CHECKING:`
+
+
+def test_type_checking_imports_count_only_when_asked() -> None:
+    tree = ast.parse("import a\nif TYPE_CHECKING:\n    import b\nelse:\n    import c\n"
+                     "if typing.TYPE_CHECKING:\n    import d\n")
+
+    def names(**kw: bool) -> list[str]:
+        return sorted(a.name for n in _import_nodes(tree, False, **kw) for a in n.names)
+
+    assert names() == ["a", "c"]
+    assert names(type_checking=True) == ["a", "b", "c", "d"]
 
 
 def test_the_package_has_no_import_cycle() -> None:

@@ -64,7 +64,8 @@ def _measure(builder: Builder, split: str, console) -> None:
 
 def _stage_search(builder: Builder, console) -> None:
     from prour.router.calibration import RoutingScores
-    from prour.router.pipeline import search_thresholds, thresholds_path
+    from prour.router.pipeline import search_thresholds
+    from prour.router.thresholds import thresholds_path
 
     _measure(builder, "dev", console)
     result, stored, joined = search_thresholds(builder)

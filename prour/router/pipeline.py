@@ -22,7 +22,13 @@ from prour.env.trajectory import append_jsonl, read_jsonl
 from prour.router.annotation import annotate, read_labels, read_states
 from prour.router.calibration import Calibration, RoutingScores, calibrate, score_routes
 from prour.router.routing import route_many
-from prour.router.thresholds import decomposer_model_id, load_thresholds, save_thresholds
+from prour.router.thresholds import (
+    calibration_dir,
+    decomposer_model_id,
+    load_thresholds,
+    save_thresholds,
+    thresholds_path,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
@@ -36,17 +42,6 @@ SPLITS = ("dev", "test")
 def _model_id(builder: Builder) -> str:
     """The decomposer's threshold key (``models.decomposer`` must be set)."""
     return decomposer_model_id(builder.model_config("decomposer"))
-
-
-def calibration_dir(recipe: Recipe) -> Path:
-    """``router.calibration.out_dir``, default ``<run_dir>/calibration``."""
-    configured = recipe.router.calibration.out_dir
-    return Path(configured) if configured else recipe.resolved_run_dir() / "calibration"
-
-
-def thresholds_path(recipe: Recipe) -> Path:
-    """Where the thresholds go: ``router.thresholds_file``, default in the calibration folder."""
-    return Path(recipe.router.thresholds_file or calibration_dir(recipe) / "thresholds.json")
 
 
 def states_path(recipe: Recipe, split: str) -> Path:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.config import ModelConfig
+from prour.config import ModelConfig, Recipe
 from prour.files import write_atomic
 from prour.router.calibration import Calibration
 from prour.router.config import RouterConfig
@@ -44,6 +44,18 @@ def decomposer_model_id(model: ModelConfig) -> str:
     if not ident:
         raise ValueError("the decomposer model config names no model, path or script")
     return f"{model.backend}:{ident}"
+
+
+def calibration_dir(recipe: Recipe) -> Path:
+    """``router.calibration.out_dir``, default ``<run_dir>/calibration``: the thresholds' default
+    folder, where the calibration pipeline also keeps its labels and decomposer caches."""
+    configured = recipe.router.calibration.out_dir
+    return Path(configured) if configured else recipe.resolved_run_dir() / "calibration"
+
+
+def thresholds_path(recipe: Recipe) -> Path:
+    """Where the thresholds go: ``router.thresholds_file``, default in the calibration folder."""
+    return Path(recipe.router.thresholds_file or calibration_dir(recipe) / "thresholds.json")
 
 
 class ThresholdStore:

@@ -15,7 +15,7 @@ from prour.router import (
     load_thresholds,
     save_thresholds,
 )
-from prour.router.thresholds import decomposer_model_id, router_thresholds
+from prour.router.thresholds import decomposer_model_id, router_thresholds, thresholds_path
 
 
 def test_save_and_load_per_model(tmp_path: Path) -> None:
@@ -85,7 +85,6 @@ def test_stages_read_the_thresholds_where_calibrate_writes_them(tmp_path: Path) 
     from prour.build import Builder
     from prour.config import Recipe
     from prour.llm.scripted import ScriptedLLM
-    from prour.router.pipeline import thresholds_path
 
     model = ModelConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="qwen3-8b")
     recipe = Recipe(name="t", run_dir=str(tmp_path / "run"), models={"decomposer": model})
