@@ -2,7 +2,7 @@
 recipe's decomposer model and report routing F1 on a held-out set (paper A.2.2).
 
 ``prour calibrate states --recipe R --split dev|test --from TRAJECTORIES.jsonl``: sample the
-decision states those stages read (:mod:`prour.router.states`)."""
+decision states those stages read (:mod:`prour.data.calibration_states`)."""
 
 from __future__ import annotations
 
@@ -112,9 +112,9 @@ def states(
     """Sample --n decision states (the agent's view before one of its turns) into the JSONL that
     `prour calibrate` labels; refuses, with the count, when there are fewer."""
     from prour.cli.recipe import recipe_errors
+    from prour.data.calibration_states import sample_states, write_states
     from prour.recipes import load_recipe
     from prour.router.pipeline import SPLITS, states_path
-    from prour.router.states import sample_states, write_states
 
     if split not in SPLITS:
         _fail(f"--split must be one of {', '.join(SPLITS)}; got {split!r}")

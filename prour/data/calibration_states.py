@@ -3,8 +3,9 @@
 A decision state is what the task agent saw right before one of its own turns, built by
 :func:`prour.data.extract.decision_states` (the extract stage's rule: the first
 ``data.max_decisions`` agent decisions; user text, the agent's own messages, tool calls and
-results; never the system prompt, the task instruction, G* or reference actions). The decomposer
-sees exactly this history, untruncated, during extract and calibration.
+results; never the system prompt, the task instruction, G* or reference actions), which is why
+this sampler sits in the data stage and not with the router that reads its output. The
+decomposer sees exactly this history, untruncated, during extract and calibration.
 
 Sampling is seeded and spread over trajectories: trajectories are shuffled, each one's decisions
 are shuffled, then states are taken round-robin, one per trajectory per round, so every
