@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from prour.config import EnvConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories
 from prour.data.config import DataConfig
 from prour.env.agents import LLMAgent
@@ -43,9 +44,10 @@ def episodes_per_minute(llm: OpenAILLM, concurrency: int, args: argparse.Namespa
     cfg = DataConfig(num_trajectories=args.episodes, trial_seeds=[0], concurrency=concurrency,
                      teacher_max_tokens=args.max_tokens)
     tasks = load_tasks("retail", "train")[: args.episodes]
+    env = EnvConfig(agent_max_tokens=args.max_tokens, user_max_tokens=args.max_tokens)
     factories = EpisodeFactories(
-        make_agent=lambda: LLMAgent(llm, temperature=0.01, max_tokens=args.max_tokens),
-        make_user=lambda: LLMUser(llm, temperature=1.0, max_tokens=args.max_tokens),
+        make_agent=lambda: LLMAgent(llm, env),
+        make_user=lambda: LLMUser(llm, env),
         teacher=llm, cfg=cfg)
     start = time.perf_counter()
     trajs = collect_trajectories(tasks, factories, cfg, out, max_steps=args.max_steps,

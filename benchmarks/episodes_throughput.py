@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from prour.config import EnvConfig
 from prour.env.agents import LLMAgent
 from prour.env.domains import load_tasks
 from prour.env.runner import EpisodeJob, run_episodes
@@ -85,13 +86,15 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 def episodes_per_minute(llm: OpenAILLM, concurrency: int, args: argparse.Namespace) -> float:
     """Run the benchmark episodes at ``concurrency``; return episodes per minute."""
     tasks = load_tasks(args.domain, "test")[: args.episodes]
+    env = EnvConfig(agent_temperature=0.0, agent_max_tokens=args.max_tokens,
+                    user_max_tokens=args.max_tokens)
     jobs = [
         EpisodeJob(
             args.domain,
             task,
             "llm",
-            make_agent=lambda: LLMAgent(llm, temperature=0.0, max_tokens=args.max_tokens),
-            make_user=lambda: LLMUser(llm, temperature=1.0, max_tokens=args.max_tokens),
+            make_agent=lambda: LLMAgent(llm, env),
+            make_user=lambda: LLMUser(llm, env),
         )
         for task in tasks
     ]

@@ -125,7 +125,8 @@ def main() -> None:
         naive_policy = CountingLLM(hf)
         t_naive, naive_rewards = measure(functools.partial(naive, naive_policy, hist, answers))
         policy = CountingLLM(hf)
-        reward = InfoGainReward(policy, StrictUserSimulator(user_llm), None, RewardConfig())
+        cfg = RewardConfig()
+        reward = InfoGainReward(policy, StrictUserSimulator(user_llm, cfg), None, cfg)
         state = RewardState(
             mode="clarify", history=hist, target=GOAL, domain="retail", state_id=f"s{i}"
         )
@@ -134,7 +135,7 @@ def main() -> None:
         state_b = RewardState(
             mode="clarify", history=hist, target=GOAL, domain="retail", state_id=f"n{i}"
         )
-        reward_b = InfoGainReward(hf, StrictUserSimulator(user_llm), None, RewardConfig())
+        reward_b = InfoGainReward(hf, StrictUserSimulator(user_llm, cfg), None, cfg)
         t_plain, _ = measure(functools.partial(reward_b.score_group, state_b, outputs))
         hf.prefix_reuse = True
         times["no_reuse"].append(t_plain)

@@ -148,35 +148,28 @@ class Builder:
         from prour.env.environment import tool_schemas
         from prour.router.llm_router import LLMRouter
 
-        cfg = self.recipe.router
         names = [schema["function"]["name"] for schema in tool_schemas(domain)]
-        return LLMRouter(self.llm("router"), names, fallback=cfg.llm_router_fallback,
-                         temperature=cfg.llm_router_temperature,
-                         max_tokens=cfg.llm_router_max_tokens)
+        return LLMRouter(self.llm("router"), names, self.recipe.router)
 
     # ---- responders (``reward`` decoding, in training and in evaluation alike) ----------------
 
     def responder_sampling(self) -> SamplingParams:
         """How the frozen responders decode: ``reward.responder_temperature`` / ``_max_tokens``."""
-        from prour.llm.base import SamplingParams
+        from prour.rollout.strict_user import responder_sampling
 
-        cfg = self.recipe.reward
-        return SamplingParams(temperature=cfg.responder_temperature,
-                              max_tokens=cfg.responder_max_tokens)
+        return responder_sampling(self.recipe.reward)
 
     def verifier(self, domain: str) -> Verifier:
         """The read-only ReAct verifier on ``models.verifier`` for a domain."""
         from prour.rollout.verifier import Verifier
 
-        max_steps = self.recipe.reward.verifier_max_steps
-        return Verifier(self.llm("verifier"), domain, max_steps=max_steps,
-                        sampling=self.responder_sampling())
+        return Verifier(self.llm("verifier"), domain, self.recipe.reward)
 
     def strict_user(self) -> StrictUserSimulator:
         """The strict user simulator on ``models.strict_user`` (the training responder)."""
         from prour.rollout.strict_user import StrictUserSimulator
 
-        return StrictUserSimulator(self.llm("strict_user"), self.responder_sampling())
+        return StrictUserSimulator(self.llm("strict_user"), self.recipe.reward)
 
     # ---- episodes (``env`` decoding, in collection and in evaluation alike) -------------------
 
@@ -184,17 +177,13 @@ class Builder:
         """The tool-calling task agent on ``models.agent``."""
         from prour.env.agents import LLMAgent
 
-        env = self.recipe.env
-        return LLMAgent(self.llm("agent"), temperature=env.agent_temperature,
-                        max_tokens=env.agent_max_tokens)
+        return LLMAgent(self.llm("agent"), self.recipe.env)
 
     def user_simulator(self) -> LLMUser:
         """The user simulator on ``models.user``."""
         from prour.env.users import LLMUser
 
-        env = self.recipe.env
-        return LLMUser(self.llm("user"), temperature=env.user_temperature,
-                       max_tokens=env.user_max_tokens)
+        return LLMUser(self.llm("user"), self.recipe.env)
 
     def judge(self, attempts: int, cache: JsonCache | None = None) -> RequestJudge:
         """The attention-cost judge on ``models.judge``."""

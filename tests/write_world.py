@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from prour.config import EnvConfig
 from prour.data.collect import (
     EpisodeFactories,
     collect_trajectories,
@@ -135,11 +136,12 @@ def build_world(folder: Path, tiny_model_dir: Path) -> World:
     cfg = DataConfig(num_trajectories=2, trial_seeds=[0], concurrency=1, val_ratio=0.5,
                      teacher=False)
     tasks = load_tasks("retail", "train")[:2]
-    factories = EpisodeFactories(lambda: LLMAgent(agent_llm()), lambda: LLMUser(user_llm()),
+    factories = EpisodeFactories(lambda: LLMAgent(agent_llm(), EnvConfig()),
+                                 lambda: LLMUser(user_llm(), EnvConfig()),
                                  None, cfg)
     collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
     normalize_tasks(tasks, "retail", _normalizer_llm(), folder / "goals.jsonl",
-                    model="scripted:normalizer")
+                    "scripted:normalizer", cfg)
     trajectories = load_trajectories(folder / "traj.jsonl")
     tokens = PolicyTokens(tiny_model_dir)
     cfg = cfg.model_copy(update={"max_prompt_tokens": verify_budget(trajectories[0], tokens, cfg)})

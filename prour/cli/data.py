@@ -101,9 +101,7 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     path = cfg.path("goals", loaded.resolved_run_dir())
     record_provenance(loaded, "normalize")
     goals = normalize_tasks(_tasks(loaded), cfg.domain, builder.llm("normalizer"), path,
-                            model=decomposer_model_id(loaded.models["normalizer"]),
-                            max_tokens=cfg.normalizer_max_tokens,
-                            on_bad_line=cfg.on_bad_line)
+                            decomposer_model_id(loaded.models["normalizer"]), cfg)
     flagged = [g for g in goals if g.flagged]
     for goal in flagged:
         lost = ", ".join(f"{m['kind']} {m['text']!r}" for m in goal.missing) or "empty goal"

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from prour.config import TAU2_MAX_STEPS
 from prour.env.domains import DOMAINS
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
+    from prour.config import EnvConfig
     from prour.env.trajectory import StepRecord
 
 env_app = typer.Typer(help="Inspect the tau2 domains: splits, tools, policy.", no_args_is_help=True)
@@ -173,11 +173,14 @@ def episode_run(
     model: Annotated[str | None, typer.Option(help="HF folder / served model / script")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     seed: Annotated[int, typer.Option(help="Episode seed.")] = 0,
-    max_steps: Annotated[int, typer.Option(
-        help="tau2 steps (agent and user messages, tool-result batches) before the cut.")
-    ] = TAU2_MAX_STEPS,
-    agent_temperature: Annotated[float, typer.Option(help="Agent sampling temperature.")] = 0.0,
-    user_temperature: Annotated[float, typer.Option(help="User sampling temperature.")] = 1.0,
+    max_steps: Annotated[int | None, typer.Option(
+        help="tau2 steps (agent and user messages, tool-result batches) before the cut "
+             "(default: env.max_steps).")
+    ] = None,
+    agent_temperature: Annotated[float | None, typer.Option(
+        help="Agent sampling temperature (default: env.agent_temperature).")] = None,
+    user_temperature: Annotated[float | None, typer.Option(
+        help="User sampling temperature (default: env.user_temperature).")] = None,
     user_reply: Annotated[
         list[str] | None, typer.Option(help="Scripted user replies, in order (repeatable).")
     ] = None,
@@ -192,11 +195,13 @@ def episode_run(
     from prour.env.trajectory import append_jsonl
     from prour.env.users import build_user
 
+    env = _env_section(max_steps=max_steps, agent_temperature=agent_temperature,
+                       user_temperature=user_temperature)
     try:
         task_obj = get_task(domain, task)
         llm = _build_llm(backend, model, base_url) if "llm" in (agent, user) else None
-        agent_obj = build_agent(agent, **_agent_kwargs(agent, llm, agent_temperature))
-        user_obj = build_user(user, **_user_kwargs(user, llm, user_temperature, user_reply))
+        agent_obj = build_agent(agent, **_agent_kwargs(agent, llm, env))
+        user_obj = build_user(user, **_user_kwargs(user, llm, env, user_reply))
     except ValueError as exc:
         _fail(str(exc))
     console = Console()
@@ -207,7 +212,8 @@ def episode_run(
         agent_obj,
         user_obj,
         seed=seed,
-        max_steps=max_steps,
+        max_steps=env.max_steps,
+        max_errors=env.max_errors,
         on_step=lambda step, message: _print_step(console, step, message),
     )
     _print_outcome(console, traj)
@@ -218,13 +224,26 @@ def episode_run(
         llm.close()
 
 
-def _agent_kwargs(name: str, llm: Any, temperature: float) -> dict[str, Any]:
-    return {"llm": llm, "temperature": temperature} if name == "llm" else {}
+def _env_section(**given: Any) -> EnvConfig:
+    """The ``env`` section with the options given on the command line (the others: its own
+    defaults, the one place they are written)."""
+    from pydantic import ValidationError
+
+    from prour.config import EnvConfig, first_error
+
+    try:
+        return EnvConfig(**{key: value for key, value in given.items() if value is not None})
+    except ValidationError as exc:
+        _fail(f"episode options: {first_error(exc)}")
 
 
-def _user_kwargs(name: str, llm: Any, temperature: float, replies: list[str] | None) -> dict:
+def _agent_kwargs(name: str, llm: Any, env: EnvConfig) -> dict[str, Any]:
+    return {"llm": llm, "env": env} if name == "llm" else {}
+
+
+def _user_kwargs(name: str, llm: Any, env: EnvConfig, replies: list[str] | None) -> dict:
     if name == "llm":
-        return {"llm": llm, "temperature": temperature}
+        return {"llm": llm, "env": env}
     if name == "scripted":
         return {"replies": list(replies or ["Hello, I need some help, please."])}
     return {}

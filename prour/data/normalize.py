@@ -22,6 +22,8 @@ from prour.llm.base import LLM, ChatRequest, SamplingParams
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
 
+    from prour.data.config import DataConfig
+
 log = logging.getLogger(__name__)
 
 GOAL_PROMPT_VERSION = "goal-v1"
@@ -217,12 +219,14 @@ def _reusable(cached: Iterable[Goal], model: str) -> dict[str, Goal]:
 
 
 def normalize_tasks(tasks: Sequence[Task], domain: str, llm: LLM, path: str | Path,
-                    model: str, max_tokens: int = 768, batch_size: int = 8,
-                    on_bad_line: Literal["error", "skip"] = "error") -> list[Goal]:
-    """G* for every task, reusing cached goals by instruction hash and appending new ones."""
+                    model: str, cfg: DataConfig, batch_size: int = 8) -> list[Goal]:
+    """G* for every task, reusing cached goals by instruction hash and appending new ones;
+    the ``data`` section sets the goal length (``normalizer_max_tokens``) and what a corrupt
+    line of the goals file does (``on_bad_line``)."""
     from prour.env.trajectory import append_jsonl
 
-    stored = load_goals(path, on_bad_line)
+    max_tokens = cfg.normalizer_max_tokens
+    stored = load_goals(path, cfg.on_bad_line)
     by_sha = _reusable(stored.values(), model)
     out: list[Goal] = []
     todo: list[Task] = []

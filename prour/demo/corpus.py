@@ -60,6 +60,7 @@ class DomainContext:
 def domain_context(domain: str, points: Sequence[DecisionPoint]) -> DomainContext:
     """Tools, their tau2 types, rendered tool lists and the value pool of a domain's transcripts."""
     from prour.env.environment import tool_schemas, tool_types, user_tool_schemas
+    from prour.rewards.config import RewardConfig
     from prour.rollout.strict_user import StrictUserSimulator
     from prour.rollout.verifier import Verifier
     from prour.router.candidates import ToolCatalog, render_tools
@@ -73,9 +74,10 @@ def domain_context(domain: str, points: Sequence[DecisionPoint]) -> DomainContex
         tools_text={d: render_tools(catalog, d) for d in ("full", "brief")},
         kinds=tool_types(domain),
         pool=actions.value_pool(points),
-        # Only the prompt builders of the two responders are used; no model is attached.
-        verifier=Verifier(None, domain),  # type: ignore[arg-type]
-        strict_user=StrictUserSimulator(None),  # type: ignore[arg-type]
+        # Only the prompt builders of the two responders are used; no model is attached. The
+        # verifier's prompt states its tool rounds: the default ``reward`` section's.
+        verifier=Verifier(None, domain, RewardConfig()),  # type: ignore[arg-type]
+        strict_user=StrictUserSimulator(None, RewardConfig()),  # type: ignore[arg-type]
         user_tools=user_tool_schemas(domain),
     )
 

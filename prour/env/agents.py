@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from prour.env.domains import get_task
@@ -22,6 +22,8 @@ from prour.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Action
+
+    from prour.config import EnvConfig
 
 
 @dataclass(frozen=True)
@@ -81,21 +83,15 @@ def model_label(llm: Any) -> str | None:
 
 class SeededChat:
     """One model's side of an episode: fixed decoding, and a seed per call derived from the
-    episode seed and the call's index, so an episode replays exactly (task agent, user)."""
+    episode seed and the call's index, so an episode replays exactly (task agent, user).
 
-    def __init__(
-        self,
-        llm: LLM,
-        temperature: float,
-        top_p: float = 1.0,
-        max_tokens: int = 1024,
-        enable_thinking: bool = False,
-    ):
+    ``sampling`` holds the decoding a recipe section sets (its ``seed`` is replaced per call).
+    """
+
+    def __init__(self, llm: LLM, sampling: SamplingParams, enable_thinking: bool = False):
         self.llm = llm
         self.model_name: str | None = model_label(llm)
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_tokens = max_tokens
+        self.sampling = sampling
         self.enable_thinking = enable_thinking
         self._seed = 0
         self._calls = 0
@@ -106,12 +102,7 @@ class SeededChat:
 
     def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         """One reply to ``messages`` with ``tools`` offered, on this call's seeded stream."""
-        sampling = SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=self._seed * 1000 + self._calls,
-        )
+        sampling = replace(self.sampling, seed=self._seed * 1000 + self._calls)
         self._calls += 1
         request = ChatRequest(
             messages=list(messages),
@@ -123,19 +114,15 @@ class SeededChat:
 
 
 class LLMAgent(SeededChat):
-    """The standard tool-calling agent: domain policy as system prompt, tools via the template."""
+    """The standard tool-calling agent: domain policy as system prompt, tools via the template;
+    it decodes as the recipe's ``env`` section says (``agent_temperature``, ``agent_max_tokens``)."""
 
     name = "llm"
 
-    def __init__(
-        self,
-        llm: LLM,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_tokens: int = 1024,
-        enable_thinking: bool = False,
-    ):
-        super().__init__(llm, temperature, top_p, max_tokens, enable_thinking)
+    def __init__(self, llm: LLM, env: EnvConfig, enable_thinking: bool = False):
+        sampling = SamplingParams(temperature=env.agent_temperature,
+                                  max_tokens=env.agent_max_tokens)
+        super().__init__(llm, sampling, enable_thinking)
 
     def reset(self, domain: str, task_view: TaskView) -> str:
         self.restart(task_view.seed)

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from prour.env.agents import SeededChat
 from prour.env.environment import user_tool_schemas
 from prour.env.prompts import USER_STOP, USER_STOP_TOKENS, user_system_prompt
-from prour.llm.base import LLM, Message, ToolCall
+from prour.llm.base import LLM, Message, SamplingParams, ToolCall
 from prour.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
+
+    from prour.config import EnvConfig
 
 
 @dataclass
@@ -77,19 +79,14 @@ def flip_roles(messages: Sequence[Message]) -> list[Message]:
 
 
 class LLMUser(SeededChat):
-    """The standard simulated customer: scenario in the system prompt, one message per turn."""
+    """The standard simulated customer: scenario in the system prompt, one message per turn;
+    it decodes as the recipe's ``env`` section says (``user_temperature``, ``user_max_tokens``)."""
 
     name = "llm"
 
-    def __init__(
-        self,
-        llm: LLM,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_tokens: int = 512,
-        enable_thinking: bool = False,
-    ):
-        super().__init__(llm, temperature, top_p, max_tokens, enable_thinking)
+    def __init__(self, llm: LLM, env: EnvConfig, enable_thinking: bool = False):
+        sampling = SamplingParams(temperature=env.user_temperature, max_tokens=env.user_max_tokens)
+        super().__init__(llm, sampling, enable_thinking)
         self.system_prompt = ""
 
     def reset(self, domain: str, task: Task, seed: int = 0) -> None:

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.rewards.config import RewardConfig
 
 logger = logging.getLogger(__name__)
 
@@ -41,19 +45,22 @@ Be strict about what you reveal:
   example "Your clarifying question to the user here"), reply only "Who are you talking to?"."""
 
 
-class StrictUserSimulator:
-    """Answers clarify questions as the user with hidden goal G*; batched over questions."""
+def responder_sampling(reward: RewardConfig) -> SamplingParams:
+    """How the frozen responders (strict user, verifier) decode, as the ``reward`` section says:
+    one sample at ``responder_temperature``, up to ``responder_max_tokens`` tokens."""
+    return SamplingParams(n=1, temperature=reward.responder_temperature,
+                          max_tokens=reward.responder_max_tokens)
 
-    def __init__(
-        self,
-        llm: LLM,
-        sampling: SamplingParams | None = None,
-        enable_thinking: bool = False,
-    ):
+
+class StrictUserSimulator:
+    """Answers clarify questions as the user with hidden goal G*; batched over questions.
+
+    It decodes as the recipe's ``reward`` section says (:func:`responder_sampling`).
+    """
+
+    def __init__(self, llm: LLM, reward: RewardConfig, enable_thinking: bool = False):
         self.llm = llm
-        self.sampling = sampling or SamplingParams(n=1, temperature=0.0, max_tokens=160)
-        if self.sampling.n != 1:
-            raise ValueError(f"StrictUserSimulator needs sampling.n == 1, got {self.sampling.n}")
+        self.sampling = responder_sampling(reward)
         self.enable_thinking = enable_thinking
 
     def messages(self, goal: str, question: str) -> list[Message]:

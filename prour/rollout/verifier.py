@@ -17,16 +17,19 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prour.env.history import render_history
-from prour.llm.base import LLM, ChatRequest, Completion, Message, SamplingParams, ToolCall
+from prour.llm.base import LLM, ChatRequest, Completion, Message, ToolCall
 from prour.rollout.grounding import INSUFFICIENT, Evidence, ToolEvidence, grounding, is_insufficient
+from prour.rollout.strict_user import responder_sampling
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.rewards.config import RewardConfig
 
 logger = logging.getLogger(__name__)
 
 VERIFIER_VERSION = "verifier-v1"
-DEFAULT_MAX_STEPS = 4
 
 VERIFIER_SYSTEM = """\
 You are a Verifier. You answer one question about the current state of a customer-service
@@ -106,25 +109,20 @@ class _Loop:
 
 
 class Verifier:
-    """Answers verify queries on a snapshot of a tau2 environment through READ tools only."""
+    """Answers verify queries on a snapshot of a tau2 environment through READ tools only.
 
-    def __init__(
-        self,
-        llm: LLM,
-        domain: str,
-        max_steps: int = DEFAULT_MAX_STEPS,
-        sampling: SamplingParams | None = None,
-        enable_thinking: bool = False,
-    ):
+    The recipe's ``reward`` section sets its tool rounds (``verifier_max_steps``) and how it
+    decodes (:func:`prour.rollout.strict_user.responder_sampling`).
+    """
+
+    def __init__(self, llm: LLM, domain: str, reward: RewardConfig, enable_thinking: bool = False):
         from prour.env.domains import domain_policy
         from prour.env.environment import read_only_tool_names, tool_schemas
 
-        if max_steps < 0:
-            raise ValueError(f"Verifier max_steps must be >= 0, got {max_steps}")
         self.llm = llm
         self.domain = domain
-        self.max_steps = max_steps
-        self.sampling = sampling or SamplingParams(n=1, temperature=0.0, max_tokens=512)
+        self.max_steps = reward.verifier_max_steps
+        self.sampling = responder_sampling(reward)
         self.enable_thinking = enable_thinking
         self.allowed = set(read_only_tool_names(domain))
         self.schemas = [s for s in tool_schemas(domain) if _schema_name(s) in self.allowed]

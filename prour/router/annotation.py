@@ -13,13 +13,16 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prour.env.history import render_history
 from prour.env.trajectory import append_jsonl, read_jsonl
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
 from prour.router.candidates import answer_text
 from prour.router.routing import ROUTES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.router.config import CalibrationConfig
 
 logger = logging.getLogger(__name__)
 
@@ -125,16 +128,17 @@ def _label_requests(states: Sequence[DecisionState], sampling: SamplingParams) -
 def annotate(
     llm: LLM,
     states: Sequence[DecisionState],
+    cfg: CalibrationConfig,
     out_path: str | Path | None = None,
-    temperature: float = 0.0,
-    max_tokens: int = 16,
-    excerpt_chars: int = 1500,
     chunk_size: int = 64,
 ) -> list[dict[str, Any]]:
-    """Label the states not yet in ``out_path`` (batched chunks, appended as each finishes)."""
+    """Label the states not yet in ``out_path`` (batched chunks, appended as each finishes); the
+    ``router.calibration`` section sets the annotator's decoding and the history excerpt."""
     done = _existing_ids(Path(out_path)) if out_path else set()
     todo = [state for state in states if state.state_id not in done]
-    sampling = SamplingParams(n=1, temperature=temperature, max_tokens=max_tokens)
+    sampling = SamplingParams(n=1, temperature=cfg.annotator_temperature,
+                              max_tokens=cfg.annotator_max_tokens)
+    excerpt_chars = cfg.excerpt_chars
     records: list[dict[str, Any]] = []
     for start in range(0, len(todo), chunk_size):
         chunk = todo[start : start + chunk_size]

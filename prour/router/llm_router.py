@@ -10,12 +10,15 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prour.env.history import render_history
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
 from prour.router.candidates import answer_text
 from prour.router.routing import ROUTES, check_route
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.router.config import RouterConfig
 
 logger = logging.getLogger(__name__)
 
@@ -70,21 +73,21 @@ def parse_router_reply(text: str) -> tuple[str, str] | str:
     return obj["mode"], obj["rationale"]
 
 
-class LLMRouter:
-    """Prompted router; ``invalid`` counts replies that fell back, by error kind."""
+def router_sampling(cfg: RouterConfig) -> SamplingParams:
+    """How the prompted router decodes: ``router.llm_router_temperature`` / ``_max_tokens``."""
+    return SamplingParams(n=1, temperature=cfg.llm_router_temperature,
+                          max_tokens=cfg.llm_router_max_tokens)
 
-    def __init__(
-        self,
-        llm: LLM,
-        tool_names: Sequence[str],
-        fallback: str = "act",
-        temperature: float = 0.0,
-        max_tokens: int = 128,
-    ):
+
+class LLMRouter:
+    """Prompted router; ``invalid`` counts replies that fell back, by error kind. The ``router``
+    section sets its decoding and the mode it falls back to (``llm_router_fallback``)."""
+
+    def __init__(self, llm: LLM, tool_names: Sequence[str], cfg: RouterConfig):
         self.llm = llm
         self.tool_names = list(tool_names)
-        self.fallback = check_route(fallback, "llm_router_fallback")
-        self.sampling = SamplingParams(n=1, temperature=temperature, max_tokens=max_tokens)
+        self.fallback = check_route(cfg.llm_router_fallback, "router.llm_router_fallback")
+        self.sampling = router_sampling(cfg)
         self.invalid: Counter[str] = Counter()
         self.decisions = 0
 

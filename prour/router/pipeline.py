@@ -72,15 +72,8 @@ def state_seed(recipe_seed: int, state_id: str) -> int:
 def label_split(builder: Builder, split: str) -> list[dict[str, Any]]:
     """Annotate the split's states not yet labelled; returns the new records."""
     recipe = builder.recipe
-    cfg = recipe.router.calibration
-    return annotate(
-        builder.llm("annotator"),
-        read_states(states_path(recipe, split)),
-        out_path=labels_path(recipe, split),
-        temperature=cfg.annotator_temperature,
-        max_tokens=cfg.annotator_max_tokens,
-        excerpt_chars=cfg.excerpt_chars,
-    )
+    return annotate(builder.llm("annotator"), read_states(states_path(recipe, split)),
+                    recipe.router.calibration, out_path=labels_path(recipe, split))
 
 
 def read_cache(path: Path) -> dict[str, dict[str, Any]]:

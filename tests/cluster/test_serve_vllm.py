@@ -29,6 +29,7 @@ from cluster_helpers import (
     write_recipe,
 )
 
+from prour.config import EnvConfig
 from prour.env.agents import LLMAgent, TaskView
 from prour.llm.base import ChatRequest, SamplingParams
 from prour.llm.registry import build_llm
@@ -172,7 +173,7 @@ def test_agent_tool_calls_through_vllm_parser_and_seeded_long_prompt(
         ):
             assert flag in command, (flag, command)
         llm = build_llm(load_recipe(stage, endpoints=True).models["agent"])
-        agent = LLMAgent(llm, temperature=0.0, max_tokens=48)
+        agent = LLMAgent(llm, EnvConfig(agent_temperature=0.0, agent_max_tokens=48))
         try:
             agent.reset("retail", TaskView("retail", "0", "policy", seed=3))
             turn = agent.act(list(TOOL_PROMPT), [ORDER_TOOL])

@@ -119,7 +119,7 @@ def collect(folder: Path) -> None:
         factories = EpisodeFactories(OracleAgent, AnsweringUser, teacher, cfg)
         collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
         normalize_tasks(tasks, domain, data_scripts.normalizer_llm(), folder / "goals.jsonl",
-                        model="scripted:normalizer")
+                        "scripted:normalizer", cfg)
 
 
 def extract(folder: Path, tokens: PolicyTokens, budget: int) -> Path:

@@ -13,6 +13,7 @@ import json
 import pytest
 from loguru import logger
 
+from prour.config import EnvConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories, load_trajectories
 from prour.data.config import DataConfig
 from prour.data.extract import decision_states, target_of
@@ -65,8 +66,8 @@ def trajectory(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gold")
     cfg = DataConfig(num_trajectories=1, trial_seeds=[0], concurrency=1, teacher=False)
     tasks = [t for t in load_tasks("retail", "train") if t.id == TASK]
-    factories = EpisodeFactories(lambda: LLMAgent(ScriptedLLM(rules=[(r".", agent_reply)])),
-                                 lambda: LLMUser(ScriptedLLM(rules=[(r".", user_reply)])),
+    factories = EpisodeFactories(lambda: LLMAgent(ScriptedLLM(rules=[(r".", agent_reply)]), EnvConfig()),
+                                 lambda: LLMUser(ScriptedLLM(rules=[(r".", user_reply)]), EnvConfig()),
                                  None, cfg)
     collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
     [traj] = load_trajectories(folder / "traj.jsonl")

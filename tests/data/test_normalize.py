@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from prour.data.config import DataConfig
 from prour.data.normalize import (
     GOAL_PROMPT_VERSION,
     concrete_values,
@@ -88,7 +89,8 @@ def test_normalize_tasks_caches_by_instruction_hash(tmp_path) -> None:
     tasks = load_tasks("retail", "train")[:3]
     path = tmp_path / "goals.jsonl"
     llm = _echo_normalizer()
-    goals = normalize_tasks(tasks, "retail", llm, path, model="scripted:echo", batch_size=2)
+    goals = normalize_tasks(tasks, "retail", llm, path, "scripted:echo", DataConfig(),
+                            batch_size=2)
     assert [g.task_id for g in goals] == [t.id for t in tasks]
     assert llm.calls["chat_requests"] == 3 and llm.calls["chat"] == 2  # batches of 2 and 1
     for goal, task in zip(goals, tasks):
@@ -96,19 +98,19 @@ def test_normalize_tasks_caches_by_instruction_hash(tmp_path) -> None:
         assert not goal.goal.startswith("Rewritten")
         assert goal.missing == [] and goal.prompt_version == GOAL_PROMPT_VERSION
 
-    again = normalize_tasks(tasks, "retail", llm, path, model="scripted:echo")
+    again = normalize_tasks(tasks, "retail", llm, path, "scripted:echo", DataConfig())
     assert llm.calls["chat_requests"] == 3  # all three came from the cache
     assert [g.goal for g in again] == [g.goal for g in goals]
     assert len(path.read_text().splitlines()) == 3
 
-    normalize_tasks(tasks[:1], "retail", llm, path, model="scripted:other")
+    normalize_tasks(tasks[:1], "retail", llm, path, "scripted:other", DataConfig())
     assert llm.calls["chat_requests"] == 4  # another model: not reused
 
 
 def test_normalize_flags_lost_values(tmp_path) -> None:
     task = load_tasks("retail", "train")[0]
     llm = ScriptedLLM(default="I want to exchange two items.")
-    [goal] = normalize_tasks([task], "retail", llm, tmp_path / "g.jsonl", model="m")
+    [goal] = normalize_tasks([task], "retail", llm, tmp_path / "g.jsonl", "m", DataConfig())
     assert goal.flagged
     assert [m["text"] for m in goal.missing] == ["#W2378156", "19122"]
     stored = load_goals(tmp_path / "g.jsonl")
@@ -118,7 +120,8 @@ def test_normalize_flags_lost_values(tmp_path) -> None:
 def test_corrupt_goal_line_is_reported_with_file_and_line(tmp_path) -> None:
     task = load_tasks("retail", "train")[0]
     path = tmp_path / "g.jsonl"
-    normalize_tasks([task], "retail", ScriptedLLM(default="I am Yusuf Rossi."), path, model="m")
+    normalize_tasks([task], "retail", ScriptedLLM(default="I am Yusuf Rossi."), path, "m",
+                    DataConfig())
     with open(path, "a") as handle:
         handle.write('{"domain": "retail", "task_id": "broken"\n')
     with pytest.raises(ValueError, match=rf"{path.name}:2"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import data_scripts as scripts
 import pytest
 
+from prour.config import EnvConfig
 from prour.data.collect import (
     EpisodeFactories,
     collect_trajectories,
@@ -89,8 +90,8 @@ def run(tmp_path_factory, tiny_model_dir) -> Run:
     tasks = [canary_task(), load_tasks("retail", "train")[1]]
     models = {"agent": scripts.agent_llm(), "user": scripts.user_llm(),
               "teacher": scripts.teacher_llm(), "decomposer": scripts.decomposer_llm()}
-    factories = EpisodeFactories(lambda: LLMAgent(models["agent"]),
-                                 lambda: LLMUser(models["user"]), models["teacher"], cfg)
+    factories = EpisodeFactories(lambda: LLMAgent(models["agent"], EnvConfig()),
+                                 lambda: LLMUser(models["user"], EnvConfig()), models["teacher"], cfg)
     collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
 
     def goal_with_canary(messages):
@@ -98,7 +99,7 @@ def run(tmp_path_factory, tiny_model_dir) -> Run:
         return text + (f" {CANARY_GOAL}" if CANARY_INSTRUCTION in text else "")
 
     normalize_tasks(tasks, "retail", ScriptedLLM([(r"Rewritten:", goal_with_canary)]),
-                    folder / "goals.jsonl", model="scripted:normalizer")
+                    folder / "goals.jsonl", "scripted:normalizer", cfg)
     run = Run(folder, cfg, models, make_router(models["decomposer"]),
               PolicyTokens(tiny_model_dir), {})
     run.summary = extract(run, cfg, run.router, "dataset")

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import write_world as world_lib
 
+from prour.config import EnvConfig
 from prour.data.dataset import check_dataset, load_split, read_rows, split_path, write_rows
 from prour.data.schema import SCHEMA_VERSION, check_row, state_from_row
 
@@ -133,7 +134,8 @@ def test_a_malformed_call_never_reached_tau2_and_is_not_replayed(tmp_path) -> No
                          ("malformed tool call", f"<tool_call>{find}</tool_call>")],
                         default='<tool_call>{"name": "find_user_id_by_name_zip", oops}</tool_call>')
     cfg = DataConfig(num_trajectories=1, trial_seeds=[0], concurrency=1, teacher=False)
-    factories = EpisodeFactories(lambda: LLMAgent(agent), lambda: LLMUser(world_lib.user_llm()),
+    factories = EpisodeFactories(lambda: LLMAgent(agent, EnvConfig()),
+                                 lambda: LLMUser(world_lib.user_llm(), EnvConfig()),
                                  None, cfg)
     [traj] = collect_trajectories(load_tasks("retail", "train")[:1], factories, cfg,
                                   tmp_path / "traj.jsonl", progress=False)

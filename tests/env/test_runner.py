@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from prour.config import EnvConfig
 from prour.env.agents import AgentTurn, LLMAgent, OracleAgent, TaskView, build_agent
 from prour.env.domains import get_task, load_tasks
 from prour.env.prompts import GREETING
@@ -33,7 +34,7 @@ def test_bad_tool_calls_become_observations_and_the_episode_goes_on() -> None:
         '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W6390527"}}</tool_call>',
         "Your order is on its way.",
     ]
-    agent = LLMAgent(ScriptedLLM(replies=replies))
+    agent = LLMAgent(ScriptedLLM(replies=replies), EnvConfig())
     user = ScriptedUser(["Where is my order #W6390527?", "###STOP###"])
     traj = run_episode("retail", get_task("retail", "5"), agent, user)
     observations = _observations(traj)
@@ -54,7 +55,7 @@ def test_bad_tool_calls_become_observations_and_the_episode_goes_on() -> None:
 
 def test_too_many_tool_errors_end_the_episode() -> None:
     bad = '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
-    agent = LLMAgent(ScriptedLLM(default=bad))
+    agent = LLMAgent(ScriptedLLM(default=bad), EnvConfig())
     traj = run_episode("retail", get_task("retail", "5"), agent, ScriptedUser(["hi"]), max_errors=3)
     assert traj.termination == "too_many_errors"
     assert len(traj.steps_of("tool_result")) == 3
@@ -80,7 +81,7 @@ def test_the_agent_never_sees_the_instruction() -> None:
     user_llm = ScriptedLLM(
         replies=["I want to return something.", "Yes, one more thing.", "###STOP###"]
     )
-    traj = run_episode("retail", task, LLMAgent(agent_llm), LLMUser(user_llm))
+    traj = run_episode("retail", task, LLMAgent(agent_llm, EnvConfig()), LLMUser(user_llm, EnvConfig()))
     assert traj.termination == "user_stop"
     agent_inputs = [json.dumps([list(r.messages), r.tools]) for r in agent_llm.chat_log]
     assert len(agent_inputs) == 3
@@ -158,7 +159,7 @@ def test_a_backend_failure_is_recorded_not_raised() -> None:
         def chat(self, requests):
             raise BackendError("server returned 500 three times")
 
-    traj = run_episode("retail", get_task("retail", "5"), LLMAgent(Broken()), ScriptedUser(["hi"]))
+    traj = run_episode("retail", get_task("retail", "5"), LLMAgent(Broken(), EnvConfig()), ScriptedUser(["hi"]))
     assert traj.termination == "error"
     assert traj.reward is None
     assert "BackendError: server returned 500 three times" in traj.errors[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prour.config import EnvConfig
 from prour.env.agents import LLMAgent
 from prour.env.domains import get_task
 from prour.env.runner import run_episode
@@ -16,7 +17,7 @@ def test_tiny_hf_agent_runs_to_the_step_limit(tiny_model_dir: Path) -> None:
     # The retail policy and tool schemas take ~9k tokens of the tiny tokenizer; the tiny model's
     # rotary positions extend past its nominal 4096, and noise is all it writes anyway.
     llm = HFLLM(str(tiny_model_dir), device="cpu", dtype="float32", max_model_len=12288)
-    agent = LLMAgent(llm, temperature=0.0, max_tokens=16)
+    agent = LLMAgent(llm, EnvConfig(agent_temperature=0.0, agent_max_tokens=16))
     user = ScriptedUser(lambda messages: "Could you check my order, please?")
     steps: list[str] = []
     traj = run_episode(

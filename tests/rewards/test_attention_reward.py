@@ -58,7 +58,8 @@ def reward_of(cost: str, lam: float, judge: ScriptedLLM | None = None) -> InfoGa
     pricing = None
     if judge is not None:
         pricing = QuestionCost(config.attention, RequestJudge(judge, max_attempts=2))
-    return InfoGainReward(ScriptedLLM(), StrictUserSimulator(user_llm()), None, config, pricing)
+    return InfoGainReward(ScriptedLLM(), StrictUserSimulator(user_llm(), config), None, config,
+                          pricing)
 
 
 def ask(question: str) -> str:

@@ -50,8 +50,8 @@ def _verifier_llm() -> ScriptedLLM:
 def _reward() -> tuple[InfoGainReward, list[str]]:
     SeeingVerifier.seen = []
     reward = InfoGainReward(
-        ScriptedLLM(), StrictUserSimulator(ScriptedLLM()),
-        lambda domain: SeeingVerifier(_verifier_llm(), domain, max_steps=2),
+        ScriptedLLM(), StrictUserSimulator(ScriptedLLM(), RewardConfig()),
+        lambda domain: SeeingVerifier(_verifier_llm(), domain, RewardConfig(verifier_max_steps=2)),
         RewardConfig(retry_backoff_s=0, responder_retries=0),
     )
     return reward, SeeingVerifier.seen

@@ -41,7 +41,7 @@ def make_reward(user=None, config=None, policy=None):
     policy = policy or ScriptedLLM()
     return InfoGainReward(
         policy,
-        StrictUserSimulator(user or user_llm()),
+        StrictUserSimulator(user or user_llm(), RewardConfig()),
         None,
         config or RewardConfig(retry_backoff_s=0),
     ), policy
@@ -246,8 +246,8 @@ def test_verify_mode_uses_the_verifier_on_a_rebuilt_environment():
     policy = ScriptedLLM()
     reward = InfoGainReward(
         policy,
-        StrictUserSimulator(user_llm()),
-        lambda domain: Verifier(verifier_llm, domain, max_steps=2),
+        StrictUserSimulator(user_llm(), RewardConfig()),
+        lambda domain: Verifier(verifier_llm, domain, RewardConfig(verifier_max_steps=2)),
         RewardConfig(retry_backoff_s=0),
     )
     st = RewardState(mode="verify", history=history, target=target, domain="retail", task_id="0")

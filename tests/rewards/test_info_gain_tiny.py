@@ -85,7 +85,8 @@ def test_reward_equals_direct_forward_pass_and_prior_is_scored_once(tiny):
     hf, model, tokenizer = tiny
     policy = CountingLLM(hf)
     reward = InfoGainReward(
-        policy, StrictUserSimulator(answer_rules()), None, RewardConfig(retry_backoff_s=0)
+        policy, StrictUserSimulator(answer_rules(), RewardConfig()), None,
+        RewardConfig(retry_backoff_s=0)
     )
     state = RewardState(
         mode="clarify", history=HISTORY, target=GOAL, domain="retail", state_id="s0"
@@ -141,7 +142,7 @@ def test_mean_and_sum_aggregation_match_a_hand_computation_on_one_state(tiny):
     for aggregation, (prior, post) in hand.items():
         reward = InfoGainReward(
             hf,
-            StrictUserSimulator(answer_rules()),
+            StrictUserSimulator(answer_rules(), RewardConfig()),
             None,
             RewardConfig(aggregation=aggregation, retry_backoff_s=0),
         )

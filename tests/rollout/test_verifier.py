@@ -11,6 +11,7 @@ from loguru import logger
 from prour.env.domains import get_task
 from prour.env.environment import db_hash, execute_tool_call, make_env
 from prour.llm.scripted import ScriptedLLM
+from prour.rewards.config import RewardConfig
 from prour.rollout.grounding import INSUFFICIENT
 from prour.rollout.verifier import ReadOnlyViolation, Verifier, environment_at
 
@@ -86,7 +87,7 @@ def test_grounded_retail_answer_cites_the_tool_output(retail):
         ]
     )
     before = db_hash(env)
-    result = Verifier(llm, "retail").answer(
+    result = Verifier(llm, "retail", RewardConfig()).answer(
         f"What is the status of order {RETAIL_ORDER}?", history, env
     )
     assert result.grounded and result.evidence == "tool" and not result.failed
@@ -117,7 +118,7 @@ def test_requested_write_tool_is_refused_and_db_unchanged_retail(retail):
         ]
     )
     before = db_hash(env)
-    result = Verifier(llm, "retail").answer("Can this order be cancelled?", history, env)
+    result = Verifier(llm, "retail", RewardConfig()).answer("Can this order be cancelled?", history, env)
     assert result.refused == ["cancel_pending_order"]
     assert result.tool_calls[0].refused and "refused" in result.tool_calls[0].output
     assert result.answer == INSUFFICIENT and not result.grounded
@@ -138,7 +139,7 @@ def test_write_and_generic_tools_refused_airline(airline):
         ]
     )
     before = db_hash(env)
-    result = Verifier(llm, "airline").answer(
+    result = Verifier(llm, "airline", RewardConfig()).answer(
         f"Is reservation {reservation} refundable?", history, env
     )
     assert result.refused == ["cancel_reservation", "calculate"]
@@ -163,7 +164,7 @@ def test_grounded_airline_computation(airline):
             ("Question", _call("get_reservation_details", reservation_id=reservation)),
         ]
     )
-    result = Verifier(llm, "airline").answer(
+    result = Verifier(llm, "airline", RewardConfig()).answer(
         f"What did the flights of {reservation} cost?", history, env
     )
     truth = json.loads(
@@ -182,7 +183,7 @@ def test_missing_data_gives_insufficient_evidence(retail, final):
             ("Question", _call("get_order_details", order_id="#W0000000")),
         ]
     )
-    result = Verifier(llm, "retail").answer("What is the status of order #W0000000?", history, env)
+    result = Verifier(llm, "retail", RewardConfig()).answer("What is the status of order #W0000000?", history, env)
     assert result.tool_calls[0].error and "not found" in result.tool_calls[0].output
     assert result.answer == INSUFFICIENT and not result.grounded and not result.failed
 
@@ -192,14 +193,14 @@ def test_policy_quote_is_grounded_without_tools(airline):
     llm = ScriptedLLM(
         default='The policy says "You should deny user requests that are against this policy."'
     )
-    result = Verifier(llm, "airline").answer("May the agent bend the rules?", history, env)
+    result = Verifier(llm, "airline", RewardConfig()).answer("May the agent bend the rules?", history, env)
     assert result.grounded and result.evidence == "policy" and result.steps == 0
 
 
 def test_at_most_max_steps_tool_rounds_and_batched_calls(retail):
     history, env = retail
     llm = ScriptedLLM(default=_call("get_order_details", order_id=RETAIL_ORDER))
-    results = Verifier(llm, "retail", max_steps=2).answer_many(["q1?", "q2?", "q3?"], history, env)
+    results = Verifier(llm, "retail", RewardConfig(verifier_max_steps=2)).answer_many(["q1?", "q2?", "q3?"], history, env)
     assert [r.steps for r in results] == [2, 2, 2]
     assert all(r.answer == INSUFFICIENT and not r.grounded for r in results)
     assert llm.calls["chat"] == 3 and llm.calls["chat_requests"] == 9  # one batched call per round
@@ -215,13 +216,13 @@ def test_history_is_not_modified_and_verifier_calls_stay_out(retail):
             ("Question", _call("get_order_details", order_id=RETAIL_ORDER)),
         ]
     )
-    Verifier(llm, "retail").answer("Which items are in the order?", history, env)
+    Verifier(llm, "retail", RewardConfig()).answer("Which items are in the order?", history, env)
     assert history == saved
 
 
 def test_backend_failure_is_reported_not_answered(retail):
     history, env = retail
-    result = Verifier(ScriptedLLM(), "retail").answer("Anything?", history, env)
+    result = Verifier(ScriptedLLM(), "retail", RewardConfig()).answer("Anything?", history, env)
     assert result.failed and "BackendError" in result.error and result.answer == ""
 
 
@@ -241,6 +242,7 @@ def test_a_mutating_read_tool_is_caught_by_the_hash_check(retail):
             ]
         ),
         "retail",
+        RewardConfig(),
     )
     verifier.allowed.add("cancel_pending_order")  # simulate a tool wrongly marked READ
     before = db_hash(env)

@@ -10,6 +10,7 @@ import pytest
 
 from prour.llm.scripted import ScriptedLLM
 from prour.router.annotation import DecisionState, annotate, parse_label, read_labels, read_states
+from prour.router.config import CalibrationConfig
 
 
 def _states(*ids: str) -> list[DecisionState]:
@@ -34,7 +35,7 @@ def test_annotate_writes_reviewable_jsonl_and_resumes(tmp_path: Path) -> None:
             ("message of e", "epistemic"),
         ]
     )
-    records = annotate(llm, _states("a", "b", "c", "d"), out_path=out)
+    records = annotate(llm, _states("a", "b", "c", "d"), CalibrationConfig(), out_path=out)
     assert [r["label"] for r in records] == ["verify", "clarify", "act", None]
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[3] == {
@@ -55,7 +56,7 @@ def test_annotate_writes_reviewable_jsonl_and_resumes(tmp_path: Path) -> None:
     out.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert read_labels(out) == {"a": "act", "b": "clarify", "c": "act", "d": "clarify"}
 
-    more = annotate(llm, _states("a", "b", "c", "d", "e"), out_path=out)  # only e is new
+    more = annotate(llm, _states("a", "b", "c", "d", "e"), CalibrationConfig(), out_path=out)  # only e is new
     assert [r["state_id"] for r in more] == ["e"] and llm.calls["chat_requests"] == 5
     assert json.loads(out.read_text().splitlines()[0])["corrected"] == "act"  # kept
 

@@ -6,6 +6,7 @@ import pytest
 
 from prour.llm.scripted import ScriptedLLM
 from prour.router import LLMRouter
+from prour.router.config import RouterConfig
 from prour.router.llm_router import parse_router_reply
 
 MESSAGES = [{"role": "user", "content": "I want to change my order."}]
@@ -37,7 +38,7 @@ def test_router_routes_falls_back_and_counts() -> None:
             '{"mode": "ask", "rationale": ""}',
         ]
     )
-    router = LLMRouter(llm, ["get_order_details"], fallback="verify")
+    router = LLMRouter(llm, ["get_order_details"], RouterConfig(llm_router_fallback="verify"))
     decisions = router.decide_many([MESSAGES] * 4)
     assert [d.mode for d in decisions] == ["clarify", "verify", "verify", "verify"]
     assert [d.valid for d in decisions] == [True, True, False, False]
@@ -49,4 +50,4 @@ def test_router_routes_falls_back_and_counts() -> None:
 
 def test_bad_fallback_is_rejected() -> None:
     with pytest.raises(ValueError, match="llm_router_fallback"):
-        LLMRouter(ScriptedLLM(), [], fallback="ask")
+        LLMRouter(ScriptedLLM(), [], RouterConfig(llm_router_fallback="ask"))

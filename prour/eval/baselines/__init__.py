@@ -66,21 +66,16 @@ class BaselineContext:
     def decision_sampling(self) -> SamplingParams:
         """How the baseline's decision modules on the backbone decode: as the prompted router
         (``router.llm_router_temperature``, ``router.llm_router_max_tokens``)."""
-        from prour.llm.base import SamplingParams
+        from prour.router.llm_router import router_sampling
 
-        cfg = self.episode.recipe.router
-        return SamplingParams(n=1, temperature=cfg.llm_router_temperature,
-                              max_tokens=cfg.llm_router_max_tokens)
+        return router_sampling(self.episode.recipe.router)
 
     def verifier(self, module: str) -> Verifier:
         """The read-only ReAct verifier on the agent backbone (counted as ``module``), decoding
         as the other frozen responders (``reward.verifier_max_steps``, ``reward.responder_*``)."""
         from prour.rollout.verifier import Verifier
 
-        recipe = self.episode.recipe
-        return Verifier(self.backbone(module), self.domain,
-                        max_steps=recipe.reward.verifier_max_steps,
-                        sampling=self.episode.responder_sampling())
+        return Verifier(self.backbone(module), self.domain, self.episode.recipe.reward)
 
 
 def build_baseline(module: str, context: BaselineContext) -> Agent:

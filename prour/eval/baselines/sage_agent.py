@@ -205,7 +205,7 @@ class SageAgent(AgentWrapper):
         one call (a sample that writes to the user is None)."""
         agent, cfg = self.task_agent, self.config
         sampling = SamplingParams(n=cfg.samples, temperature=cfg.temperature,
-                                  max_tokens=agent.max_tokens,
+                                  max_tokens=agent.sampling.max_tokens,
                                   seed=SAMPLE_SEEDS + self.seed * 1000 + self.step)
         request = ChatRequest(messages=list(messages), sampling=sampling, tools=list(tools) or None,
                               enable_thinking=agent.enable_thinking)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from prour.config import EnvConfig
 from prour.eval.baselines.saber import (
     OLD_ERROR,
     STALE_RESULT,
@@ -24,7 +25,7 @@ def _saber(replies: list[str], **settings: bool):
     from prour.llm.scripted import ScriptedLLM
 
     llm = ScriptedLLM(replies=replies)
-    agent = SaberAgent(LLMAgent(llm), llm, SamplingParams(temperature=0.0), SaberConfig(**settings))
+    agent = SaberAgent(LLMAgent(llm, EnvConfig()), llm, SamplingParams(temperature=0.0), SaberConfig(**settings))
     agent.reset("retail", TaskView("retail", "5", domain_policy("retail")))
     return agent, llm
 

@@ -68,15 +68,16 @@ def scripted_responders() -> Iterator:
     """Our agent loops answer with a scripted strict user instead of the Qwen3-8B endpoint."""
     from verl_harness import StrictUser
 
-    from prour.llm import SamplingParams
     from prour.llm.scripted import ScriptedLLM
     from prour.recipes import load_recipe
+    from prour.rewards.config import RewardConfig
     from prour.rollout import StrictUserSimulator
     from prour.train.reward import Responders
     from prour.train.verl_ext import agent_loop
 
     user = StrictUser()
-    responder = StrictUserSimulator(ScriptedLLM(rules=[(".", user)]), SamplingParams(max_tokens=32))
+    responder = StrictUserSimulator(ScriptedLLM(rules=[(".", user)]),
+                                    RewardConfig(responder_max_tokens=32))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
             agent_loop,
