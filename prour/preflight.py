@@ -14,7 +14,8 @@ package and the fix); an empty list means the stage can start. The checks:
 - ``thresholds``: calibrated (τ_AU, τ_EU) for stages that route;
 - ``gpus``: GPUs visible on this node against those the recipe places.
 
-A file or threshold written by a stage of the same run (``prour validate --preflight`` checks the
+What each stage reads, calls, loads, imports and places comes from the table of stages
+(:mod:`prour.stages`). A file or threshold written by a stage of the same run (``prour validate --preflight`` checks the
 whole run) is not required to exist yet; nor is the endpoint of a model ``serve`` starts.
 """
 
@@ -33,13 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prour.config import Recipe
+from prour.stages import EXTERNAL, get_stage, required_roles, served_ids, stage_of, writer_of
 
-STAGES = ("serve", "collect", "normalize", "calibrate", "extract", "train", "eval")
 PROBE_TIMEOUT_S = 2.0
-GPU_EXTRA = "pip install -e '.[gpu]'"
-
-# Files a stage writes that a later stage reads: (stage that writes it, data.<name>).
-_MADE_BY = {"trajectories": "collect", "goals": "normalize", "dataset": "extract"}
 
 
 @dataclass(frozen=True)
@@ -53,68 +50,15 @@ class Problem:
         return f"{self.check}: {self.message}"
 
 
-# ---- which roles a stage uses ----------------------------------------------------------------
-
-
-def stage_roles(recipe: Recipe, stage: str) -> list[str]:
-    """The ``models.<role>`` a stage loads (serve loads ``serve.models`` instead: none)."""
-    if stage == "collect":
-        return ["agent", "user", *(["teacher"] if recipe.data.teacher else [])]
-    if stage == "normalize":
-        return ["normalizer"]
-    if stage == "calibrate":
-        return ["annotator", "decomposer", *(["router"] if "router" in recipe.models else [])]
-    if stage == "extract":
-        return ["decomposer", *([] if recipe.data.tokenizer else ["generator"])]
-    if stage == "train":
-        return ["generator", *_train_responders(recipe)]
-    if stage == "eval":
-        return _eval_roles(recipe)
-    return []
-
-
-RESPONDERS = {"clarify": "strict_user", "verify": "verifier"}
-
-
-def _train_responders(recipe: Recipe) -> list[str]:
-    """The responders training calls: those of the modes in the train file (both while it does
-    not exist yet, or cannot be read: the path check or the trainer names that)."""
-    train = recipe.train
-    path = Path(train.train_file) if train is not None and train.train_file else None
-    if path is not None and not path.is_absolute():
-        path = recipe.resolved_run_dir() / path
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        modes = set(pq.read_table(path, columns=["extra_info"]).column("extra_info")
-                    .combine_chunks().field("mode").to_pylist())
-    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
-        modes = set(RESPONDERS)
-    return [RESPONDERS[mode] for mode in RESPONDERS if mode in modes]
-
-
-def _eval_roles(recipe: Recipe) -> list[str]:
-    from prour.eval.methods import check_method
-
-    roles = [role for method in recipe.eval.methods for role in check_method(method).roles]
-    cfg = recipe.eval
-    if cfg.attention is not None and (cfg.classifier == "judge" or cfg.judge):
-        roles.append("judge")
-    return list(dict.fromkeys(roles))
-
-
-def served_ids(recipe: Recipe) -> set[str]:
-    """Model ids ``prour serve`` starts for this recipe."""
-    from prour.cluster.recipe import served_roles
-
-    return {model_id for model_id, roles in served_roles(recipe).items() if roles}
-
-
 # ---- models and weights ------------------------------------------------------------------------
 
 
-def check_models(recipe: Recipe, roles_by_stage: dict[str, list[str]]) -> list[Problem]:
+def _roles_by_stage(recipe: Recipe, stages: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The roles each stage needs in the recipe (:func:`prour.stages.required_roles`)."""
+    return {stage: required_roles(recipe, stage) for stage in stages}
+
+
+def check_models(recipe: Recipe, roles_by_stage: dict[str, tuple[str, ...]]) -> list[Problem]:
     """One line per role the stages use that the recipe does not define."""
     users: dict[str, list[str]] = {}
     for stage, roles in roles_by_stage.items():
@@ -136,29 +80,14 @@ def _weights(name: str, recipe: Recipe, key: str) -> Problem | None:
 
 
 def _weights_wanted(recipe: Recipe, stage: str, roles: Sequence[str]) -> list[tuple[str, str]]:
-    """(model name, recipe key) whose weights ``stage`` loads in this process or serves."""
-    wanted = []
-    for role in roles:
-        cfg = recipe.models.get(role)
-        if cfg is None:
-            continue
-        if cfg.backend == "hf":
-            wanted.append((str(cfg.path), f"models.{role}.path"))
-        elif role == "generator" and stage == "train" and recipe.train is not None \
-                and recipe.train.backend == "verl":  # verl loads the policy by path or id
-            wanted.append((str(cfg.path or cfg.model), f"models.{role}"))
-    if stage == "extract" and recipe.data.tokenizer:
-        wanted.append((recipe.data.tokenizer, "data.tokenizer"))
-    if stage == "serve":
-        from prour.cluster.recipe import served_models
-
-        wanted += [(spec.path or model_id, f"serve.models.{model_id}")
-                   for model_id, spec in served_models(recipe).items()
-                   if model_id in served_ids(recipe)]
-    return wanted
+    """(model name, recipe key) whose weights ``stage`` loads in this process or serves: its
+    ``hf`` roles and what the table says it loads besides (:attr:`prour.stages.Stage.weights`)."""
+    wanted = [(str(cfg.path), f"models.{role}.path") for role in roles
+              if (cfg := recipe.models.get(role)) is not None and cfg.backend == "hf"]
+    return wanted + list(get_stage(stage).weights(recipe))
 
 
-def check_weights(recipe: Recipe, roles_by_stage: dict[str, list[str]]) -> list[Problem]:
+def check_weights(recipe: Recipe, roles_by_stage: dict[str, tuple[str, ...]]) -> list[Problem]:
     """One line per model without local weights, naming every key that uses it."""
     keys: dict[str, list[str]] = {}
     for stage, roles in roles_by_stage.items():
@@ -257,93 +186,56 @@ def module_available(name: str, python: str | None = None) -> bool:
     return found.returncode == 0
 
 
-def _train_extras(recipe: Recipe) -> list[tuple[str, str, str]]:
-    """(module, why, how to install) for the train stage."""
-    train = recipe.train
-    if train is None or train.backend != "verl":
-        return []
-    why = "train.backend=verl"
-    needed = [("verl", why, GPU_EXTRA), ("ray", why, GPU_EXTRA),
-              ("vllm", f"{why} rolls out with vLLM", GPU_EXTRA),
-              ("transfer_queue", why, GPU_EXTRA)]
-    if train.verl.attn_implementation == "flash_attention_2":
-        needed.append(("flash_attn", "train.verl.attn_implementation=flash_attention_2",
-                       "pip install flash-attn --no-build-isolation (a source build)"))
-    return needed
-
-
-def serve_python(recipe: Recipe) -> str:
-    """The python ``prour serve`` starts vLLM with: ``serve.python``, $PROUR_VLLM_PYTHON, this."""
-    return recipe.serve.python or os.environ.get("PROUR_VLLM_PYTHON") or sys.executable
-
-
 def check_extras(recipe: Recipe, stage: str) -> list[Problem]:
-    if stage == "train":
-        return [Problem("extra", f"`{module}` is not importable ({why}); install it: {fix}")
-                for module, why, fix in _train_extras(recipe) if not module_available(module)]
-    if stage == "serve" and served_ids(recipe):
-        python = serve_python(recipe)
-        if not Path(python).is_file() and not shutil.which(python):
-            return [Problem("extra", f"serve python {python} does not exist (serve.python or "
-                            "$PROUR_VLLM_PYTHON)")]
-        if not module_available("vllm", python):
-            return [Problem("extra", f"`vllm` is not importable by {python} (serve.models); "
-                            f"install the gpu extra ({GPU_EXTRA}) or set serve.python / "
-                            "$PROUR_VLLM_PYTHON to a python that has vLLM")]
-    return []
+    """The optional modules the stage imports (:attr:`prour.stages.Stage.extras`), each in the
+    python that imports it."""
+    problems = []
+    for extra in get_stage(stage).extras(recipe):
+        python = extra.python
+        if python is not None and not Path(python).is_file() and not shutil.which(python):
+            problems.append(Problem("extra", f"serve python {python} does not exist (serve.python"
+                                    " or $PROUR_VLLM_PYTHON)"))
+        elif not module_available(extra.module, python):
+            where = f"by {python} " if python is not None else ""
+            problems.append(Problem("extra", f"`{extra.module}` is not importable {where}"
+                                    f"({extra.why}); {extra.fix}"))
+    return list(dict.fromkeys(problems))
 
 
 # ---- input files and thresholds ------------------------------------------------------------------
 
 
-def _stage_inputs(recipe: Recipe, stage: str) -> list[tuple[str, Path, str]]:
-    """(key, file, the stage that writes it) a stage reads."""
-    run_dir, data = recipe.resolved_run_dir(), recipe.data
-    if stage == "extract":
-        return [(f"data.{name}", data.path(name, run_dir), _MADE_BY[name])
-                for name in ("trajectories", "goals")]
-    if stage == "calibrate":
-        states = recipe.router.calibration
-        return [(f"router.calibration.{split}_states", Path(path),
-                 f"calibrate states --split {split} --from <trajectories JSONL>")
-                for split, path in (("dev", states.dev_states), ("test", states.test_states))
-                if path]
-    if stage == "train" and recipe.train is not None:
-        files = (("train.train_file", recipe.train.train_file),
-                 ("train.val_file", recipe.train.val_file))
-        return [(key, value if value.is_absolute() else run_dir / value, "extract")
-                for key, value in ((k, Path(v)) for k, v in files if v)]
-    return []
-
-
 def check_paths(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[Problem]:
-    """Input files of ``stage`` that exist neither now nor as the output of one of ``stages``."""
+    """Input files of ``stage`` (:meth:`prour.stages.Stage.inputs`) that exist neither now nor as
+    the output of a step that one of ``stages`` runs."""
     later = set(stages)
-    return [Problem("path", f"{key}: {path} does not exist; run `prour {maker}` first")
-            for key, path, maker in _stage_inputs(recipe, stage)
-            if maker not in later and not path.exists()]
-
-
-def _routes(recipe: Recipe, stage: str) -> bool:
-    if stage == "extract":
-        return True
-    if stage != "eval":
-        return False
-    from prour.eval.methods import check_method
-
-    return any(check_method(m).router == "decomposer" for m in recipe.eval.methods)
+    problems = []
+    for file, writer in get_stage(stage).inputs(recipe):
+        if not file.checked or file.path.exists():
+            continue
+        if writer.by_stage and writer is not EXTERNAL and stage_of(writer).name in later:
+            continue
+        how = (f"run `{writer.hint(recipe)}` first" if writer is not EXTERNAL
+               else f"fix {file.key}")
+        problems.append(Problem("path", f"{file.key}: {file.path} does not exist; {how}"))
+    return problems
 
 
 def check_thresholds(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[Problem]:
-    """(τ_AU, τ_EU) of the decomposer, for stages that route, unless calibrate runs first."""
-    if "calibrate" in set(stages) or not _routes(recipe, stage) \
-            or "decomposer" not in recipe.models:
+    """(τ_AU, τ_EU) of the decomposer, for stages that route, unless the stage that writes them
+    runs first."""
+    from prour.router.thresholds import thresholds_path
+
+    path = thresholds_path(recipe)
+    writer = writer_of(recipe, path)
+    if (writer is not EXTERNAL and stage_of(writer).name in set(stages)) \
+            or not get_stage(stage).routes(recipe) or "decomposer" not in recipe.models:
         return []
-    from prour.router.thresholds import decomposer_model_id, router_thresholds, thresholds_path
+    from prour.router.thresholds import decomposer_model_id, router_thresholds
 
     try:  # where the stage itself reads them (prour.build.Builder.thresholds)
         model_id = decomposer_model_id(recipe.models["decomposer"])
-        router_thresholds(recipe.router, model_id, thresholds_path(recipe))
+        router_thresholds(recipe.router, model_id, path)
     except ValueError as exc:
         return [Problem("thresholds", str(exc).replace("\n", " "))]
     return []
@@ -378,20 +270,14 @@ def _cuda_count(device: str) -> int:
 
 
 def gpu_needs(recipe: Recipe, stages: Iterable[str]) -> dict[str, int]:
-    """GPUs per node each placing key of the stages demands of this node: the verl trainer, the
-    servers' listed GPUs (serve only: other stages reach the servers over HTTP, e.g. from a Slurm
-    job without GPUs) and ``hf`` roles pinned to a CUDA device."""
-    from prour.cluster.gpu_plan import stage_servers
-
+    """GPUs per node each placing key of the stages demands of this node: what the table places
+    (:attr:`prour.stages.Stage.gpus`: the verl trainer, the servers' listed GPUs for serve; other
+    stages reach the servers over HTTP, e.g. from a Slurm job without GPUs) and the ``hf`` roles
+    the stages call pinned to a CUDA device."""
     needs: dict[str, int] = {}
     for stage in stages:
-        if stage == "train" and recipe.train is not None and recipe.train.backend == "verl":
-            needs["train.verl.n_gpus_per_node"] = recipe.train.verl.n_gpus_per_node
-        if stage == "serve":
-            for model_id, spec in stage_servers(recipe, stage).items():
-                if spec.gpus:
-                    needs[f"serve.models.{model_id}.gpus"] = max(spec.gpus) + 1
-        for role in stage_roles(recipe, stage):
+        needs.update(get_stage(stage).gpus(recipe))
+        for role in required_roles(recipe, stage):
             cfg = recipe.models.get(role)
             if cfg is not None and cfg.backend == "hf" and _cuda_count(cfg.device):
                 needs[f"models.{role}.device"] = _cuda_count(cfg.device)
@@ -401,10 +287,10 @@ def gpu_needs(recipe: Recipe, stages: Iterable[str]) -> dict[str, int]:
 def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
     """The stages' GPU memory plans (:mod:`prour.cluster.gpu_plan`): one line per plan that does
     not fit, and one when this node shows fewer GPUs than the recipe places models on."""
-    from prour.cluster.gpu_plan import STAGE_ROLES, gpu_plan
+    from prour.cluster.gpu_plan import gpu_plan, has_plan
 
     stages = list(stages)
-    plans = [gpu_plan(recipe, stage) for stage in stages if stage == "serve" or stage in STAGE_ROLES]
+    plans = [gpu_plan(recipe, stage) for stage in stages if has_plan(stage)]
     problems = [Problem("gpus", f"the GPU memory plan of stage {plan.stage} does not fit on "
                         f"{plan.n_gpus} x {plan.gpu_gib:g} GiB: {'; '.join(plan.problems)} "
                         f"(`prour serve --dry-run` / `prour train --dry-run` print the plan)")
@@ -427,13 +313,10 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
     """Every problem of ``stages``; ``whole_run``: the stages run in order, so what an earlier
     stage of the run makes (files, thresholds, served endpoints) need not exist yet. ``skip``
     leaves out checks by name (e.g. ``gpus`` on a Slurm login node: each job checks its node)."""
-    unknown = [stage for stage in stages if stage not in STAGES]
-    if unknown:
-        from prour.registry import unknown_name
-
-        raise ValueError(unknown_name("stage", unknown[0], STAGES))
+    for stage in stages:
+        get_stage(stage)  # an unknown name: a ValueError listing the stages
     run = stages if whole_run else ()
-    roles = {stage: stage_roles(recipe, stage) for stage in stages}
+    roles = _roles_by_stage(recipe, stages)
     problems = check_models(recipe, roles) + check_weights(recipe, roles)
     every_role = list(dict.fromkeys(role for used in roles.values() for role in used))
     problems += check_endpoints(recipe, every_role, served_later=whole_run, timeout_s=timeout_s)
@@ -445,13 +328,3 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
     left_out = set(skip)
     # dict.fromkeys: a problem two stages share (thresholds for extract and eval) is named once
     return [p for p in dict.fromkeys(problems) if p.check not in left_out]
-
-
-def run_stages(recipe: Recipe) -> list[str]:
-    """The stages a whole run of this recipe has: serve only with models to serve, calibrate only
-    without explicit ``router.tau_au``/``tau_eu``, train only with a ``train`` section."""
-    from prour.cluster.recipe import nothing_to_serve
-
-    skip = {"serve": nothing_to_serve(recipe) is not None,
-            "calibrate": recipe.router.tau_au is not None, "train": recipe.train is None}
-    return [stage for stage in STAGES if not skip.get(stage)]

@@ -111,17 +111,17 @@ PAPER_ROLES = {  # prour paper §4, A.2: role -> model (annotator and judge: see
 def test_paper_recipe_is_the_whole_run():
     """Every role the paper names, each frozen one served by `prour serve` (no fixed base_url);
     every stage finds the roles it needs; the paper's data, router and eval numbers."""
-    from prour.cluster.gpu_plan import STAGE_ROLES
     from prour.cluster.recipe import served_roles
     from prour.eval.methods import METHODS
+    from prour.stages import required_roles, stage_names
 
     recipe = load_recipe(PAPER, cluster=True)
     assert {r: m.path or m.model for r, m in recipe.models.items()} == PAPER_ROLES
     served = {role for roles in served_roles(recipe).values() for role in roles}
     assert served == set(PAPER_ROLES) - {"generator"}
     assert not any(m.base_url for m in recipe.models.values())
-    for stage, roles in STAGE_ROLES.items():
-        assert set(roles) - {"generator"} <= set(recipe.models), stage
+    for stage in stage_names():
+        assert set(required_roles(recipe, stage)) <= set(recipe.models), stage
     for method in recipe.eval.methods:
         assert set(METHODS.get(method).roles) <= set(recipe.models), method
     ours = {"base", "prour", "clarify-only", "verify-only", "llm-router"}  # A.2.1 + ablations

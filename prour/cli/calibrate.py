@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 import typer
 
 from prour.cli.recipe import RecipeOpt, RecipeOrNoneOpt, SetOpt
+from prour.stages import command_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.router.calibration import RoutingScores
 
-STAGES = ("label", "search", "evaluate", "all")
+# `--stage` values: the calibrate stage's steps (prour.stages), or all of them in turn
+STAGES = (*command_options("calibrate", "--stage"), "all")
 
 
 def _fail(message: str) -> None:

@@ -30,7 +30,7 @@ def validate(
     with recipe_errors():
         loaded = load_recipe(recipe, overrides, endpoints=preflight)
     if preflight:
-        from prour.preflight import run_stages
+        from prour.stages import run_stages
 
         stages = run_stages(loaded)
         if preflight_problems(loaded, *stages, whole_run=True):

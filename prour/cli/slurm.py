@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from prour.cli.recipe import RecipeOpt, SetOpt
+from prour.stages import stage_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.cluster.gpu_plan import GpuPlan
@@ -20,8 +21,7 @@ slurm_app = typer.Typer(help="Submit the pipeline to Slurm and follow it.", no_a
 StagesOpt = typer.Option(
     "serve,train,eval",
     "--stages",
-    help="Comma-separated stages, run in pipeline order: serve, collect, normalize, calibrate, "
-    "extract, train, export, eval, report.",
+    help=f"Comma-separated stages, run in pipeline order: {', '.join(stage_names())}.",
 )
 DryRunOpt = typer.Option(
     False, "--dry-run", help="Print the sbatch commands and scripts; submit nothing."
@@ -42,9 +42,10 @@ def _dry_run_preflight(loaded: Recipe, stages: list[str]) -> None:
     """The submitted stages' preflight, as a run of them, printed as warnings: the node that
     submits is not the one that runs (its GPUs, mounts and venv may differ), and each job runs
     its stage's checks on its own node before its first step, failing there."""
-    from prour.preflight import STAGES, preflight
+    from prour.preflight import preflight
+    from prour.stages import get_stage
 
-    checked = [stage for stage in stages if stage in STAGES]
+    checked = [stage for stage in stages if get_stage(stage).preflight]
     for problem in preflight(loaded, checked, whole_run=True, skip=("gpus",)):
         typer.echo(f"warning: preflight on this node: {problem.line()}", err=True)
 
@@ -116,14 +117,15 @@ def _memory_plans(recipe: Recipe, stages: list[str]) -> list[GpuPlan]:
     """GPU memory plans of the submitted stages' jobs (prour.cluster.gpu_plan): the serve job
     holds the servers; every other job holds only what it runs itself (the verl trainer, models
     loaded in process), since the servers live in the serve job. Jobs on no GPU are left out."""
-    from prour.cluster.gpu_plan import STAGE_ROLES, gpu_plan
+    from prour.cluster.gpu_plan import gpu_plan, has_plan
+    from prour.stages import get_stage
 
     plans = []
-    for stage in stages:
-        if stage == "serve" or stage in STAGE_ROLES:
-            plan = gpu_plan(recipe, stage, None if stage == "serve" else {})
-            if plan.n_gpus:
-                plans.append(plan)
+    for stage in filter(has_plan, stages):
+        own = get_stage(stage).placement == "servers"
+        plan = gpu_plan(recipe, stage, None if own else {})
+        if plan.n_gpus:
+            plans.append(plan)
     return plans
 
 

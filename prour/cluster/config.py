@@ -19,10 +19,6 @@ from pydantic import Field, field_validator, model_validator
 from prour.section import ConfigError, Section
 
 VLLM_DEFAULT_GPU_SHARE = 0.9  # vLLM's own default for --gpu-memory-utilization
-# Pipeline order; `prour slurm submit --stages` runs any subset in this order.
-STAGES = (
-    "serve", "collect", "normalize", "calibrate", "extract", "train", "export", "eval", "report"
-)
 SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^\d+-\d+$|^(UNLIMITED|INFINITE)$")
 
 
@@ -161,7 +157,8 @@ class SlurmResources(Section):
 
 
 class SlurmConfig(Section):
-    """What ``prour slurm submit`` renders into the sbatch templates besides the recipe itself."""
+    """What ``prour slurm submit`` renders into the sbatch templates besides the recipe itself:
+    ``defaults`` and one field per stage of :data:`prour.stages.STAGES`, in pipeline order."""
 
     defaults: SlurmResources = SlurmResources()  # shared by all stages (partition, account, ...)
     serve: SlurmResources = SlurmResources()
@@ -194,7 +191,8 @@ class SlurmConfig(Section):
         return value
 
     def resources(self, stage: str) -> SlurmResources:
-        """The stage's resources with ``defaults`` filled in."""
+        """The stage's resources with ``defaults`` filled in (one field per stage of
+        :data:`prour.stages.STAGES`; tests/test_stages.py holds the two lists equal)."""
         own = {
             "serve": self.serve,
             "collect": self.collect,
@@ -207,5 +205,5 @@ class SlurmConfig(Section):
             "report": self.report,
         }
         if stage not in own:
-            raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
+            raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(own)}")
         return own[stage].merged(self.defaults)

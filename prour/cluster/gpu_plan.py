@@ -36,6 +36,7 @@ from typing import Any
 from prour.cluster.config import VLLM_DEFAULT_GPU_SHARE, ServedModel
 from prour.cluster.recipe import served_models, served_roles
 from prour.config import Recipe
+from prour.stages import get_stage, stage_roles
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}  # auto: Qwen3's bfloat16
@@ -47,17 +48,6 @@ TRAIN_STATE_BYTES = 16  # fp32 params (4) + fp32 grads (4) + AdamW exp_avg and e
 LOGIT_COPIES = 5
 VLLM_RESERVE_GIB = 1.5  # per vLLM instance and GPU: activations, sampler, CUDA graphs (estimate)
 CUDA_CONTEXT_GIB = 0.5  # per process and GPU (estimate)
-
-# Roles each stage calls; a stage's plan holds the servers of these roles.
-STAGE_ROLES: dict[str, tuple[str, ...]] = {
-    "collect": ("agent", "user", "teacher"),
-    "normalize": ("normalizer",),
-    "calibrate": ("decomposer", "annotator", "router"),
-    "extract": ("decomposer",),
-    "train": ("strict_user", "verifier"),
-    "eval": ("agent", "user", "decomposer", "verifier", "generator", "router", "judge"),
-}
-
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -245,7 +235,7 @@ def plan_trainer(plan: GpuPlan, recipe: Recipe) -> None:
 def plan_in_process(plan: GpuPlan, recipe: Recipe, stage: str) -> None:
     """Add the ``hf`` roles a stage loads in process (on the first GPU, as ``device: auto``
     places them): their weights in their dtype and a CUDA context each."""
-    for role in STAGE_ROLES[stage]:
+    for role in stage_roles(recipe, stage):
         cfg = recipe.models.get(role)
         if cfg is None or cfg.backend != "hf" or cfg.device == "cpu":
             continue
@@ -261,42 +251,46 @@ def plan_in_process(plan: GpuPlan, recipe: Recipe, stage: str) -> None:
         plan.add(0, "CUDA context", CUDA_CONTEXT_GIB)
 
 
+def has_plan(stage: str) -> bool:
+    """Whether the stage places anything on a node's GPUs (its table row's ``placement``)."""
+    return get_stage(stage).placement != "none"
+
+
 def stage_servers(recipe: Recipe, stage: str) -> dict[str, ServedModel]:
-    """The servers a stage's roles use (``serve``: every server the recipe starts)."""
+    """The servers of the roles a stage calls (the table's roles, derived from the recipe); the
+    stage that starts the servers holds every one the recipe starts."""
     specs, users = served_models(recipe), served_roles(recipe)
-    if stage == "serve":
+    if get_stage(stage).placement == "servers":
         return {m: specs[m] for m, roles in users.items() if roles}
-    wanted = set(STAGE_ROLES[stage])
+    wanted = set(stage_roles(recipe, stage))
     return {m: specs[m] for m, roles in users.items() if wanted & set(roles)}
 
 
 def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None = None) -> GpuPlan:
-    """The node's memory during ``stage`` (a key of :data:`STAGE_ROLES`, or ``serve``): its
-    servers (``servers`` when given, e.g. those of ``prour serve --roles``), plus the verl
-    trainer for ``train`` (beside its servers when ``serve.colocate_train``, the paper's node)."""
-    if stage != "serve" and stage not in STAGE_ROLES:
-        raise ValueError(f"unknown stage {stage!r}; valid: serve, {', '.join(STAGE_ROLES)}")
+    """The node's memory during ``stage`` (one that places something: :func:`has_plan`): its
+    servers (``servers`` when given, e.g. those of ``prour serve --roles``), the ``hf`` roles it
+    loads in process, and for the trainer's stage the verl trainer (beside its servers when
+    ``serve.colocate_train``, the paper's node)."""
+    placement = get_stage(stage).placement
+    if placement == "none":
+        raise ValueError(f"stage {stage!r} places nothing on the GPUs: it has no memory plan")
     servers = stage_servers(recipe, stage) if servers is None else servers
-    if stage == "train" and not recipe.serve.colocate_train:
+    trainer = placement == "trainer"
+    if trainer and not recipe.serve.colocate_train:
         servers = {}
-    listed = [gpu for spec in servers.values() for gpu in spec.gpus or []]
-    verl = stage == "train" and recipe.train is not None and recipe.train.backend == "verl"
+    verl = trainer and recipe.train is not None and recipe.train.backend == "verl"
     trainer_gpus = recipe.train.verl.n_gpus_per_node if verl and recipe.train else 0
+    listed = [gpu for spec in servers.values() for gpu in spec.gpus or []]
     plan = GpuPlan(
         stage, recipe.serve.gpu_memory_gib, max([trainer_gpus, *(g + 1 for g in listed)])
     )
     for model_id, spec in servers.items():
         plan_server(plan, model_id, spec)
-    if stage in STAGE_ROLES and stage != "train":
+    if placement == "in_process":
         plan_in_process(plan, recipe, stage)
-    if stage == "train":
+    if trainer:
         plan_trainer(plan, recipe)
-        others = sorted(set(stage_servers(recipe, "serve")) - set(servers))
-        if others and servers:
-            plan.notes.append(
-                f"counts only the train stage's servers; stop {', '.join(others)} on this node "
-                f"while training (`prour serve --roles {','.join(STAGE_ROLES['train'])}`)"
-            )
+        _note_other_servers(plan, recipe, stage, servers)
     plan.n_gpus = max(plan.n_gpus, max(plan.uses, default=-1) + 1)
     for gpu in range(plan.n_gpus):
         if plan.total(gpu) > plan.gpu_gib + 1e-9:
@@ -305,6 +299,22 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
                 f"GPU {gpu} needs {plan.total(gpu):.1f} GiB > {plan.gpu_gib:g} GiB ({parts})"
             )
     return plan
+
+
+def _note_other_servers(
+    plan: GpuPlan, recipe: Recipe, stage: str, servers: dict[str, ServedModel]
+) -> None:
+    """The trainer's node serves only its stage's models: say which others to stop, and how to
+    serve just the roles it calls."""
+    every = {m for m, roles in served_roles(recipe).items() if roles}
+    others = sorted(every - set(servers))
+    if others and servers:
+        served = {role for roles in served_roles(recipe).values() for role in roles}
+        roles = [role for role in stage_roles(recipe, stage) if role in served]
+        plan.notes.append(
+            f"counts only the {stage} stage's servers; stop {', '.join(others)} on this node "
+            f"while training (`prour serve --roles {','.join(roles)}`)"
+        )
 
 
 def check_stage(recipe: Recipe, stage: str) -> GpuPlan:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.config import STAGES
 from prour.cluster.slurm import MANIFEST, StagePlan, SubmitRequest
 from prour.config import Recipe
+from prour.stages import stage_names
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 FAILED = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 NEVER_SATISFIED = "DependencyNeverSatisfied"
-JOB_VARS = {stage: f"JOB_{stage.upper()}" for stage in STAGES}
+JOB_VARS = {stage: f"JOB_{stage.upper()}" for stage in stage_names()}
 
 
 class SubmitError(RuntimeError):
@@ -105,7 +105,7 @@ def dry_run_text(plans: Sequence[StagePlan], recipe: Recipe) -> str:
         after = ":".join(f"${JOB_VARS[p.stage]}" for p in plans if p is not serve)
         lines.append(
             f"sbatch --parsable --dependency=afterany:{after} "
-            f'--wrap "{stop_serve_line("$" + JOB_VARS["serve"])}"'
+            f'--wrap "{stop_serve_line("$" + JOB_VARS[serve.stage])}"'
         )
     for plan in plans:
         lines += [
@@ -161,7 +161,7 @@ def submit(
     entries = [manifest_entry(plan, ids) for plan in plans]
     serve = next((p for p in plans if p.long_running), None)
     if serve and len(plans) > 1:
-        entries.append(submit_stop_serve(recipe, request, ids, runner))
+        entries.append(submit_stop_serve(recipe, request, serve.stage, ids, runner))
     manifest = {
         "schema": SCHEMA,
         "recipe": str(request.recipe_path),
@@ -190,20 +190,21 @@ def record_provenance(recipe: Recipe, request: SubmitRequest) -> None:
 
 
 def submit_stop_serve(
-    recipe: Recipe, request: SubmitRequest, ids: dict[str, str], runner: Runner
+    recipe: Recipe, request: SubmitRequest, serve: str, ids: dict[str, str], runner: Runner
 ) -> dict[str, Any]:
-    """Submit the job that ends the serve stage after the others; its manifest entry."""
-    log = request.run_dir / "slurm" / "logs" / "serve_stop-%j.out"
-    others = [job for stage, job in ids.items() if stage != "serve"]
-    done = runner(stop_serve_command(recipe, ids["serve"], others, log))
+    """Submit the job that ends the long-running ``serve`` stage after the others; its manifest
+    entry."""
+    log = request.run_dir / "slurm" / "logs" / f"{serve}_stop-%j.out"
+    others = [job for stage, job in ids.items() if stage != serve]
+    done = runner(stop_serve_command(recipe, ids[serve], others, log))
     if done.returncode != 0:
         raise SubmitError(
             f"sbatch refused the serve-stop job: {done.stderr.strip()} (the serve "
-            f"job {ids['serve']} keeps running until scancel or its time limit)"
+            f"job {ids[serve]} keeps running until scancel or its time limit)"
         )
     job = _job_id(done)
     return {
-        "stage": "serve_stop",
+        "stage": f"{serve}_stop",
         "job_id": job,
         "script": None,
         "log": str(log).replace("%j", job),

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.config import STAGES, SlurmResources
+from prour.cluster.config import SlurmResources
 from prour.cluster.recipe import nothing_to_serve, served_models
 from prour.config import ConfigError, Recipe
+from prour.stages import File, get_stage, stage_names, stage_roles
 from prour.train.config import TrainConfig
 from prour.train.recipe import resolve_output_dir
 
@@ -298,28 +299,37 @@ def eval_stage(
     )
 
 
-def stage_command(request: SubmitRequest, stage: str) -> list[str]:
-    """The ``prour`` arguments of a data, export or report stage on the submission's run folder."""
-    recipe = ["--recipe", str(request.recipe_path), *stage_overrides(request)]
-    commands = {
-        "collect": ["collect", *recipe, "--no-progress"],
-        "normalize": ["normalize", *recipe],
-        "calibrate": ["calibrate", *recipe],
-        "extract": ["extract", *recipe, "--no-progress"],
-        "export": ["train", "export", *recipe],
-        "report": ["report", str(request.run_dir / "eval")],  # the eval stage's folder
-    }
-    return commands[stage]
+def stage_command(recipe: Recipe, request: SubmitRequest, stage: str) -> list[str]:
+    """The ``prour`` arguments of a one-command stage (the table's ``slurm_command``) on the
+    submission's run folder."""
+    on_run = recipe.model_copy(update={"run_dir": str(request.run_dir)})
+    return get_stage(stage).job_argv(on_run, str(request.recipe_path), stage_overrides(request))
 
 
-def command_stage(request: SubmitRequest, stage: str, slurm_dir: Path, wait: int) -> StageLayout:
-    """A stage that runs one ``prour`` command; export and report use no served model."""
+def command_stage(
+    recipe: Recipe, request: SubmitRequest, stage: str, slurm_dir: Path, wait: int
+) -> StageLayout:
+    """A stage that runs one ``prour`` command; one that calls no model waits for no server."""
     variables = {
-        "PROUR_COMMAND": stage_command(request, stage),
-        "PROUR_WAIT_ENDPOINTS": 0 if stage in ("export", "report") else wait,
+        "PROUR_COMMAND": stage_command(recipe, request, stage),
+        "PROUR_WAIT_ENDPOINTS": wait if stage_roles(recipe, stage) else 0,
     }
     log = str(slurm_dir / "logs" / f"{stage}-%j.out")
     return StageLayout("stage", log, variables=variables)
+
+
+def stage_layout(
+    recipe: Recipe, request: SubmitRequest, stage: str, slurm_dir: Path, wait: int
+) -> StageLayout:
+    """The job of one stage, by the kind of template its table row renders."""
+    kind = get_stage(stage).slurm
+    if kind == "serve":
+        return serve_stage(recipe, slurm_dir)
+    if kind == "train":
+        return train_stage(recipe, slurm_dir, wait)
+    if kind == "eval":
+        return eval_stage(recipe, request, slurm_dir, wait)
+    return command_stage(recipe, request, stage, slurm_dir, wait)
 
 
 def plan_stage(
@@ -328,14 +338,7 @@ def plan_stage(
     """Render the script of one stage."""
     slurm_dir = request.run_dir / "slurm"
     wait = int(recipe.slurm.endpoints_wait_s) if serves else 0
-    if stage == "serve":
-        layout = serve_stage(recipe, slurm_dir)
-    elif stage == "train":
-        layout = train_stage(recipe, slurm_dir, wait)
-    elif stage == "eval":
-        layout = eval_stage(recipe, request, slurm_dir, wait)
-    else:
-        layout = command_stage(request, stage, slurm_dir, wait)
+    layout = stage_layout(recipe, request, stage, slurm_dir, wait)
     variables: dict[str, Any] = {
         "PROUR_STAGE": stage,
         "PROUR_WORKDIR": str(request.workdir),
@@ -374,37 +377,37 @@ def plan_stage(
         status_path=slurm_dir / "status" / stage,
         tasks=layout.tasks,
         notes=notes,
-        long_running=stage == "serve" and serves,
+        long_running=get_stage(stage).long_running and serves,
     )
 
 
 def refuse_empty_serve(recipe: Recipe, stages: list[str]) -> None:
-    """A serve stage for a recipe that serves nothing would fail at run time: refuse it now."""
-    why_not = nothing_to_serve(recipe)
-    if "serve" in stages and why_not:
-        raise ValueError(f"--stages serve: {why_not}; leave serve out of --stages")
+    """A stage whose command fails with nothing to do (serve with nothing to serve) would fail at
+    run time: refuse it now."""
+    for stage in (name for name in stage_names() if name in stages):  # unknown: plan_submission
+        why_not = get_stage(stage).skip(recipe) if get_stage(stage).refuse_idle else None
+        if why_not:
+            raise ValueError(f"--stages {stage}: {why_not}; leave {stage} out of --stages")
 
 
 def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
     """Scripts for the requested stages in pipeline order, each depending on the one before.
 
-    With train or export submitted, eval evaluates the newest checkpoint of ``train.output_dir``
-    in Hugging Face format (what ``prour train export`` leaves there) unless ``--checkpoint`` says
-    otherwise.
+    With a stage submitted that writes ``train.output_dir`` (train, export), a stage that reads
+    the checkpoint (eval) evaluates the newest one of ``train.output_dir`` in Hugging Face format
+    (what ``prour train export`` leaves there) unless ``--checkpoint`` says otherwise.
     """
-    unknown = [s for s in request.stages if s not in STAGES]
+    known = stage_names()
+    unknown = [s for s in request.stages if s not in known]
     if unknown or not request.stages:
         raise ValueError(
-            f"--stages: unknown {unknown or 'empty list'}; valid: {', '.join(STAGES)}"
+            f"--stages: unknown {unknown or 'empty list'}; valid: {', '.join(known)}"
         )
     serves = nothing_to_serve(recipe) is None
-    trains = {"train", "export"} & set(request.stages)
-    if trains and "eval" in request.stages and not request.checkpoint:
+    if not request.checkpoint and _makes_and_reads_checkpoints(recipe, request.stages):
         request.checkpoint = str(request.workdir / train_output_dir(recipe))
     plans: list[StagePlan] = []
-    for stage in STAGES:
-        if stage not in request.stages:
-            continue
+    for stage in (name for name in known if name in request.stages):
         plan = plan_stage(recipe, request, stage, serves)
         if plans:
             before = plans[-1]
@@ -412,3 +415,16 @@ def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
             plan.dependency = "after" if before.long_running else "afterok"
         plans.append(plan)
     return plans
+
+
+def _makes_and_reads_checkpoints(recipe: Recipe, stages: list[str]) -> bool:
+    """Whether one submitted stage writes under ``train.output_dir`` and another reads a
+    checkpoint from it (the table's files)."""
+    folder = Path(train_output_dir(recipe))
+
+    def under(files: tuple[File, ...]) -> bool:
+        return any(folder in file.path.parents for file in files)
+
+    rows = [step for stage in stages for step in get_stage(stage).steps]
+    return any(under(step.writes(recipe)) for step in rows) \
+        and any(under(step.reads(recipe)) for step in rows if not under(step.writes(recipe)))

@@ -129,11 +129,15 @@ def test_the_update_estimate_matches_the_measured_peak() -> None:
 
 
 def test_eval_counts_the_generator_it_loads_in_process() -> None:
-    """The evaluated Qwen3-1.7B (hf, bf16) sits on GPU 0 beside the 32B's half: 40 + 0.5 +
-    1,720,574,976 x 2 B (3.2 GiB) + 0.5; without servers it alone makes the plan one GPU."""
+    """The evaluated Qwen3-1.7B (hf, bf16) sits alone on GPU 0: 1,720,574,976 x 2 B (3.2 GiB) +
+    0.5, since no method of the paper's eval calls a 32B role (teacher, annotator, judge: the
+    32B server is not in the plan); GPU 1 holds the 8B server (0.45 x 80 + 0.5). Without
+    servers the generator alone makes the plan one GPU."""
     plan = check_stage(load_recipe(PAPER, cluster=True), "eval")
     weights = 1_720_574_976 * 2 / GIB
-    assert plan.total(0) == pytest.approx(40 + 0.5 + weights + 0.5)
+    assert plan.total(0) == pytest.approx(weights + 0.5)
+    assert plan.total(1) == pytest.approx(0.45 * 80 + 0.5)
+    assert not any("Qwen3-32B" in what for uses in plan.uses.values() for what, _ in uses)
     alone = gpu_plan(load_recipe(PAPER, ["serve.models={}"], cluster=True), "eval")
     assert alone.n_gpus == 1 and alone.total(0) == pytest.approx(weights + 0.5)
 

@@ -1,0 +1,653 @@
+"""The table of stages: the paper's chain from tau2 tasks to the report, one row per step.
+
+A :class:`Stage` is what ``--stages``, preflight, the GPU plan, ``slurm.<stage>`` and the Slurm
+jobs name (``serve``, ``collect``, ..., ``report``); its :class:`Step` rows are the chain as a run
+walks it (DESIGN.md §6): collect retail, collect airline, normalize, calibration states (dev,
+test), annotate, the review gate, threshold search, held-out evaluation, extract, train, export,
+eval, report. Each step says the command that runs it (printable, runnable as printed), the files
+it reads and writes (resolved the way the stage itself resolves them), how "done" is read from
+those outputs and the model roles it calls, derived from the recipe: an eval calls what its
+methods call, a train with the judge-priced attention reward calls the judge, a collect calls
+the teacher only with ``data.teacher``. A stage adds what holds for all its steps: extras to
+install, GPU placement, Slurm template, what its command checks before starting.
+
+Every other module asks this table; none compares stage names. Nothing heavy is imported here
+(``prour --help`` stays fast): what a row needs it imports inside its functions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+
+GPU_EXTRA = "pip install -e '.[gpu]'"
+# The airline collection that yields the held-out calibration states (README, paper A.2.2: 240
+# airline decision states sampled from 60 episodes of the airline train split).
+AIRLINE_TRAJECTORIES = "data/airline_trajectories.jsonl"
+AIRLINE_EPISODES = 60
+# Responders the information-gain reward calls, by the mode of a training state.
+RESPONDERS = {"clarify": "strict_user", "verify": "verifier"}
+
+
+@dataclass(frozen=True)
+class File:
+    """A file (or folder) a step reads or writes: the recipe key (or what names it) and where."""
+
+    key: str
+    path: Path
+    checked: bool = True  # preflight requires it (False: a check of its own reads it, or a flag
+    # names it: the thresholds, eval's --checkpoint)
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An optional module a stage imports: why, what to do when it is missing, in which python."""
+
+    module: str
+    why: str
+    fix: str
+    python: str | None = None  # None: this interpreter
+
+
+Files = Callable[["Recipe"], tuple[File, ...]]
+Roles = Callable[["Recipe"], tuple[str, ...]]
+
+
+def _nothing(recipe: Recipe) -> tuple:
+    return ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One row of the chain.
+
+    ``command`` is the argv after ``prour``; ``{recipe}`` and the names of :func:`command_values`
+    stand for the run's values. ``None`` marks a gate: a person passes it, nothing runs.
+    ``done`` reads the outputs (default: every written file exists); a gate has none.
+    ``by_stage``: the stage's own command (its Slurm job, its preflight) runs this step; False
+    for a step run by hand before it (today: the airline collection, the calibration states and
+    the review of the labels)."""
+
+    name: str
+    summary: str
+    command: tuple[str, ...] | None
+    reads: Files = _nothing
+    writes: Files = _nothing
+    roles: Roles = _nothing  # the model roles the step calls
+    tokenizers: Roles = _nothing  # roles whose tokenizer (not model) the step reads
+    done: Callable[[Recipe], bool] | None = None
+    by_stage: bool = True
+
+    def argv(self, recipe: Recipe, recipe_path: str | None = "{recipe}") -> list[str]:
+        """The command's arguments for this recipe; ``recipe_path=None`` leaves ``--recipe`` out
+        (as in "run `prour collect` first": the command on the same recipe)."""
+        if self.command is None:
+            raise ValueError(f"step {self.name!r} is a gate: no command runs it")
+        return format_command(self.command, recipe, recipe_path)
+
+    def hint(self, recipe: Recipe, recipe_path: str | None = None) -> str:
+        """``prour <command>`` as a person types it (a gate: what to do instead)."""
+        if self.command is None:
+            return self.summary
+        import shlex
+
+        return shlex.join(["prour", *self.argv(recipe, recipe_path)])
+
+    def is_done(self, recipe: Recipe) -> bool:
+        """Whether the outputs say this step has run (a gate is never done by itself)."""
+        if self.command is None:
+            return False
+        if self.done is not None:
+            return self.done(recipe)
+        outputs = self.writes(recipe)
+        return bool(outputs) and all(out.path.exists() for out in outputs)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A unit the CLI, preflight, the GPU plan and Slurm name, with its steps of the chain.
+
+    ``placement`` is where its models sit on a node's GPUs: ``servers`` (the vLLM servers it
+    starts), ``trainer`` (the verl trainer, beside its responders' servers), ``in_process``
+    (``hf`` roles it loads) or ``none`` (it places nothing). ``slurm`` is the kind of sbatch
+    template its job renders (``serve``, ``train``, ``eval`` array, or one ``stage`` command:
+    ``slurm_command``)."""
+
+    name: str
+    summary: str
+    steps: tuple[Step, ...]
+    placement: str
+    slurm: str = "stage"
+    slurm_command: tuple[str, ...] | None = None
+    extras: Callable[[Recipe], tuple[Extra, ...]] = _nothing
+    weights: Callable[[Recipe], tuple[tuple[str, str], ...]] = _nothing  # (model, key) loaded
+    # beside the hf roles (the verl policy, extract's tokenizer, the served models)
+    gpus: Callable[[Recipe], dict[str, int]] = lambda recipe: {}  # GPUs a node must show, by key
+    routes: Callable[[Recipe], bool] = lambda recipe: False  # reads the decomposer's thresholds
+    skip: Callable[[Recipe], str | None] = lambda recipe: None  # why a run leaves it out
+    preflight: bool = True  # its command checks the setup before its first step
+    long_running: bool = False  # runs beside the later stages (serve): they start once it runs
+    refuse_idle: bool = False  # with nothing to do (skip) its command fails: refuse to submit it
+
+    def roles(self, recipe: Recipe) -> tuple[str, ...]:
+        return _union(step.roles(recipe) for step in self.steps)
+
+    def job_argv(self, recipe: Recipe, recipe_path: str, sets: Iterable[str] = ()) -> list[str]:
+        """The ``prour`` arguments its one-command Slurm job runs (``slurm_command``), with
+        ``sets`` (``--set`` items) after the recipe."""
+        if self.slurm_command is None:
+            raise ValueError(f"stage {self.name!r} renders its own template ({self.slurm})")
+        return format_command(self.slurm_command, recipe, recipe_path, list(sets))
+
+    def inputs(self, recipe: Recipe) -> list[tuple[File, Step]]:
+        """Files its command reads that its own steps do not write first, with the step that
+        writes them (:data:`EXTERNAL` for files from outside the chain)."""
+        made: set[Path] = set()
+        needed: list[tuple[File, Step]] = []
+        for step in self.steps:
+            if not step.by_stage:
+                continue
+            for file in step.reads(recipe):
+                if file.path not in made:
+                    needed.append((file, writer_of(recipe, file.path)))
+                    made.add(file.path)  # named once, however many steps read it
+            made.update(out.path for out in step.writes(recipe))
+        return needed
+
+
+def _union(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(role for group in groups for role in group))
+
+
+# ---- paths the steps read and write ----------------------------------------------------------
+
+
+def _run_dir(recipe: Recipe) -> Path:
+    return recipe.resolved_run_dir()
+
+
+def _data(recipe: Recipe, name: str) -> File:
+    return File(f"data.{name}", recipe.data.path(name, _run_dir(recipe)))
+
+
+def _airline(recipe: Recipe) -> File:
+    return File("collect-airline (--set data.trajectories)", _run_dir(recipe) / AIRLINE_TRAJECTORIES)
+
+
+def _states(recipe: Recipe, split: str) -> tuple[File, ...]:
+    """The split's calibration states where the calibrate stage reads them (none when unset)."""
+    from prour.router.pipeline import states_path
+
+    if not getattr(recipe.router.calibration, f"{split}_states"):
+        return ()
+    return (File(f"router.calibration.{split}_states", states_path(recipe, split)),)
+
+
+def _calibration(recipe: Recipe, kind: str, split: str) -> File:
+    from prour.router.pipeline import cache_path, labels_path
+
+    path = labels_path(recipe, split) if kind == "labels" else cache_path(recipe, split)
+    return File(f"router.calibration.out_dir ({path.name})", path)
+
+
+def _thresholds(recipe: Recipe) -> File:
+    from prour.router.thresholds import thresholds_path
+
+    return File("router.thresholds_file", thresholds_path(recipe), checked=False)
+
+
+def _dataset(recipe: Recipe) -> tuple[File, ...]:
+    folder = recipe.data.path("dataset_dir", _run_dir(recipe))
+    return (File("data.dataset_dir", folder / "train.parquet"),
+            File("data.dataset_dir", folder / "validation.parquet"))
+
+
+def _train_files(recipe: Recipe) -> tuple[File, ...]:
+    """``train.train_file`` / ``val_file`` as the trainer reads them (relative: to run_dir)."""
+    if recipe.train is None:
+        return ()
+    files = (("train.train_file", recipe.train.train_file), ("train.val_file", recipe.train.val_file))
+    return tuple(File(key, path if path.is_absolute() else _run_dir(recipe) / path)
+                 for key, path in ((k, Path(v)) for k, v in files if v))
+
+
+def _checkpoints(recipe: Recipe) -> Path:
+    from prour.train.config import TrainConfig
+    from prour.train.recipe import resolve_output_dir
+
+    return Path(resolve_output_dir(recipe.train or TrainConfig(), recipe.name))
+
+
+def _eval_dir(recipe: Recipe) -> Path:
+    return _run_dir(recipe) / "eval"
+
+
+def command_values(recipe: Recipe) -> dict[str, str]:
+    """The values a step's command names (``{trajectories}``, ``{checkpoints}``, ...)."""
+    return {
+        "run_dir": str(_run_dir(recipe)),
+        "trajectories": str(_data(recipe, "trajectories").path),
+        "airline_trajectories": AIRLINE_TRAJECTORIES,
+        "airline_path": str(_airline(recipe).path),
+        "airline_episodes": str(AIRLINE_EPISODES),
+        "checkpoints": str(_checkpoints(recipe)),
+        "eval_dir": str(_eval_dir(recipe)),
+    }
+
+
+def format_command(command: Iterable[str], recipe: Recipe, recipe_path: str | None,
+                   after_recipe: list[str] | None = None) -> list[str]:
+    """``command`` with its ``{names}`` filled from the recipe; ``after_recipe`` follows
+    ``--recipe PATH``; with ``recipe_path=None`` the ``--recipe`` pair is left out."""
+    values = {"recipe": recipe_path, **command_values(recipe)}
+    out: list[str] = []
+    parts = list(command)
+    while parts:
+        part = parts.pop(0)
+        if part == "--recipe":
+            value = parts.pop(0)
+            if recipe_path is not None:
+                out += [part, value.format(**values), *(after_recipe or [])]
+            continue
+        out.append(part.format(**values))
+    return out
+
+
+# ---- how "done" is read --------------------------------------------------------------------------
+
+
+def _lines(path: Path) -> int:
+    """Non-empty lines of a JSONL file (0 when it does not exist)."""
+    try:
+        with open(path) as handle:
+            return sum(1 for line in handle if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def _collected(recipe: Recipe) -> bool:
+    return _lines(_data(recipe, "trajectories").path) >= recipe.data.num_trajectories
+
+
+def _airline_collected(recipe: Recipe) -> bool:
+    return _lines(_airline(recipe).path) >= AIRLINE_EPISODES
+
+
+def _covers(outputs: Callable[[Recipe, str], File], splits: tuple[str, ...]) -> Callable:
+    """Done when, for each split, the output has a line per calibration state."""
+    def done(recipe: Recipe) -> bool:
+        states = {split: _states(recipe, split) for split in splits}
+        return all(files and files[0].path.exists()
+                   and _lines(outputs(recipe, split).path) >= _lines(files[0].path)
+                   for split, files in states.items())
+    return done
+
+
+def _labels(recipe: Recipe, split: str) -> File:
+    return _calibration(recipe, "labels", split)
+
+
+def _measured(recipe: Recipe, split: str) -> File:
+    return _calibration(recipe, "cache", split)
+
+
+def _thresholds_stored(recipe: Recipe) -> bool:
+    """The thresholds file holds a pair for this recipe's decomposer model."""
+    from prour.router.thresholds import decomposer_model_id, load_thresholds
+
+    if "decomposer" not in recipe.models or not _thresholds(recipe).path.is_file():
+        return False
+    try:
+        load_thresholds(_thresholds(recipe).path, decomposer_model_id(recipe.models["decomposer"]))
+    except (LookupError, ValueError):
+        return False
+    return True
+
+
+def _final_step(recipe: Recipe) -> Path:
+    """The last step's folder: ``step_N`` (local) or ``global_step_N`` (verl's)."""
+    steps = recipe.train.total_steps if recipe.train is not None else 0
+    prefix = "global_step_" if recipe.train is not None and recipe.train.backend == "verl" else "step_"
+    return _checkpoints(recipe) / f"{prefix}{steps}"
+
+
+def _exported(recipe: Recipe) -> Path:
+    """Where ``prour train export`` leaves the final step as a Hugging Face folder."""
+    steps = recipe.train.total_steps if recipe.train is not None else 0
+    return _checkpoints(recipe) / f"step_{steps}"
+
+
+def _endpoints(recipe: Recipe) -> File:
+    from prour.cluster.endpoints import endpoints_path
+
+    return File("endpoints_file", endpoints_path(recipe))
+
+
+def _serving(recipe: Recipe) -> bool:
+    """The endpoints file says the servers are ready."""
+    from prour.cluster.endpoints import EndpointsError, read_endpoints
+
+    try:
+        record = read_endpoints(_endpoints(recipe).path)
+    except EndpointsError:
+        return False
+    return record is not None and record.get("status") == "ready"
+
+
+# ---- which roles a step calls --------------------------------------------------------------------
+
+
+def _collect_roles(recipe: Recipe) -> tuple[str, ...]:
+    return ("agent", "user", *(("teacher",) if recipe.data.teacher else ()))
+
+
+def _heldout_roles(recipe: Recipe) -> tuple[str, ...]:
+    """The decomposer, and the prompted router when the recipe has one (its held-out scores)."""
+    return ("decomposer", *(("router",) if "router" in recipe.models else ()))
+
+
+def _train_modes(recipe: Recipe) -> set[str]:
+    """The modes of the states in the train file: both while it does not exist yet or cannot be
+    read (the path check or the trainer names that)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = _train_files(recipe)
+    try:
+        return set(pq.read_table(files[0].path, columns=["extra_info"]).column("extra_info")
+                   .combine_chunks().field("mode").to_pylist())
+    except (IndexError, OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return set(RESPONDERS)
+
+
+def _train_roles(recipe: Recipe) -> tuple[str, ...]:
+    """The policy, the responders of the train file's modes, and the judge when the attention
+    reward prices questions with it (``reward.attention.cost: judge`` with λ > 0)."""
+    modes = _train_modes(recipe)
+    attention = recipe.reward.attention
+    judged = attention.lam > 0 and attention.cost == "judge"
+    return ("generator", *(RESPONDERS[m] for m in RESPONDERS if m in modes),
+            *(("judge",) if judged else ()))
+
+
+def _eval_roles(recipe: Recipe) -> tuple[str, ...]:
+    """What the methods call, and the judge when the attention protocol labels or scores with it."""
+    from prour.eval.methods import check_method
+
+    cfg = recipe.eval
+    judged = cfg.attention is not None and (cfg.classifier == "judge" or cfg.judge)
+    return _union([*(check_method(m).roles for m in cfg.methods), ("judge",) if judged else ()])
+
+
+def _extract_tokenizer(recipe: Recipe) -> tuple[str, ...]:
+    return () if recipe.data.tokenizer else ("generator",)
+
+
+# ---- what a stage installs, loads and places ----------------------------------------------------
+
+
+def serve_python(recipe: Recipe) -> str:
+    """The python ``prour serve`` starts vLLM with: ``serve.python``, $PROUR_VLLM_PYTHON, this."""
+    return recipe.serve.python or os.environ.get("PROUR_VLLM_PYTHON") or sys.executable
+
+
+def served_ids(recipe: Recipe) -> set[str]:
+    """Model ids ``prour serve`` starts for this recipe."""
+    from prour.cluster.recipe import served_roles
+
+    return {model_id for model_id, roles in served_roles(recipe).items() if roles}
+
+
+def _serve_extras(recipe: Recipe) -> tuple[Extra, ...]:
+    if not served_ids(recipe):
+        return ()
+    return (Extra("vllm", "serve.models", f"install the gpu extra ({GPU_EXTRA}) or set "
+                  "serve.python / $PROUR_VLLM_PYTHON to a python that has vLLM",
+                  serve_python(recipe)),)
+
+
+def _train_extras(recipe: Recipe) -> tuple[Extra, ...]:
+    train = recipe.train
+    if train is None or train.backend != "verl":
+        return ()
+    why = "train.backend=verl"
+    fix = f"install it: {GPU_EXTRA}"
+    needed = [Extra("verl", why, fix), Extra("ray", why, fix),
+              Extra("vllm", f"{why} rolls out with vLLM", fix), Extra("transfer_queue", why, fix)]
+    if train.verl.attn_implementation == "flash_attention_2":
+        needed.append(Extra("flash_attn", "train.verl.attn_implementation=flash_attention_2",
+                            "install it: pip install flash-attn --no-build-isolation (a source "
+                            "build)"))
+    return tuple(needed)
+
+
+def _served_weights(recipe: Recipe) -> tuple[tuple[str, str], ...]:
+    from prour.cluster.recipe import served_models
+
+    wanted = served_ids(recipe)
+    return tuple((spec.path or model_id, f"serve.models.{model_id}")
+                 for model_id, spec in served_models(recipe).items() if model_id in wanted)
+
+
+def _verl_policy(recipe: Recipe) -> tuple[tuple[str, str], ...]:
+    """verl loads the policy by path or hub id whatever its backend."""
+    policy = recipe.models.get("generator")
+    if policy is None or recipe.train is None or recipe.train.backend != "verl" \
+            or policy.backend == "hf":  # an hf role's weights are checked as such
+        return ()
+    return ((str(policy.path or policy.model), "models.generator"),)
+
+
+def _tokenizer_weights(recipe: Recipe) -> tuple[tuple[str, str], ...]:
+    return ((recipe.data.tokenizer, "data.tokenizer"),) if recipe.data.tokenizer else ()
+
+
+def _server_gpus(recipe: Recipe) -> dict[str, int]:
+    from prour.cluster.recipe import served_models
+
+    wanted = served_ids(recipe)
+    return {f"serve.models.{model_id}.gpus": max(spec.gpus) + 1
+            for model_id, spec in served_models(recipe).items() if model_id in wanted and spec.gpus}
+
+
+def _trainer_gpus(recipe: Recipe) -> dict[str, int]:
+    if recipe.train is None or recipe.train.backend != "verl":
+        return {}
+    return {"train.verl.n_gpus_per_node": recipe.train.verl.n_gpus_per_node}
+
+
+def _eval_routes(recipe: Recipe) -> bool:
+    from prour.eval.methods import check_method
+
+    return any(check_method(m).router == "decomposer" for m in recipe.eval.methods)
+
+
+def _nothing_to_serve(recipe: Recipe) -> str | None:
+    from prour.cluster.recipe import nothing_to_serve
+
+    return nothing_to_serve(recipe)
+
+
+def _thresholds_set(recipe: Recipe) -> str | None:
+    if recipe.router.tau_au is not None:
+        return "router.tau_au/tau_eu are set: nothing to calibrate"
+    return None
+
+
+def _no_train(recipe: Recipe) -> str | None:
+    return None if recipe.train is not None else "the recipe has no `train` section"
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+_R = ("--recipe", "{recipe}")
+
+STAGES: tuple[Stage, ...] = (
+    Stage("serve", "vLLM servers for the recipe's frozen models", (
+        Step("serve", "start one server per served model id; write the endpoints file",
+             ("serve", *_R), writes=lambda r: (_endpoints(r),), done=_serving),
+    ), placement="servers", slurm="serve", extras=_serve_extras, weights=_served_weights,
+        gpus=_server_gpus, skip=_nothing_to_serve, long_running=True, refuse_idle=True),
+    Stage("collect", "task agent + teacher + user episodes on tau2", (
+        Step("collect-retail", "training trajectories (data.domain, data.split)",
+             ("collect", *_R), writes=lambda r: (_data(r, "trajectories"),),
+             roles=_collect_roles, done=_collected),
+        Step("collect-airline", "airline trajectories for the held-out calibration states",
+             ("collect", *_R, "--set", "data.domain=airline",
+              "--set", "data.trajectories={airline_trajectories}",
+              "--set", "data.num_trajectories={airline_episodes}"),
+             writes=lambda r: (_airline(r),), roles=_collect_roles, done=_airline_collected,
+             by_stage=False),
+    ), placement="in_process", slurm_command=("collect", *_R, "--no-progress")),
+    Stage("normalize", "each task's instruction as the first-person goal G*", (
+        Step("normalize", "goals (G*) of the data split's tasks", ("normalize", *_R),
+             writes=lambda r: (_data(r, "goals"),), roles=lambda r: ("normalizer",)),
+    ), placement="in_process", slurm_command=("normalize", *_R)),
+    Stage("calibrate", "labelled decision states, (τ_AU, τ_EU) and their held-out score", (
+        Step("states-dev", "dev decision states from the training trajectories",
+             ("calibrate", "states", *_R, "--split", "dev", "--from", "{trajectories}"),
+             reads=lambda r: (_data(r, "trajectories"),), writes=lambda r: _states(r, "dev"),
+             by_stage=False),
+        Step("states-test", "held-out decision states from the airline trajectories",
+             ("calibrate", "states", *_R, "--split", "test", "--from", "{airline_path}"),
+             reads=lambda r: (_airline(r),), writes=lambda r: _states(r, "test"),
+             by_stage=False),
+        Step("annotate", "the annotator's reviewable label of every state",
+             ("calibrate", *_R, "--stage", "label"),
+             reads=lambda r: (*_states(r, "dev"), *_states(r, "test")),
+             writes=lambda r: (_labels(r, "dev"), _labels(r, "test")),
+             roles=lambda r: ("annotator",), done=_covers(_labels, ("dev", "test"))),
+        Step("review", "review the labels by hand (fix a wrong one in its labels file)", None,
+             reads=lambda r: (_labels(r, "dev"), _labels(r, "test")), by_stage=False),
+        Step("search", "grid search of (τ_AU, τ_EU) on the dev states",
+             ("calibrate", *_R, "--stage", "search"),
+             reads=lambda r: (*_states(r, "dev"), _labels(r, "dev")),
+             writes=lambda r: (_measured(r, "dev"), _thresholds(r)),
+             roles=lambda r: ("decomposer",), done=_thresholds_stored),
+        Step("heldout", "the thresholds (and the prompted router) on the held-out states",
+             ("calibrate", *_R, "--stage", "evaluate"),
+             reads=lambda r: (*_states(r, "test"), _labels(r, "test"), _thresholds(r)),
+             writes=lambda r: (_measured(r, "test"),), roles=_heldout_roles,
+             done=_covers(_measured, ("test",))),
+    ), placement="in_process", slurm_command=("calibrate", *_R), skip=_thresholds_set),
+    Stage("extract", "route every state; clarify/verify states as train/validation parquet", (
+        Step("extract", "train/validation parquet and the dataset card", ("extract", *_R),
+             reads=lambda r: (_data(r, "trajectories"), _data(r, "goals"), _thresholds(r)),
+             writes=_dataset, roles=lambda r: ("decomposer",), tokenizers=_extract_tokenizer),
+    ), placement="in_process", slurm_command=("extract", *_R, "--no-progress"),
+        weights=_tokenizer_weights, routes=lambda r: True),
+    Stage("train", "DAPO on the information-gain reward", (
+        Step("train", "checkpoints every train.save_every steps, metrics.jsonl", ("train", *_R),
+             reads=_train_files, writes=lambda r: (File("train.output_dir", _final_step(r)),),
+             roles=_train_roles),
+    ), placement="trainer", slurm="train", extras=_train_extras, weights=_verl_policy,
+        gpus=_trainer_gpus, skip=_no_train),
+    Stage("export", "the saved steps as Hugging Face folders", (
+        Step("export", "the final step as a Hugging Face folder (what eval loads)",
+             ("train", "export", *_R),
+             reads=lambda r: (File("train.output_dir", _final_step(r)),),
+             writes=lambda r: (File("train.output_dir", _exported(r) / "config.json"),)),
+    ), placement="none", slurm_command=("train", "export", *_R), skip=_no_train,
+        preflight=False),
+    Stage("eval", "every method of eval.methods on tau2, with the final checkpoint", (
+        Step("eval", "one result line per episode", ("eval", *_R, "--checkpoint", "{checkpoints}"),
+             reads=lambda r: (File("--checkpoint", _exported(r) / "config.json", checked=False),),
+             writes=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
+             roles=_eval_roles),
+    ), placement="in_process", slurm="eval", routes=_eval_routes),
+    Stage("report", "Pass@1 tables with intervals, steps by mode, plots", (
+        Step("report", "the report of the eval run", ("report", "{eval_dir}"),
+             reads=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
+             writes=lambda r: (File("eval (run_dir/eval/report)", _eval_dir(r) / "report"),)),
+    ), placement="none", slurm_command=("report", "{eval_dir}"), preflight=False),
+)
+
+EXTERNAL = Step("external", "a file from outside the chain", None)
+
+
+# ---- questions every caller asks ----------------------------------------------------------------
+
+
+def stage_names() -> tuple[str, ...]:
+    """The stages in pipeline order (what ``--stages`` and ``slurm.<stage>`` name)."""
+    return tuple(stage.name for stage in STAGES)
+
+
+def steps() -> tuple[Step, ...]:
+    """Every step of the chain, in order."""
+    return tuple(step for stage in STAGES for step in stage.steps)
+
+
+def get_stage(name: str) -> Stage:
+    """The stage called ``name``; an unknown name lists the valid ones."""
+    for stage in STAGES:
+        if stage.name == name:
+            return stage
+    from prour.registry import unknown_name
+
+    raise ValueError(unknown_name("stage", name, stage_names()))
+
+
+def get_step(name: str) -> Step:
+    """The step called ``name``; an unknown name lists the valid ones."""
+    for step in steps():
+        if step.name == name:
+            return step
+    from prour.registry import unknown_name
+
+    raise ValueError(unknown_name("step", name, [step.name for step in steps()]))
+
+
+def stage_of(step: Step) -> Stage:
+    return next(stage for stage in STAGES if step in stage.steps)
+
+
+def _rows(name: str) -> tuple[Step, ...]:
+    """A stage's steps, or the one step called ``name``."""
+    if name in stage_names():
+        return get_stage(name).steps
+    return (get_step(name),)
+
+
+def stage_roles(recipe: Recipe, name: str) -> tuple[str, ...]:
+    """The ``models.<role>`` that a stage (or one step) calls, derived from the recipe."""
+    return _union(step.roles(recipe) for step in _rows(name))
+
+
+def required_roles(recipe: Recipe, name: str) -> tuple[str, ...]:
+    """The roles a stage (or step) needs in the recipe: those it calls and those whose tokenizer
+    it reads (extract counts prompt tokens with the policy's)."""
+    return _union([*(step.roles(recipe) for step in _rows(name)),
+                   *(step.tokenizers(recipe) for step in _rows(name))])
+
+
+def writer_of(recipe: Recipe, path: Path) -> Step:
+    """The step that writes ``path`` (:data:`EXTERNAL` when none of the chain does)."""
+    for step in steps():
+        if any(out.path == path for out in step.writes(recipe)):
+            return step
+    return EXTERNAL
+
+
+def run_stages(recipe: Recipe) -> list[str]:
+    """The stages a whole run of this recipe has that check their setup: each one the recipe
+    does not leave out (serve only with models to serve, calibrate only without explicit
+    ``router.tau_au``/``tau_eu``, train only with a ``train`` section)."""
+    return [stage.name for stage in STAGES if stage.preflight and stage.skip(recipe) is None]
+
+
+def command_options(stage: str, option: str) -> tuple[str, ...]:
+    """The values the steps of ``stage`` give ``option`` (``prour calibrate --stage``)."""
+    values = []
+    for step in get_stage(stage).steps:
+        command = list(step.command or ())
+        if option in command[:-1]:
+            values.append(command[command.index(option) + 1])
+    return tuple(values)

@@ -1,0 +1,205 @@
+"""The table of stages (prour/stages.py): its order, its files, its roles per recipe, and the
+readers that follow it (the GPU plan, Slurm's resources, the CLI that runs each command)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prour.config import parse_recipe
+from prour.recipes import load_recipe
+from prour.stages import (
+    EXTERNAL,
+    STAGES,
+    get_stage,
+    required_roles,
+    stage_names,
+    stage_roles,
+    steps,
+    writer_of,
+)
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+PAPER, ATTENTION, SMOKE = (RECIPES / f"{name}.yaml" for name in ("paper", "paper-attention", "smoke"))
+
+
+def test_the_stages_and_steps_follow_the_papers_chain() -> None:
+    """DESIGN.md §6: serve beside everything, then collect retail and airline, normalize, the
+    calibration states, annotate, review, search, held-out, extract, train, export, eval, report."""
+    assert stage_names() == ("serve", "collect", "normalize", "calibrate", "extract", "train",
+                             "export", "eval", "report")
+    assert [step.name for step in steps()] == [
+        "serve", "collect-retail", "collect-airline", "normalize", "states-dev", "states-test",
+        "annotate", "review", "search", "heldout", "extract", "train", "export", "eval", "report"]
+    assert [step.name for step in steps() if step.command is None] == ["review"]  # the one gate
+
+
+@pytest.mark.parametrize("path", [PAPER, ATTENTION, SMOKE], ids=lambda p: p.stem)
+def test_every_input_is_an_earlier_steps_output(path: Path) -> None:
+    recipe = load_recipe(path)
+    written: dict[Path, str] = {}
+    for step in steps():
+        for file in step.reads(recipe):
+            assert file.path in written, f"{step.name} reads {file.key} ({file.path}): no earlier step writes it"
+        for file in step.writes(recipe):
+            written.setdefault(file.path, step.name)
+
+
+def test_a_file_no_step_writes_is_external(tmp_path: Path) -> None:
+    recipe = parse_recipe({"name": "x", "run_dir": str(tmp_path)})
+    assert writer_of(recipe, tmp_path / "elsewhere.jsonl") is EXTERNAL
+    assert writer_of(recipe, tmp_path / "data" / "goals.jsonl").name == "normalize"
+
+
+EVAL_PAPER = {"agent", "user", "generator", "decomposer", "verifier", "router"}
+PAPER_ROLES = {  # hand-written from the recipe: data.teacher is on, models.router exists, the
+    # train file does not exist yet (both responders), no eval.attention (no judge)
+    "serve": set(), "collect": {"agent", "user", "teacher"}, "normalize": {"normalizer"},
+    "calibrate": {"annotator", "decomposer", "router"}, "extract": {"decomposer"},
+    "train": {"generator", "strict_user", "verifier"}, "export": set(), "eval": EVAL_PAPER,
+    "report": set(),
+}
+SMOKE_ROLES = {  # no models.router; methods base and prour only
+    **PAPER_ROLES, "calibrate": {"annotator", "decomposer"},
+    "eval": {"agent", "user", "generator", "decomposer", "verifier"},
+}
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    (PAPER, PAPER_ROLES),
+    (ATTENTION, {**PAPER_ROLES, "train": {"generator", "strict_user", "verifier", "judge"}}),
+    (SMOKE, SMOKE_ROLES),
+], ids=["paper", "paper-attention", "smoke"])
+def test_roles_each_stage_calls(path: Path, expected: dict[str, set[str]]) -> None:
+    recipe = load_recipe(path)
+    assert {name: set(stage_roles(recipe, name)) for name in stage_names()} == expected
+    # extract reads the policy's tokenizer from models.generator without calling it
+    assert set(required_roles(recipe, "extract")) == {"decomposer", "generator"}
+
+
+def test_roles_follow_the_recipe() -> None:
+    """No teacher without data.teacher; an eval calls what its methods call and the judge with the
+    attention protocol; the proxy-priced attention reward calls no judge."""
+    recipe = load_recipe(PAPER, ["data.teacher=false", "eval.methods=[base,saber]",
+                                 "reward.attention.lambda=0.1", "reward.attention.cost=proxy"])
+    assert stage_roles(recipe, "collect") == ("agent", "user")
+    assert stage_roles(recipe, "eval") == ("agent", "user")
+    assert "judge" not in stage_roles(recipe, "train")
+    judged = load_recipe(PAPER, ["eval.methods=[base]", "eval.attention={policy: no-ask}"])
+    assert set(stage_roles(judged, "eval")) == {"agent", "user", "judge"}
+    # a step alone: the held-out evaluation scores the decomposer and the prompted router
+    assert stage_roles(recipe, "heldout") == ("decomposer", "router")
+    assert stage_roles(recipe, "states-dev") == ()
+
+
+def test_train_calls_only_the_responders_of_its_train_file(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    recipe = load_recipe(SMOKE, [f"run_dir={tmp_path}"])
+    folder = tmp_path / "data" / "dataset"
+    folder.mkdir(parents=True)
+    rows = pa.table({"extra_info": [{"mode": "clarify"}, {"mode": "clarify"}]})
+    pq.write_table(rows, folder / "train.parquet")
+    assert stage_roles(recipe, "train") == ("generator", "strict_user")
+
+
+SERVED_ROUTER = ["models.router.model=Qwen/Qwen3-4B", "serve.models.Qwen/Qwen3-4B.gpus=[0]",
+                 "serve.models.Qwen/Qwen3-4B.gpu_memory_utilization=0.2"]
+
+
+@pytest.mark.parametrize(("methods", "has_router"), [
+    ("[base,prour]", False), ("[base,llm-router]", True)])
+def test_the_eval_plan_holds_only_the_servers_its_methods_call(methods: str, has_router: bool):
+    """The router on a server of its own: the eval plan holds it only when a method calls it."""
+    from prour.cluster.gpu_plan import gpu_plan
+
+    recipe = load_recipe(PAPER, [*SERVED_ROUTER, f"eval.methods={methods}"], cluster=True)
+    plan = gpu_plan(recipe, "eval")
+    parts = [what for uses in plan.uses.values() for what, _ in uses]
+    assert any(what.startswith("Qwen/Qwen3-4B vLLM") for what in parts) is has_router
+    assert any(what.startswith("Qwen/Qwen3-8B vLLM") for what in parts)  # agent, user
+    assert not any("Qwen3-32B" in what for what in parts)  # no 32B role in any of these methods
+
+
+def test_paper_attention_train_plan_counts_the_judge_server() -> None:
+    """paper-attention's train calls the judge: its plan holds the 32B beside the 8B."""
+    from prour.cluster.gpu_plan import gpu_plan
+
+    names = {what.split(" vLLM")[0] for uses in gpu_plan(load_recipe(ATTENTION, cluster=True), "train")
+             .uses.values() for what, _ in uses if " vLLM (" in what and "rollout" not in what}
+    assert names == {"Qwen/Qwen3-8B", "Qwen/Qwen3-32B"}
+    plain = gpu_plan(load_recipe(PAPER, cluster=True), "train")
+    assert not any("Qwen3-32B" in what for uses in plain.uses.values() for what, _ in uses)
+
+
+def test_slurm_has_one_resources_field_per_stage() -> None:
+    from prour.cluster.config import SlurmConfig, SlurmResources
+
+    fields = [name for name, info in SlurmConfig.model_fields.items()
+              if info.annotation is SlurmResources and name != "defaults"]
+    assert fields == list(stage_names())
+    for name in stage_names():
+        assert SlurmConfig().resources(name) == SlurmResources()
+
+
+def _parses(argv: list[str]) -> None:
+    """Parse ``prour <argv>`` as the CLI would, down to the command that runs (no command runs);
+    a usage error (unknown option, missing value) raises."""
+    import typer
+
+    from prour.cli.main import app
+
+    command = typer.main.get_command(app)
+    ctx = command.make_context("prour", list(argv))
+    while hasattr(command, "resolve_command") and (left := _left(ctx)):
+        _, command, rest = command.resolve_command(ctx, left)
+        ctx = command.make_context(command.name, rest, parent=ctx)
+    # a group runs only when it has a command of its own (`prour calibrate --stage label`)
+    assert not hasattr(command, "resolve_command") or command.invoke_without_command, argv
+
+
+def _left(ctx) -> list[str]:
+    """The arguments a group leaves to its subcommand (click 8.2 keeps them private)."""
+    return [*getattr(ctx, "_protected_args", getattr(ctx, "protected_args", [])), *ctx.args]
+
+
+@pytest.mark.parametrize("step", [s for s in steps() if s.command], ids=lambda s: s.name)
+def test_every_command_parses_as_printed(step) -> None:
+    import shlex
+
+    recipe = load_recipe(PAPER)
+    line = step.hint(recipe, str(PAPER))
+    _parses(shlex.split(line)[1:])
+    stage = next(stage for stage in STAGES if step in stage.steps)
+    if stage.slurm_command:
+        _parses(stage.job_argv(recipe, str(PAPER), ["--set", "seed=1"]))
+
+
+def test_a_planted_bad_option_does_not_parse() -> None:
+    with pytest.raises(Exception, match="No such option: --splitt"):
+        _parses(["calibrate", "states", "--recipe", str(PAPER), "--splitt", "dev"])
+
+
+def test_done_is_read_from_the_outputs(tmp_path: Path) -> None:
+    recipe = load_recipe(SMOKE, [f"run_dir={tmp_path}", "data.num_trajectories=2",
+                                 f"router.calibration.dev_states={tmp_path}/dev.jsonl",
+                                 f"router.calibration.test_states={tmp_path}/test.jsonl"])
+    collect, annotate = get_stage("collect").steps[0], get_stage("calibrate").steps[2]
+    out = tmp_path / "data" / "trajectories.jsonl"
+    out.parent.mkdir(parents=True)
+    out.write_text('{"a": 1}\n')
+    assert not collect.is_done(recipe)  # 1 of 2 trajectories
+    out.write_text('{"a": 1}\n{"a": 2}\n')
+    assert collect.is_done(recipe)
+    for split in ("dev", "test"):
+        (tmp_path / f"{split}.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    labels = tmp_path / "calibration"
+    labels.mkdir()
+    (labels / "labels_dev.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    (labels / "labels_test.jsonl").write_text('{"id": 1}\n')
+    assert not annotate.is_done(recipe)  # one test state unlabelled
+    (labels / "labels_test.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    assert annotate.is_done(recipe)
+    assert not get_stage("calibrate").steps[3].is_done(recipe)  # the review gate: a person
