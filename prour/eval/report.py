@@ -14,10 +14,11 @@ training checkpoint is named by its training run and step (``method (generator R
 and a checkpoint sweep gets a table of Pass@1 by step and the success-versus-training-step
 plot.
 
-With ``attention=True`` the ask-less tables follow: R, A, V, U, request statistics and cut
-conversations per (system, domain, policy), asking efficiency over No-ask with intervals, equal-cost comparisons
-against Budgeted mixtures (each family Holm-adjusted), and the reward-versus-attention plot.
-The human burden study exports equal-count pairs for annotators and scores their answers
+With ``attention=True`` the ask-less tables follow (built by :mod:`prour.eval.attention.tables`
+from the gated conversations): R, A, V, U, request statistics and cut conversations per (system,
+domain, policy), asking efficiency over No-ask with intervals, equal-cost comparisons against
+Budgeted mixtures (each family Holm-adjusted), and the reward-versus-attention plot. The human
+burden study exports equal-count pairs for annotators and scores their answers
 (:func:`burden_study`).
 """
 
@@ -34,6 +35,7 @@ from typing import Any
 from prour.env.domains import DOMAINS
 from prour.env.trajectory import is_cut
 from prour.eval.harness import RESULTS_FILE, load_result_lines
+from prour.eval.markdown import jsonable, pct, table
 from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
 from prour.eval.stats import BootstrapResult, holm_table
 
@@ -308,19 +310,6 @@ def _find(systems: Sequence[System], label: str) -> System:
 # ---- markdown ----------------------------------------------------------------------------
 
 
-def pct(result: BootstrapResult) -> str:
-    """``estimate [low, high]`` in percent, two decimals."""
-    return f"{100 * result.estimate:.2f} [{100 * result.low:.2f}, {100 * result.high:.2f}]"
-
-
-def _row(cells: Sequence[Any]) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
-
-
 def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> list[str]:
     """Pass@1 (%) per domain and average with intervals, then turns, seconds, calls, failures
     and cut episodes."""
@@ -336,7 +325,7 @@ def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> li
         rows.append([s.label, *passes, *(f"{s.steps[k]:.2f}" for k in (*STEP_KINDS, "total")),
                      f"{s.seconds:.2f}", f"{s.model_calls:.1f}", s.errors, s.timeouts, s.cut,
                      s.episodes])
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def sweep_table(systems: Sequence[System], summaries: Sequence[SystemSummary]) -> list[str]:
@@ -351,7 +340,7 @@ def sweep_table(systems: Sequence[System], summaries: Sequence[SystemSummary]) -
         average = error_cell(s.errored.get(AVERAGE)) or (
             pct(s.pass_at_1[AVERAGE]) if s.pass_at_1 is not None else f"– ({s.problem})")
         rows.append([method, system.checkpoint["name"], system.step, average, s.episodes])
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def router_table(summaries: Sequence[SystemSummary]) -> list[str]:
@@ -362,7 +351,7 @@ def router_table(summaries: Sequence[SystemSummary]) -> list[str]:
     rows = [[s.label, shown(s.router["budget"]), shown(s.router["every_n"]),
              f"{s.router['calls_per_episode']:.2f}", f"{s.router['skipped_per_episode']:.2f}"]
             for s in summaries if s.router is not None]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 TAG_NAMES = {"clarify": "Questions", "confirm": "Confirmations", "verify": "Verifications",
@@ -374,7 +363,7 @@ def turns_table(summaries: Sequence[SystemSummary]) -> list[str]:
     act turns (a verified step counts as a verification and an act turn)."""
     header = ["System", *TAG_NAMES.values()]
     rows = [[s.label, *(f"{s.turns.get(tag, 0.0):.2f}" for tag in TAG_NAMES)] for s in summaries]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def calls_table(summaries: Sequence[SystemSummary]) -> list[str]:
@@ -383,7 +372,7 @@ def calls_table(summaries: Sequence[SystemSummary]) -> list[str]:
     header = ["System", *roles, "Total"]
     rows = [[s.label, *(f"{s.calls_by_role.get(r, 0.0):.2f}" for r in roles),
              f"{s.model_calls:.2f}"] for s in summaries]
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def pass_hat_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> list[str]:
@@ -397,7 +386,7 @@ def pass_hat_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -
                 values, errored = s.pass_hat[domain], error_cell(s.errored.get(domain))
                 rows.append([s.label, domain, *(errored or (f"{100 * values[k]:.2f}" if k in values
                                                             else "–") for k in ks)])
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def comparison_table(comparisons: Sequence[Comparison], domains: Sequence[str]) -> list[str]:
@@ -411,7 +400,7 @@ def comparison_table(comparisons: Sequence[Comparison], domains: Sequence[str]) 
         cells = [error_cell(c.errored.get(d)) or (pct(c.deltas[d]) if d in c.deltas else "–")
                  for d in [*domains, AVERAGE]]
         rows.append([c.label, c.baseline, *cells, f"{c.holm.get(AVERAGE, math.nan):.4f}"])
-    return _table(header, rows)
+    return table(header, rows)
 
 
 # ---- the report ---------------------------------------------------------------------------
@@ -457,8 +446,8 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     if comparisons:
         lines += ["## Paired differences in Pass@1 (percentage points)", "",
                   *comparison_table(comparisons, domains), ""]
-    payload: dict[str, Any] = {"systems": [_jsonable(asdict(s)) for s in summaries],
-                               "comparisons": [_jsonable(asdict(c)) for c in comparisons]}
+    payload: dict[str, Any] = {"systems": [jsonable(asdict(s)) for s in summaries],
+                               "comparisons": [jsonable(asdict(c)) for c in comparisons]}
     if attention:
         section, data, plot = attention_section(systems, out, n_boot, ci, accounting, lam)
         lines += section
@@ -563,17 +552,6 @@ def _training_step_plot(systems: Sequence[System], summaries: Sequence[SystemSum
     return plot_success_vs_training_step(curves, out / TRAINING_STEP_PLOT, references)
 
 
-def _jsonable(value: Any) -> Any:
-    """Dataclass dumps with NaN as None and int keys as strings (valid JSON)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 # ---- attention protocol -------------------------------------------------------------------
 
 
@@ -630,226 +608,21 @@ def _cost_settings(systems: Sequence[System], accounting: str | None,
             lam if lam is not None else block.get("lam", DEFAULT_LAMBDA), weights)
 
 
-def _num(value: float, digits: int = 3) -> str:
-    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
-
-
-def attention_table(rows: Sequence[Any]) -> list[str]:
-    header = ["Model", "Domain", "Policy", "Conversations", "R", "A", "V", "U", "Requests",
-              "Atomic", "Bundled (%)", "Fallback (%)", "Unscored", "Efficiency", "Cut"]
-    body = [[r.model, r.domain, r.method, r.conversations, _num(r.reward), _num(r.cost),
-             _num(r.value, 2), _num(r.utility), _num(r.requests, 2), _num(r.atomic_questions, 2),
-             _num(100 * r.bundled_share, 1), _num(100 * r.fallback_rate, 1), r.unscored,
-             _num(r.efficiency), r.cut] for r in rows]
-    return _table(header, body)
-
-
-def _cells(records: Sequence[Any], accounting: str, weights: Any) -> dict[tuple, tuple]:
-    """(domain, task, seed) → (cost or NaN when unjudged, reward) of one model and policy."""
-    from prour.eval.attention.analysis import scorable
-    from prour.eval.attention.cost import conversation_cost
-
-    out = {}
-    for r in records:
-        cost = conversation_cost(r.requests, accounting, weights) \
-            if scorable(r, accounting) else math.nan
-        out[(r.domain, r.task_id, r.seed)] = (cost, r.reward)
-    return out
-
-
-def _aligned(cells: Sequence[dict[tuple, tuple]]) -> tuple[list[Any], list[str]] | str:
-    """(cost, reward) arrays (n_tasks, n_seeds) per cell set on shared complete tasks, and the
-    domain of each task; a string saying why when there is nothing to compare."""
-    import numpy as np
-
-    keys = set.intersection(*(set(c) for c in cells))
-    seeds = sorted({k[2] for k in keys})
-    tasks = sorted({k[:2] for k in keys if all((*k[:2], s) in keys for s in seeds)})
-    if not tasks:
-        return "no task was run with every seed under every policy compared"
-    arrays = [(np.array([[c[(*t, s)][0] for s in seeds] for t in tasks]),
-               np.array([[c[(*t, s)][1] for s in seeds] for t in tasks])) for c in cells]
-    if any(np.isnan(cost).any() for cost, _ in arrays):
-        return "some conversations lack judge scores for this accounting"
-    return arrays, [t[0] for t in tasks]
-
-
-def _by_policy(records: Sequence[Any]) -> dict[tuple[str, str], list[Any]]:
-    """Conversation records grouped by (model, policy)."""
-    groups: dict[tuple[str, str], list[Any]] = {}
-    for r in records:
-        groups.setdefault((r.model, r.method), []).append(r)
-    return groups
-
-
-def efficiency_rows(records: Sequence[Any], accounting: str, weights: Any, n_boot: int,
-                    ci: float) -> list[dict[str, Any]]:
-    """Asking efficiency of each policy over its model's No-ask on the tasks both ran (domains
-    as strata), with a paired task-bootstrap interval and Holm-adjusted p-values of the family
-    "no reward gained over No-ask"."""
-    from prour.eval.attention.analysis import NO_ASK, efficiency_interval
-
-    groups = _by_policy(records)
-    out = []
-    for (model, method), members in sorted(groups.items()):
-        if method == NO_ASK or (model, NO_ASK) not in groups:
-            continue
-        row: dict[str, Any] = {"model": model, "policy": method, "efficiency": None}
-        aligned = _aligned([_cells(x, accounting, weights)
-                            for x in (members, groups[(model, NO_ASK)])])
-        if isinstance(aligned, str):
-            row["note"] = aligned
-        else:
-            ((cost, reward), (_, reward_no_ask)), strata = aligned
-            try:
-                row["efficiency"] = efficiency_interval(reward, reward_no_ask, cost, n_boot,
-                                                        ci=ci, strata=strata)
-            except ValueError as exc:
-                row["note"] = str(exc)
-        out.append(row)
-    return _with_holm(out, "efficiency")
-
-
-def efficiency_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    header = ["Model", "Policy", "Efficiency (R − R_no-ask) / A", "p (Holm)", "Note"]
-    body = []
-    for r in rows:
-        e = r["efficiency"]
-        if e is None:
-            body.append([r["model"], r["policy"], "–", "–", r.get("note", "")])
-            continue
-        body.append([r["model"], r["policy"], f"{e.estimate:+.4f} [{e.low:+.4f}, {e.high:+.4f}]",
-                     f"{r['holm']:.4f}", ""])
-    return _table(header, body)
-
-
-def equal_cost_rows(records: Sequence[Any], accounting: str, weights: Any, n_boot: int,
-                    ci: float) -> list[dict[str, Any]]:
-    """Each policy other than No-ask / Budgeted / Unrestricted against the Budgeted N, N+1
-    mixture of equal expected cost (domains as strata), per model."""
-    from prour.eval.attention.analysis import NO_ASK, UNRESTRICTED
-    from prour.eval.config import parse_variant
-
-    groups = _by_policy(records)
-    out = []
-    for model in sorted({m for m, _ in groups}):
-        budgets = {0: groups[(model, NO_ASK)]} if (model, NO_ASK) in groups else {}
-        for (m, method), members in groups.items():
-            name, n = parse_variant(method)
-            if m == model and name == "budgeted" and n is not None:
-                budgets[n] = members
-        for (m, method), members in sorted(groups.items()):
-            if m != model or method in (NO_ASK, UNRESTRICTED) or method.startswith("budgeted@"):
-                continue
-            out.append(_one_equal_cost(model, method, members, budgets, accounting, weights,
-                                       n_boot, ci))
-    return _with_holm(out, "delta")
-
-
-def _with_holm(rows: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
-    """Add ``holm``: the Holm-adjusted p-value of ``row[field]`` over the rows that have one."""
-    family = {i: row[field] for i, row in enumerate(rows) if row.get(field) is not None}
-    for i, p in holm_table(family).items():
-        rows[i]["holm"] = p
-    return rows
-
-
-def _one_equal_cost(model: str, method: str, members: list[Any], budgets: dict[int, list[Any]],
-                    accounting: str, weights: Any, n_boot: int, ci: float) -> dict[str, Any]:
-    """The policy against the first adjacent Budgeted N, N+1 pair whose costs bracket its own."""
-    from prour.eval.attention.analysis import equal_cost_comparison
-
-    row: dict[str, Any] = {"model": model, "policy": method, "delta": None}
-    notes = []
-    for n in sorted(budgets):
-        if n + 1 not in budgets:
-            continue
-        aligned = _aligned([_cells(x, accounting, weights) for x in
-                            (members, budgets[n], budgets[n + 1])])
-        if isinstance(aligned, str):
-            notes.append(f"N={n}: {aligned}")
-            continue
-        arrays, strata = aligned
-        result = equal_cost_comparison(tuple(a[0] for a in arrays),
-                                       tuple(a[1] for a in arrays), n_boot=n_boot, ci=ci,
-                                       strata=strata)
-        if result.mixture.inside:
-            row.update(n=n, weight=result.mixture.weight, mixture_reward=result.mixture.reward,
-                       delta=result.delta)
-            return row
-        notes.append(f"N={n}: {result.mixture.note}")
-    row["note"] = "; ".join(notes) or "fewer than two adjacent Budgeted runs"
-    return row
-
-
-def equal_cost_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    header = ["Model", "Policy", "Mixture", "w", "ΔR at equal cost", "p (Holm)", "Note"]
-    body = []
-    for r in rows:
-        if r.get("delta") is None:
-            body.append([r["model"], r["policy"], "–", "–", "–", "–", r.get("note", "")])
-            continue
-        d = r["delta"]
-        body.append([r["model"], r["policy"], f"budgeted@{r['n']}/{r['n'] + 1}",
-                     f"{r['weight']:.3f}", f"{d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]",
-                     f"{r['holm']:.4f}", ""])
-    return _table(header, body)
-
-
 def attention_section(systems: Sequence[System], out: Path, n_boot: int, ci: float,
                       accounting: str | None, lam: float | None,
                       ) -> tuple[list[str], dict[str, Any], Path | None]:
-    """Markdown lines, JSON data and the reward-versus-attention plot of the gated runs."""
-    from prour.eval.attention.analysis import average_over_domains, method_rows
+    """Markdown lines, JSON data and the reward-versus-attention plot of the gated runs (the
+    tables: :mod:`prour.eval.attention.tables`)."""
+    from prour.eval.attention.tables import attention_tables
 
     records = conversation_records(systems)
     if not records:
         return ["## Attention", "", "No run used an attention policy.", ""], {}, None
     accounting, lam, weights = _cost_settings(systems, accounting, lam)
-    rows = method_rows(records, accounting, lam, weights)
-    average = average_over_domains(rows)
-    efficiency = efficiency_rows(records, accounting, weights, n_boot, ci)
-    comparisons = equal_cost_rows(records, accounting, weights, n_boot, ci)
-    lines = ["## Attention: reward, cost, value and utility", "",
-             f"Accounting `{accounting}`, λ = {lam}; U = R − λ·A.", "",
-             *attention_table([*rows, *average]), "",
-             "## Asking efficiency (reward gained over No-ask per unit of attention cost)", "",
-             "Ratio of domain-averaged means on the tasks both policies ran; p tests no gain.",
-             "", *efficiency_table(efficiency), "",
-             "## Equal-cost comparisons (policy − Budgeted mixture)", "",
-             *equal_cost_table(comparisons), ""]
-    data = {"accounting": accounting, "lam": lam,
-            "rows": [_jsonable(asdict(r)) for r in [*rows, *average]],
-            "efficiency": _result_rows(efficiency, "efficiency"),
-            "equal_cost": _result_rows(comparisons, "delta")}
-    return lines, data, _attention_plot(average, out)
-
-
-def _result_rows(rows: Sequence[dict[str, Any]], field: str) -> list[dict[str, Any]]:
-    """Rows holding a :class:`BootstrapResult` under ``field`` as JSON-ready dicts."""
-    return [_jsonable({**r, field: asdict(r[field]) if r.get(field) else None}) for r in rows]
-
-
-def _attention_plot(average: Sequence[Any], out: Path) -> Path:
-    """Reward versus attention: Budgeted paths per model, other policies as markers."""
-    from prour.eval.attention.analysis import PlotPoint, attention_paths, plot_reward_attention
-    from prour.eval.config import parse_variant
-
-    budgets = sorted({n for r in average if (n := parse_variant(r.method)[1]) is not None
-                      and r.method.startswith("budgeted@")})
-    paths = attention_paths(average, budgets)
-    on_path = {p.label for pts in paths.values() for p in pts}
-    extras: dict[str, list[Any]] = {}
-    for r in average:
-        if r.method not in on_path and not math.isnan(r.cost):
-            extras.setdefault(r.model, []).append(PlotPoint(r.method, r.cost, r.reward))
-    return plot_reward_attention(paths, out / ATTENTION_PLOT, extras)
+    return attention_tables(records, accounting, lam, weights, n_boot, ci, out / ATTENTION_PLOT)
 
 
 # ---- human burden study -------------------------------------------------------------------
-
-BURDEN_DIR = "burden"
-BURDEN_KEY = "pairs_key.jsonl"
 
 
 def burden_study(systems: Sequence[System], out: Path, n_pairs: int,
@@ -864,47 +637,15 @@ def burden_study(systems: Sequence[System], out: Path, n_pairs: int,
                          "exported, which a new export would replace")
     if n_pairs < 0:
         raise ValueError(f"--burden-pairs must be >= 0, got {n_pairs}")
+    from prour.eval.attention.tables import (
+        BURDEN_DIR,
+        BURDEN_KEY,
+        agreement_section,
+        export_section,
+    )
+
     if annotations is None:
-        return _export_section(systems, out / BURDEN_DIR, n_pairs, accounting)
-    return _agreement_section(out / BURDEN_DIR / BURDEN_KEY, Path(annotations), n_boot, ci)
-
-
-def _export_section(systems: Sequence[System], folder: Path, n_pairs: int,
-                    accounting: str | None,
-                    ) -> tuple[list[str], dict[str, Any], dict[str, Path]]:
-    """Pairs for annotators (transcripts as the user saw them) and the key kept from them."""
-    from prour.eval.attention.analysis import export_annotation_pairs
-
-    accounting, _, weights = _cost_settings(systems, accounting, None)
-    records = conversation_records(systems, transcripts=True)
-    shown, key = export_annotation_pairs(records, folder, n_pairs, accounting=accounting,
-                                         weights=weights)
-    count = len(shown.read_text().splitlines())
-    note = (f"Exported {count} equal-count pairs ({accounting} cost) to `{shown}`; the ranking "
-            f"stays in `{key.name}`. Score the answers with `--annotations`.")
-    files = {"burden_pairs": shown, "burden_key": key}
-    return ["## Human burden study", "", note, ""], {"exported": count,
-                                                     "accounting": accounting}, files
-
-
-def _agreement_section(key_path: Path, annotations: Path, n_boot: int, ci: float,
-                       ) -> tuple[list[str], dict[str, Any], dict[str, Path]]:
-    """Agreement of the annotators' answers with the exported cost ranking."""
-    from prour.env.trajectory import read_jsonl
-    from prour.eval.attention.analysis import annotation_agreement
-
-    if not key_path.is_file():
-        raise FileNotFoundError(f"no {key_path}: export the pairs first with --burden-pairs N "
-                                "(same --out)")
-    keys = read_jsonl(key_path)
-    agreement = annotation_agreement(keys, read_jsonl(annotations), n_boot, ci=ci)
-    accounting = keys[0].get("accounting", "?") if keys else "?"
-    result = agreement.interval
-    note = (f"Share of non-tie answers choosing the conversation the `{accounting}` cost ranks "
-            "as more burdensome; pair-bootstrap interval; p tests chance (50%).")
-    lines = ["## Human burden study: agreement with the cost ranking", "", note, "",
-             *_table(["Pairs", "Answers", "Ties", "Agreement (%)", "p"],
-                     [[agreement.pairs, agreement.answers, agreement.ties, pct(result),
-                       f"{result.p_value:.4f}"]]), ""]
-    data = {"accounting": accounting, **_jsonable(asdict(agreement))}
-    return lines, data, {}
+        accounting, _, weights = _cost_settings(systems, accounting, None)
+        return export_section(conversation_records(systems, transcripts=True), out / BURDEN_DIR,
+                              n_pairs, accounting, weights)
+    return agreement_section(out / BURDEN_DIR / BURDEN_KEY, Path(annotations), n_boot, ci)
