@@ -39,16 +39,17 @@ vllm-env: $(VLLM_VENV)/.installed
 demo: install
 	$(VENV)/bin/prour demo
 
+# CPU runs leave out (deselect: never skip) the `full` and `gpu` tests.
 test: install-dev vllm-env
-	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests -m "not full"
+	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests -m "not full and not gpu"
 
 # Also the whole-task-set checks (every v1 training task, the paper protocol's 164 tasks): ~30 min.
 test-full: install-dev vllm-env
-	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests
+	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests -m "not gpu"
 
 # Quick loop: no vLLM server, no Slurm.
 test-fast: install-dev
-	$(PY) -m pytest tests -m "not vllm and not slurm and not slow"
+	$(PY) -m pytest tests -m "not vllm and not slurm and not slow and not gpu"
 
 lint: install-dev
 	$(VENV)/bin/ruff check prour tests benchmarks

@@ -1,11 +1,21 @@
-"""Shared fixtures: the tiny local model (built once per session) and the vLLM venv."""
+"""Shared fixtures: the tiny local model (built once per session), its tokenizer, one warm-started
+copy of it, and the vLLM venv. The session's rules (caches in the temp folder, no skips in CI)
+are the plugins tests/session_caches.py and tests/skip_rules.py."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# pytester: tests/test_session_setup.py runs pytest on planted tests.
+pytest_plugins = ("session_caches", "skip_rules", "pytester")
+
+# The warm start behind `warm_tiny_model`: the demo's own code, shortened (the demo runs 300 steps
+# on more tasks). Tests that read its corpus take the values from the folder's prour_warmstart.json.
+WARM_START = {"steps": 60, "tasks_per_domain": 2, "row_tokens": 1024}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,8 +37,27 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir: Path) -> Any:
+    """The tiny model's tokenizer, loaded once; tests only read it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def warm_tiny_model(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model after the demo's warm start (WARM_START), built once per session: it writes
+    the query, tool-call and reply formats some of the time. Tests read the folder and never
+    write into it (train into your own output folder)."""
+    from prour.demo.warmstart import warm_start
+
+    return warm_start(tiny_model_dir, tmp_path_factory.mktemp("warm") / "model", **WARM_START)
+
+
+@pytest.fixture(scope="session")
 def vllm_python() -> Path:
-    """Python of the vLLM CPU venv; skips (or fails under PROUR_REQUIRE_VLLM=1) when missing."""
+    """Python of the vLLM CPU venv; skips (a failure in CI, or under PROUR_REQUIRE_VLLM=1) when
+    missing."""
     candidate = Path(
         os.environ.get("PROUR_VLLM_PYTHON")
         or Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"

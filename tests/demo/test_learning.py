@@ -18,18 +18,10 @@ from prour.data.schema import state_from_row
 from prour.demo import learning
 from prour.demo.states import oracle_states
 from prour.demo.transcripts import corpus_task_ids
-from prour.demo.warmstart import warm_start
 from prour.recipes import load_recipe
 from prour.rollout.query import query_prompt
 
 SMOKE = Path(__file__).resolve().parents[2] / "recipes" / "smoke.yaml"
-
-
-@pytest.fixture(scope="module")
-def warm_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short warm start of the tiny model (the demo runs the default, longer one)."""
-    return warm_start(tiny_model_dir, tmp_path_factory.mktemp("warm") / "m", steps=60,
-                      tasks_per_domain=2, row_tokens=1024)
 
 
 def test_oracle_states_are_train_clarify_states_with_the_rewritten_goal(tiny_model_dir: Path):
@@ -69,22 +61,25 @@ def test_reward_rise_reads_first_and_last_windows():
         learning.reward_rise(records, window=3)
 
 
-def test_the_demos_training_raises_the_information_gain_reward(warm_dir: Path, tmp_path: Path):
+def test_the_demos_training_raises_the_information_gain_reward(
+    warm_tiny_model: Path, tmp_path: Path
+):
     """The demo's train stage, in process: its states, policy start and overrides, seed 0."""
     from prour.train.local import LocalTrainer
     from prour.train.report import read_metrics
 
-    prepared = learning.prepare(warm_dir, tmp_path / "run", seed=0)
+    prepared = learning.prepare(warm_tiny_model, tmp_path / "run", seed=0)
     assert prepared["well_formed"] >= learning.PASS_TARGET  # the pass stopped at its target
     rows = read_rows(prepared["states"])
     assert len(rows) == len(learning.DOMAINS) * learning.TASKS_PER_DOMAIN
     assert all(state_from_row(r).mode == "clarify" for r in rows)
     # every other role is the warm-started tiny model, as in the demo
-    sets = [f"models.{role}.path={warm_dir}" for role in ("generator", "strict_user", "verifier")]
+    roles = ("generator", "strict_user", "verifier")
+    sets = [f"models.{role}.path={warm_tiny_model}" for role in roles]
     sets += [*learning.train_overrides(prepared), f"train.output_dir={tmp_path / 'ckpt'}"]
     recipe = load_recipe(SMOKE, sets)
     assert recipe.models["generator"].path == str(prepared["policy"].resolve())
-    assert recipe.models["strict_user"].path == str(warm_dir)  # the frozen tiny model
+    assert recipe.models["strict_user"].path == str(warm_tiny_model)  # the frozen tiny model
     LocalTrainer(recipe).run()
 
     records = read_metrics(tmp_path / "ckpt")

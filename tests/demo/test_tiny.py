@@ -34,12 +34,6 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
 
 def _render(tokenizer, messages, **kwargs) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
@@ -92,7 +86,7 @@ def test_default_dir_is_cached_under_prour_cache(tmp_path: Path, monkeypatch: py
     assert default_tiny_path(seed=1, num_layers=1) != first
 
 
-def test_config_shape(tiny_model_dir: Path, tokenizer):
+def test_config_shape(tiny_model_dir: Path, tiny_tokenizer):
     config = json.loads((tiny_model_dir / "config.json").read_text())
     assert config["model_type"] == "qwen3"
     assert (
@@ -102,42 +96,44 @@ def test_config_shape(tiny_model_dir: Path, tokenizer):
         config["num_key_value_heads"],
         config["head_dim"],
     ) == (128, 2, 4, 2, 32)
-    assert config["vocab_size"] == len(tokenizer)
-    assert 2500 <= len(tokenizer) <= 3100
+    assert config["vocab_size"] == len(tiny_tokenizer)
+    assert 2500 <= len(tiny_tokenizer) <= 3100
 
 
-def test_control_tokens_are_single_and_only_tags_survive_decoding(tokenizer):
+def test_control_tokens_are_single_and_only_tags_survive_decoding(tiny_tokenizer):
     for token in SPECIAL_TOKENS + TAG_TOKENS:
-        assert len(tokenizer(token, add_special_tokens=False)["input_ids"]) == 1, token
-    assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
+        assert len(tiny_tokenizer(token, add_special_tokens=False)["input_ids"]) == 1, token
+    assert (tiny_tokenizer.eos_token, tiny_tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
     text = "<think>\nok\n</think>\n\n<tool_call>\n{}\n</tool_call><|im_end|><|endoftext|>"
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
     assert (
-        tokenizer.decode(ids, skip_special_tokens=True)
+        tiny_tokenizer.decode(ids, skip_special_tokens=True)
         == "<think>\nok\n</think>\n\n<tool_call>\n{}\n</tool_call>"
     )
-    assert tokenizer.decode(ids) == text
+    assert tiny_tokenizer.decode(ids) == text
 
 
-def test_any_text_round_trips(tokenizer):
+def test_any_text_round_trips(tiny_tokenizer):
     text = "Émile's order #W7654321 → refund $12.50 to gift_card_8855 (ok?) 你好"
-    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tiny_tokenizer.decode(ids) == text
 
 
-def test_generation_prompt_thinking_off_and_on(tokenizer):
+def test_generation_prompt_thinking_off_and_on(tiny_tokenizer):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     head = (
         "<|im_start|>system\nBe brief.<|im_end|>\n"
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     )
-    off = _render(tokenizer, messages, add_generation_prompt=True, enable_thinking=False)
+    off = _render(tiny_tokenizer, messages, add_generation_prompt=True, enable_thinking=False)
     assert off == head + "<think>\n\n</think>\n\n"
-    assert _render(tokenizer, messages, add_generation_prompt=True, enable_thinking=True) == head
-    assert _render(tokenizer, messages, add_generation_prompt=True) == head
-    assert _render(tokenizer, messages) == head.removesuffix("<|im_start|>assistant\n")
+    on = _render(tiny_tokenizer, messages, add_generation_prompt=True, enable_thinking=True)
+    assert on == head
+    assert _render(tiny_tokenizer, messages, add_generation_prompt=True) == head
+    assert _render(tiny_tokenizer, messages) == head.removesuffix("<|im_start|>assistant\n")
 
 
-def test_tools_calls_and_results(tokenizer):
+def test_tools_calls_and_results(tiny_tokenizer):
     messages = [
         {"role": "system", "content": "Policy."},
         {"role": "user", "content": "Where is #W1?"},
@@ -161,7 +157,7 @@ def test_tools_calls_and_results(tokenizer):
         {"role": "tool", "tool_call_id": "b", "content": "Error: order not found"},
     ]
     text = _render(
-        tokenizer, messages, tools=TOOLS, add_generation_prompt=True, enable_thinking=False
+        tiny_tokenizer, messages, tools=TOOLS, add_generation_prompt=True, enable_thinking=False
     )
     system, rest = text.split("<|im_end|>\n", 1)
     assert system.startswith("<|im_start|>system\nPolicy.\n\n# Tools\n")
@@ -188,12 +184,12 @@ def test_tools_calls_and_results(tokenizer):
     ]
 
 
-def test_tools_without_system_message(tokenizer):
-    text = _render(tokenizer, [{"role": "user", "content": "x"}], tools=TOOLS)
+def test_tools_without_system_message(tiny_tokenizer):
+    text = _render(tiny_tokenizer, [{"role": "user", "content": "x"}], tools=TOOLS)
     assert text.startswith("<|im_start|>system\n# Tools\n")
 
 
-def test_reasoning_kept_only_after_the_last_user_turn(tokenizer):
+def test_reasoning_kept_only_after_the_last_user_turn(tiny_tokenizer):
     messages = [
         {"role": "user", "content": "A"},
         {"role": "assistant", "content": "<think>old</think>\n\nanswer A"},
@@ -206,7 +202,7 @@ def test_reasoning_kept_only_after_the_last_user_turn(tokenizer):
         },
         {"role": "tool", "content": "42"},
     ]
-    text = _render(tokenizer, messages)
+    text = _render(tiny_tokenizer, messages)
     assert "<|im_start|>assistant\nanswer A<|im_end|>" in text
     assert "old" not in text
     assert (

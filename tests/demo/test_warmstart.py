@@ -31,12 +31,6 @@ def corpus() -> Corpus:
     return build_corpus(DOMAINS, "train", seed=0, tasks_per_domain=1)
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
 
 def _catalog(domain: str):
     from prour.env.environment import tool_schemas
@@ -169,13 +163,13 @@ def test_policy_side_prompts_never_show_the_instruction(corpus: Corpus):
             assert instruction not in json.dumps(example.messages, ensure_ascii=False)
 
 
-def test_agent_targets_are_the_oracle_tool_calls(corpus: Corpus, tokenizer):
+def test_agent_targets_are_the_oracle_tool_calls(corpus: Corpus, tiny_tokenizer):
     from prour.llm.toolcalls import parse_tool_calls
 
     calls = [e for e in corpus.examples["agent"] if e.reply.get("tool_calls")]
     assert calls
     for example in calls:
-        text = reply_text(tokenizer, example.reply)
+        text = reply_text(tiny_tokenizer, example.reply)
         assert text.endswith("<|im_end|>")
         _, parsed = parse_tool_calls(text.removesuffix("<|im_end|>"))
         fn = example.reply["tool_calls"][0]["function"]
@@ -206,21 +200,21 @@ def test_task_choice_follows_the_seed():
 # ---------------------------------------------------------------- tokens and loss
 
 
-def test_encoded_example_ends_with_the_reply(corpus: Corpus, tokenizer):
+def test_encoded_example_ends_with_the_reply(corpus: Corpus, tiny_tokenizer):
     example = corpus.examples["query_verify"][0]
-    ids, n_reply = encode_example(tokenizer, example, 96)
+    ids, n_reply = encode_example(tiny_tokenizer, example, 96)
     assert len(ids) == 96
-    reply = tokenizer.decode(ids[-n_reply:])
-    assert reply == reply_text(tokenizer, example.reply)
+    reply = tiny_tokenizer.decode(ids[-n_reply:])
+    assert reply == reply_text(tiny_tokenizer, example.reply)
     assert reply.endswith("<|im_end|>")
-    prompt = tokenizer.apply_chat_template(
+    prompt = tiny_tokenizer.apply_chat_template(
         example.messages,
         tokenize=False,
         add_generation_prompt=True,
         enable_thinking=example.enable_thinking,
     )
     assert (
-        tokenizer(prompt, add_special_tokens=False)["input_ids"][-(96 - n_reply) :]
+        tiny_tokenizer(prompt, add_special_tokens=False)["input_ids"][-(96 - n_reply) :]
         == ids[:-n_reply]
     )
 
@@ -242,8 +236,8 @@ def test_reply_loss_matches_the_full_model_loss(tiny_model_dir: Path):
         assert torch.allclose(reply_loss(model, ids, labels), expected, atol=1e-5)
 
 
-def test_row_packer_fills_rows_and_follows_the_kind_weights(corpus: Corpus, tokenizer):
-    packer = RowPacker(corpus, tokenizer, example_tokens=64, row_tokens=512, seed=0)
+def test_row_packer_fills_rows_and_follows_the_kind_weights(corpus: Corpus, tiny_tokenizer):
+    packer = RowPacker(corpus, tiny_tokenizer, example_tokens=64, row_tokens=512, seed=0)
     rows = [packer.row() for _ in range(40)]
     assert all(sum(len(ids) for ids, _ in row) <= 512 for row in rows)
     assert all(len(row) >= 8 for row in rows)
@@ -251,9 +245,9 @@ def test_row_packer_fills_rows_and_follows_the_kind_weights(corpus: Corpus, toke
     assert packer.used["action"] / total > 2 * packer.used["query_verify"] / total
 
 
-def test_row_packer_refuses_an_empty_corpus(tokenizer):
+def test_row_packer_refuses_an_empty_corpus(tiny_tokenizer):
     with pytest.raises(ValueError, match="corpus is empty"):
-        RowPacker(Corpus(), tokenizer, example_tokens=64, row_tokens=512, seed=0)
+        RowPacker(Corpus(), tiny_tokenizer, example_tokens=64, row_tokens=512, seed=0)
 
 
 # ---------------------------------------------------------------- the built folder
@@ -338,7 +332,7 @@ def _held_out_loss(folder: Path, rows) -> float:
 
 
 def test_a_short_warm_start_teaches_the_query_format(
-    tiny_model_dir: Path, tmp_path: Path, tokenizer
+    tiny_model_dir: Path, tmp_path: Path, tiny_tokenizer
 ):
     """Query-generator replies of a train task the corpus did not use score far better after it."""
     warm = _small_warm_start(tiny_model_dir, tmp_path / "w", steps=100, row_tokens=512)
@@ -351,6 +345,6 @@ def test_a_short_warm_start_teaches_the_query_format(
     ctx = domain_context("telecom", points)
     examples = [e for p in points[:3] for e in query_examples(p, ctx, random.Random(0))]
     rows = batch_tensors(
-        [[encode_example(tokenizer, e, 256)] for e in examples], tokenizer.pad_token_id
+        [[encode_example(tiny_tokenizer, e, 256)] for e in examples], tiny_tokenizer.pad_token_id
     )
     assert _held_out_loss(warm, rows) < 0.5 * _held_out_loss(tiny_model_dir, rows)

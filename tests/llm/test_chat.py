@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from prour.llm.base import ScoreRequest
 from prour.llm.chat import render_chat, score_ids
@@ -23,12 +20,6 @@ REQUESTS = [
     ScoreRequest(context="Plain text context:", target=" a target"),
 ]
 
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 def _by_hand(tokenizer: Any, request: ScoreRequest) -> tuple[list[int], list[int]]:
@@ -46,27 +37,27 @@ def _by_hand(tokenizer: Any, request: ScoreRequest) -> tuple[list[int], list[int
     return list(context), list(tokenizer(request.target, add_special_tokens=False)["input_ids"])
 
 
-def test_score_ids_tokenize_context_and_target_apart(tokenizer):
+def test_score_ids_tokenize_context_and_target_apart(tiny_tokenizer):
     for request in REQUESTS:
-        assert score_ids(tokenizer, request) == _by_hand(tokenizer, request)
+        assert score_ids(tiny_tokenizer, request) == _by_hand(tiny_tokenizer, request)
     # apart, not jointly: "context:" + " a target" need not tokenize as the joined string
-    context, target = score_ids(tokenizer, REQUESTS[2])
-    assert tokenizer.decode(target) == " a target"
-    assert tokenizer.decode(context) == "Plain text context:"
+    context, target = score_ids(tiny_tokenizer, REQUESTS[2])
+    assert tiny_tokenizer.decode(target) == " a target"
+    assert tiny_tokenizer.decode(context) == "Plain text context:"
 
 
-def test_thinking_off_prefills_an_empty_think_block(tokenizer):
-    off = render_chat(tokenizer, CHAT, enable_thinking=False)
-    on = render_chat(tokenizer, CHAT, enable_thinking=True)
+def test_thinking_off_prefills_an_empty_think_block(tiny_tokenizer):
+    off = render_chat(tiny_tokenizer, CHAT, enable_thinking=False)
+    on = render_chat(tiny_tokenizer, CHAT, enable_thinking=True)
     assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert on.endswith("<|im_start|>assistant\n")
 
 
-def test_tools_go_into_the_system_turn(tokenizer):
+def test_tools_go_into_the_system_turn(tiny_tokenizer):
     tool = {"type": "function", "function": {"name": "get_order_details", "parameters": {}}}
-    text = render_chat(tokenizer, CHAT, tools=[tool])
+    text = render_chat(tiny_tokenizer, CHAT, tools=[tool])
     assert text.index("get_order_details") < text.index("<|im_end|>")
-    assert "get_order_details" not in render_chat(tokenizer, CHAT)
+    assert "get_order_details" not in render_chat(tiny_tokenizer, CHAT)
 
 
 @dataclass
@@ -96,7 +87,7 @@ def _verl_prompts(tokenizer: Any, requests: list[ScoreRequest]) -> list[list[int
     return sent
 
 
-def test_hf_openai_and_verl_score_the_same_ids(tiny_model_dir, tokenizer):
+def test_hf_openai_and_verl_score_the_same_ids(tiny_model_dir, tiny_tokenizer):
     from prour.llm.hf import HFLLM
     from prour.llm.openai import OpenAILLM
 
@@ -108,7 +99,7 @@ def test_hf_openai_and_verl_score_the_same_ids(tiny_model_dir, tokenizer):
     finally:
         openai.close()
         hf.close()
-    expected = [_by_hand(tokenizer, r) for r in REQUESTS]
+    expected = [_by_hand(tiny_tokenizer, r) for r in REQUESTS]
     assert hf_ids == expected
     assert openai_ids == expected
-    assert _verl_prompts(tokenizer, REQUESTS) == [c + t for c, t in expected]
+    assert _verl_prompts(tiny_tokenizer, REQUESTS) == [c + t for c, t in expected]

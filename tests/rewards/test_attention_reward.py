@@ -13,12 +13,13 @@ from prour.llm.scripted import ScriptedLLM, render_prompt, word_overlap_logprobs
 from prour.recipes import load_recipe
 from prour.rewards import InfoGainReward, RewardConfig, RewardState, belief_prompt
 from prour.rewards.attention import QuestionCost
-from prour.rollout import StrictUserSimulator
+from prour.rollout import StrictUserSimulator, Verifier
 
 GOAL = "I want to exchange my keyboard for one with clicky switches and pay with my gift card."
 HISTORY = [{"role": "user", "content": "Hi, I'd like to exchange an item from my order."}]
 ONE_ASK = "Which switch type do you want?"
 TWO_ASKS = "Which switch type do you want, and how will you pay the difference?"
+VERIFY_TARGET = '{"arguments":{},"tool":"respond"}'
 # Judge verdicts: ratings (5 = easiest) and value, so r = Σ(5 − s) and v are known by hand.
 VERDICT_ONE = {"goal_clarity": 5, "single_ask": 5, "answer_effort": 4, "actionability": 5,
                "conciseness": 4, "needed": True, "not_in_context": True, "not_lookup": True,
@@ -40,25 +41,29 @@ def judge_llm() -> ScriptedLLM:
     ])
 
 
-def hand_ig(question: str, answer: str) -> float:
+def hand_ig(question: str, answer: str, mode: str = "clarify") -> float:
     """post − prior by the scripted policy's documented scoring rule (sum aggregation)."""
-    prior = sum(word_overlap_logprobs(render_prompt(belief_prompt("clarify", HISTORY)), GOAL))
+    target = GOAL if mode == "clarify" else VERIFY_TARGET
+    prior = sum(word_overlap_logprobs(render_prompt(belief_prompt(mode, HISTORY)), target))
     post = sum(word_overlap_logprobs(
-        render_prompt(belief_prompt("clarify", HISTORY, question, answer)), GOAL))
+        render_prompt(belief_prompt(mode, HISTORY, question, answer)), target))
     return post - prior
 
 
 def state(mode: str = "clarify") -> RewardState:
-    target = GOAL if mode == "clarify" else '{"arguments":{},"tool":"respond"}'
+    target = GOAL if mode == "clarify" else VERIFY_TARGET
     return RewardState(mode=mode, history=HISTORY, target=target, domain="retail")
 
 
-def reward_of(cost: str, lam: float, judge: ScriptedLLM | None = None) -> InfoGainReward:
+def reward_of(
+    cost: str, lam: float, judge: ScriptedLLM | None = None, verifier: ScriptedLLM | None = None
+) -> InfoGainReward:
     config = RewardConfig(retry_backoff_s=0, attention={"lambda": lam, "cost": cost})
     pricing = None
     if judge is not None:
         pricing = QuestionCost(config.attention, RequestJudge(judge, max_attempts=2))
-    return InfoGainReward(ScriptedLLM(), StrictUserSimulator(user_llm(), config), None, config,
+    verifiers = None if verifier is None else (lambda domain: Verifier(verifier, domain, config))
+    return InfoGainReward(ScriptedLLM(), StrictUserSimulator(user_llm(), config), verifiers, config,
                           pricing)
 
 
@@ -100,6 +105,30 @@ def test_a_judge_without_a_valid_verdict_fails_the_sample():
     out = reward_of("judge", 0.5, broken).score_group(state(), [ask(ONE_ASK)])
     assert out[0].failed and out[0].reward is None
     assert out[0].reason.startswith("attention cost failed: judge failed after 2 attempts")
+
+
+@pytest.mark.parametrize("cost", ["proxy", "judge"])
+def test_verify_questions_cost_nothing_so_their_reward_is_the_information_gain(cost: str):
+    """A verify question goes to the verifier, which reads tools, not the user: with λ > 0 its
+    reward is still post − prior, while the same question in a clarify state is charged."""
+    from prour.env.domains import get_task
+    from prour.env.environment import make_env
+
+    judge, verifier = judge_llm(), ScriptedLLM(default="insufficient evidence")
+    reward = reward_of(cost, 0.5, judge, verifier)
+    verify = RewardState(mode="verify", history=HISTORY, target=VERIFY_TARGET, domain="retail",
+                         env=make_env("retail", get_task("retail", "0")))
+    out = reward.score_group(verify, [ask(ONE_ASK), ask(TWO_ASKS), "NO"])
+    assert [s.answer for s in out[:2]] == ["insufficient evidence"] * 2  # the verifier answered
+    assert [s.attention_cost for s in out] == [None, None, None]
+    for sample, question in zip(out[:2], (ONE_ASK, TWO_ASKS)):
+        assert sample.ig == pytest.approx(hand_ig(question, "insufficient evidence", "verify"))
+        assert sample.reward == sample.ig
+    assert out[2].reward == 0.0
+    assert judge.calls["chat_requests"] == 0  # nothing asked the judge to price a verify question
+    charged = reward.score_group(state("clarify"), [ask(ONE_ASK)])[0]
+    assert charged.attention_cost is not None and charged.attention_cost > 0  # λ is on
+    assert charged.reward == pytest.approx(charged.ig - 0.5 * charged.attention_cost)
 
 
 def test_lambda_zero_is_the_papers_reward():

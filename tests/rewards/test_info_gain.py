@@ -264,7 +264,8 @@ def test_verify_mode_uses_the_verifier_on_a_rebuilt_environment():
 def test_state_from_a_parquet_row(tmp_path):
     """The row as the writer makes it (schema.Instance → write_rows), read back with pandas as
     ``prour reward probe`` does."""
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+
     from prour.data.dataset import write_rows
     from prour.data.schema import Instance, tool_traffic_hash
     from prour.rollout.query import PROMPTS_VERSION, query_prompt
