@@ -1,5 +1,5 @@
 """Read a written plot back: the PNG decodes to a picture of real size, and its sidecar JSON
-(see :mod:`prour.eval.plots`) gives the series and axis limits that were drawn."""
+(see :mod:`prour.plots`) gives the series and axis limits that were drawn."""
 
 from __future__ import annotations
 

@@ -1,26 +1,23 @@
 """PNG plots of evaluation reports: success versus interaction steps, success versus training
-step (a checkpoint sweep), and uncertainty over steps (the prour paper's Figure 6). matplotlib
-is imported inside each function (Agg backend).
-
-Every plot is written with a sidecar ``<name>.json`` next to the PNG: the series as drawn
-(x, y and error-bar extents per label) and each panel's axis limits, so a test or a reader can
-check what the picture shows without reading pixels. Systems are told apart by marker and
-legend entry, never by text placed at the point (two systems on one point would overprint).
+step (a checkpoint sweep), and uncertainty over steps (the prour paper's Figure 6), drawn with
+the shared helpers of :mod:`prour.plots` (each PNG has its sidecar JSON of what was drawn).
+Systems are told apart by marker and legend entry, never by text placed at the point (two
+systems on one point would overprint).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prour.plots import MARKERS, padded_limits, pyplot, save_plot
+
 UNCERTAINTY_KEYS = (("total", "Total uncertainty"), ("au", "AU (user side)"),
                     ("eu", "EU (world side)"))
-MARKERS = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "h")
 PERCENT = (0.0, 100.0)
 PERCENT_FRAMED = (-2.0, 102.0)  # lines at 0 or 100 % stay visible inside the frame
 
@@ -35,53 +32,6 @@ class SystemPoint:
     pass_at_1: float
     low: float | None = None
     high: float | None = None
-
-
-def padded_limits(values: Sequence[float], min_span: float, pad: float = 0.08,
-                  bounds: tuple[float, float] | None = None) -> tuple[float, float]:
-    """Axis limits around ``values``: ``pad`` × span on each side, widened symmetrically to at
-    least ``min_span`` (so equal values do not give a hair-thin axis), then clipped to ``bounds``
-    (e.g. (0, 100) for percentages), widening on the other side to keep ``min_span``."""
-    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        finite = [bounds[0] if bounds else 0.0]
-    low, high = min(finite), max(finite)
-    margin = pad * (high - low)
-    low, high = low - margin, high + margin
-    if high - low < min_span:
-        middle = (low + high) / 2
-        low, high = middle - min_span / 2, middle + min_span / 2
-    if bounds is not None:
-        low, high = max(low, bounds[0]), min(high, bounds[1])
-        if high - low < min_span:  # clipped on one side: widen on the other
-            if low == bounds[0]:
-                high = min(bounds[1], low + min_span)
-            else:
-                low = max(bounds[0], high - min_span)
-    return low, high
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend (no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_plot(fig: Any, out: str | Path, series: Mapping[str, Any]) -> Path:
-    """Write the PNG and its sidecar JSON (``series`` plus every panel's title and limits)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, bbox_inches="tight")
-    axes = [{"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
-             "xlim": list(ax.get_xlim()), "ylim": list(ax.get_ylim())} for ax in fig.axes]
-    sidecar = {"png": out.name, "series": series, "axes": axes}
-    out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2) + "\n")
-    pyplot().close(fig)
-    return out
 
 
 def plot_success_vs_steps(points: Sequence[SystemPoint], out: str | Path) -> Path:

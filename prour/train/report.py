@@ -1,5 +1,5 @@
 """The training report: curves of a training run's step metrics as PNGs (with the sidecar series
-of :mod:`prour.eval.plots`) and a markdown summary.
+of :mod:`prour.plots`) and a markdown summary.
 
 Both backends are read: the local trainer's ``metrics.jsonl`` (one flat JSON object per step)
 and verl's file logger (``{"step": N, "data": {...}}`` per step, in ``metrics.jsonl`` and, after
@@ -160,7 +160,7 @@ def _draw(ax: Any, panel: Panel, records: Sequence[Mapping[str, Any]]) -> dict[s
     """One panel's lines; returns its series as drawn (label → key, x, y)."""
     from matplotlib.ticker import MaxNLocator
 
-    from prour.eval.plots import MARKERS, padded_limits
+    from prour.plots import MARKERS, padded_limits
 
     drawn: dict[str, Any] = {}
     for i, (key, label) in enumerate(panel.series):
@@ -195,7 +195,7 @@ def has_data(panel: Panel, records: Sequence[Mapping[str, Any]]) -> bool:
 
 def plot_reward(records: Sequence[Mapping[str, Any]], out: str | Path) -> Path:
     """Mean reward over training steps: all samples, clarify states, verify states (Figure 4)."""
-    from prour.eval.plots import pyplot, save_plot
+    from prour.plots import pyplot, save_plot
 
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     drawn = _draw(ax, REWARD_PANEL, records)
@@ -206,7 +206,7 @@ def plot_reward(records: Sequence[Mapping[str, Any]], out: str | Path) -> Path:
 def plot_curves(records: Sequence[Mapping[str, Any]], panels: Sequence[Panel],
                 out: str | Path) -> Path:
     """The diagnostics' panels on a grid (four per row)."""
-    from prour.eval.plots import pyplot, save_plot
+    from prour.plots import pyplot, save_plot
 
     columns = min(4, len(panels))
     rows = math.ceil(len(panels) / columns)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.eval.harness import RESULTS_FILE
-from prour.eval.plots import SystemPoint, mean_curves, padded_limits, plot_success_vs_steps
+from prour.eval.plots import SystemPoint, mean_curves, plot_success_vs_steps
 from prour.eval.report import load_systems, summarize, write_report
 from prour.eval.stats import bootstrap_mean_ci
 
@@ -155,14 +155,6 @@ def test_coinciding_systems_get_readable_axes(tmp_path: Path) -> None:
     assert axes["xlim"] == [3.0, 5.0]  # span 2 steps around 4
     top = plot_success_vs_steps([SystemPoint("a", 1.0, 100.0, 90.0, 100.0)], tmp_path / "t.png")
     assert read_plot(top)["axes"][0]["ylim"] == [pytest.approx(89.2), 100.0]  # 90 − 8 % of 10
-
-
-def test_padded_limits() -> None:
-    assert padded_limits([2.0, 4.0], min_span=1.0) == (pytest.approx(1.84), pytest.approx(4.16))
-    assert padded_limits([3.0], min_span=1.0) == (2.5, 3.5)
-    assert padded_limits([0.5], min_span=4.0, bounds=(0.0, 100.0)) == (0.0, 4.0)
-    assert padded_limits([99.0], min_span=4.0, bounds=(0.0, 100.0)) == (96.0, 100.0)
-    assert padded_limits([], min_span=2.0, bounds=(0.0, 100.0)) == (0.0, 2.0)
 
 
 def test_incomplete_system_is_reported_not_zeroed(run: Path, tmp_path: Path) -> None:

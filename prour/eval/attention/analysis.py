@@ -319,10 +319,10 @@ def attention_paths(rows: Sequence[MethodRow], budgets: Sequence[int] = (1, 2, 3
 def plot_reward_attention(paths: Mapping[str, Sequence[PlotPoint]], out: str | Path,
                           extras: Mapping[str, Sequence[PlotPoint]] | None = None,
                           title: str = "Reward versus user-attention cost") -> Path:
-    """Write a PNG (and its sidecar JSON, see :mod:`prour.eval.plots`): one line per model
+    """Write a PNG (and its sidecar JSON, see :mod:`prour.plots`): one line per model
     through its path (No-ask a square, Unrestricted a diamond); ``extras`` as unconnected
     markers, one marker shape per policy, named in the legend rather than by text at the point."""
-    from prour.eval.plots import MARKERS, padded_limits, pyplot, save_plot
+    from prour.plots import MARKERS, padded_limits, pyplot, save_plot
 
     fig, ax = pyplot().subplots(figsize=(6, 4.5))
     series: dict[str, Any] = {}
