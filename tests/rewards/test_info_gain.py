@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+import wall_clock
 from loguru import logger
 
 from prour.llm.base import BackendError
@@ -176,15 +177,18 @@ def test_transient_error_is_retried_and_then_scored():
 
 
 def test_hanging_responder_times_out_and_nothing_hangs():
-    flaky = FlakyLLM(failures=100, hang_s=30.0)
-    reward, _ = make_reward(
-        user=flaky,
-        config=RewardConfig(responder_retries=1, responder_timeout_s=0.2, retry_backoff_s=0),
-    )
+    hang_s = 30.0
+    flaky = FlakyLLM(failures=100, hang_s=hang_s)
+    config = RewardConfig(responder_retries=1, responder_timeout_s=0.2, retry_backoff_s=0)
+    reward, _ = make_reward(user=flaky, config=config)
     start = time.monotonic()
     out = reward.score_group(state(), [ASK_COLOR, ASK_PAY])
     flaky.close()
-    assert time.monotonic() - start < 5
+    worst = wall_clock.retried_worst_s(
+        config.responder_timeout_s, config.responder_retries + 1, config.retry_backoff_s
+    )
+    assert wall_clock.bound(worst) < hang_s  # the bound tells a timeout from a hang
+    assert time.monotonic() - start < wall_clock.bound(worst)
     assert all(r.failed and "TimeoutError" in r.reason for r in out)
     assert flaky.calls == 2
 
