@@ -85,12 +85,22 @@ class Step:
     done: Callable[[Recipe], bool] | None = None
     by_stage: bool = True
 
-    def argv(self, recipe: Recipe, recipe_path: str | None = "{recipe}") -> list[str]:
-        """The command's arguments for this recipe; ``recipe_path=None`` leaves ``--recipe`` out
-        (as in "run `prour collect` first": the command on the same recipe)."""
+    def argv(self, recipe: Recipe, recipe_path: str | None = "{recipe}",
+             extra: Iterable[str] = ()) -> list[str]:
+        """The command's arguments for this recipe, ``extra`` after the recipe (or at the end of
+        a command without one); ``recipe_path=None`` leaves ``--recipe`` out (as in "run `prour
+        collect` first": the command on the same recipe)."""
         if self.command is None:
             raise ValueError(f"step {self.name!r} is a gate: no command runs it")
-        return format_command(self.command, recipe, recipe_path)
+        extra = list(extra)
+        if not self.takes_recipe:
+            return [*format_command(self.command, recipe, recipe_path), *extra]
+        return format_command(self.command, recipe, recipe_path, extra)
+
+    @property
+    def takes_recipe(self) -> bool:
+        """Whether its command reads the recipe (and so takes ``--set`` overrides)."""
+        return "--recipe" in (self.command or ())
 
     def hint(self, recipe: Recipe, recipe_path: str | None = None) -> str:
         """``prour <command>`` as a person types it (a gate: what to do instead)."""
@@ -634,6 +644,13 @@ def writer_of(recipe: Recipe, path: Path) -> Step:
         if any(out.path == path for out in step.writes(recipe)):
             return step
     return EXTERNAL
+
+
+def run_steps(recipe: Recipe) -> list[Step]:
+    """The steps that the stages' own commands run, of the stages this recipe keeps: what one
+    pass over the chain runs without a person (no gate, no step run by hand)."""
+    return [step for stage in STAGES if stage.skip(recipe) is None
+            for step in stage.steps if step.by_stage]
 
 
 def run_stages(recipe: Recipe) -> list[str]:

@@ -520,3 +520,58 @@ def test_every_recipe_load_goes_through_the_one_loader() -> None:
             callers += [f"{name}: {call}" for call, _ in _called_names(tree) if call in LOADER_PARTS]
     assert loaders == ["prour.recipes.load_recipe"]
     assert not callers, f"recipes read past prour.recipes.load_recipe: {callers}"
+
+
+# ---- stage names are compared in the table of stages only ------------------------------------
+
+
+def _stage_words() -> set[str]:
+    from prour.stages import stage_names, steps
+
+    return {*stage_names(), *(step.name for step in steps())}
+
+
+def stage_comparisons(tree: ast.AST, words: set[str]) -> list[str]:
+    """Comparisons of a stage or step name (a string constant, or a literal tuple/list/set holding
+    one) with an operand that speaks of stages (``stage == "train"``, ``plan.stage != "serve"``,
+    ``"serve" in stages``, ``stage in ("export", "report")``, ``"eval" in request.stages``)."""
+    def named(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in words
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(named(item) for item in node.elts)
+        return False
+
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        if any(map(named, operands)) and any(
+                "stage" in ast.unparse(other).lower() for other in operands if not named(other)):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_stage_names_are_compared_only_in_the_table_of_stages() -> None:
+    """Stage-specific behaviour is a field of its row in prour/stages.py, not an ``if`` on the
+    name elsewhere."""
+    words = _stage_words()
+    found = [f"{name} {hit}" for name, path in modules().items() if name != "prour.stages"
+             for hit in stage_comparisons(parsed(path), words)]
+    assert not found, f"stage names compared outside prour/stages.py: {found}"
+
+
+@pytest.mark.parametrize("code", [
+    'if stage == "train": pass', 'ok = plan.stage != "serve"', 'ok = "serve" in stages',
+    'ok = stage in ("export", "report")', 'ok = "eval" in request.stages',
+    'ok = "heldout" == step_or_stage_name',
+])
+def test_stage_comparisons_finds_a_planted_comparison(code: str) -> None:
+    assert stage_comparisons(ast.parse(code), _stage_words())
+
+
+@pytest.mark.parametrize("code", [
+    'ok = kind == "train"', 'ok = stage == "all"', 'ok = stage in STAGES', 'x = {"train": 1}'])
+def test_stage_comparisons_leaves_other_comparisons(code: str) -> None:
+    assert not stage_comparisons(ast.parse(code), _stage_words())

@@ -1,9 +1,11 @@
 """``prour demo``: the whole pipeline on the embedded smoke recipe, on CPU, with tiny local models.
 
-tiny model (+ warm start) → collect → normalize → extract → data stats → learning states and
-query-format pass → train → training report → eval → report. Each stage is the same ``prour``
-command a user would type, run in a child process so that the demo shows exactly what the stage
-commands print; the demo stops at the first stage that fails. Training runs on the oracle-replay
+tiny model (+ warm start), then the steps of the chain the recipe keeps, in the order of the table
+of stages (:func:`prour.stages.run_steps`; for smoke.yaml: collect → normalize → extract → train
+→ export → eval → report), with the demo's additions around them: data stats after extract, the
+learning states and query-format pass before train, the training report after it. Each step is
+the same ``prour`` command a user would type, run in a child process so that the demo shows
+exactly what the commands print; the demo stops at the first one that fails. Training runs on the oracle-replay
 states, a named fallback for what the tiny model cannot do (:mod:`prour.demo.learning`); the
 summary prints the first and last mean reward and says what a tiny model cannot do.
 """
@@ -19,6 +21,7 @@ from typing import Any
 import typer
 
 from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
+from prour.stages import command_values, run_steps
 
 DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "smoke.yaml"
 
@@ -82,18 +85,14 @@ def demo(
         _tiny_model(path, warm, loaded.seed)
     run_dir = loaded.resolved_run_dir()
     dataset = loaded.data.path("dataset_dir", run_dir)
-    checkpoints = Path(loaded.train.output_dir.replace("${name}", loaded.name))
-    _stage("collect", ["collect", "--recipe", recipe, *sets])
-    _stage("normalize", ["normalize", "--recipe", recipe, *sets])
-    _stage("extract", ["extract", "--recipe", recipe, *sets])
-    _stage("dataset card", ["data", "stats", str(dataset)])
-    learned = _learning_states(loaded)
-    _stage("train", ["train", "--recipe", recipe, "--resume", *learned, *sets])
-    _stage("training report", ["train", "report", str(checkpoints)])
-    eval_dir = run_dir / "eval"
-    _stage("eval", ["eval", "--recipe", recipe, "--checkpoint", str(checkpoints),
-                    "--out", str(eval_dir), *sets])
-    _stage("report", ["report", str(eval_dir), "--out", str(run_dir / "report")])
+    checkpoints = Path(command_values(loaded)["checkpoints"])
+    eval_dir = Path(command_values(loaded)["eval_dir"])
+    for step in run_steps(loaded):  # the table's order; the demo's own additions around it
+        before, after = DEMO_ADDITIONS.get(step.name, (None, None))
+        extra = before(loaded) if before else []
+        _stage(step.name, step.argv(loaded, recipe, [*extra, *(sets if step.takes_recipe else [])]))
+        if after:
+            after(loaded)
     _summary(checkpoints)
     typer.secho("\nprour demo finished", bold=True)
     typer.echo(f"  trajectories: {loaded.data.path('trajectories', run_dir)}")
@@ -102,11 +101,21 @@ def demo(
     typer.echo(f"  metrics:      {checkpoints / 'metrics.jsonl'}")
     typer.echo(f"  training curve: {checkpoints / 'report'}")
     typer.echo(f"  eval results: {eval_dir / 'results.jsonl'}")
-    typer.echo(f"  report:       {run_dir / 'report'}")
+    typer.echo(f"  report:       {_report_dir(loaded)}")
+
+
+def _dataset_card(loaded: Any) -> None:
+    _stage("dataset card", ["data", "stats", str(loaded.data.path("dataset_dir",
+                                                                  loaded.resolved_run_dir()))])
+
+
+def _training_report(loaded: Any) -> None:
+    _stage("training report", ["train", "report", command_values(loaded)["checkpoints"]])
 
 
 def _learning_states(loaded: Any) -> list[str]:
-    """Write the oracle-replay states and the query-format pass; the train stage's --set items."""
+    """Write the oracle-replay states and the query-format pass; the train step's arguments
+    (``--resume`` and the --set items that point training at them)."""
     from prour.demo import learning
     from prour.demo.states import FALLBACK_NAME, FALLBACK_REASON
 
@@ -117,7 +126,21 @@ def _learning_states(loaded: Any) -> list[str]:
                                 loaded.seed)
     typer.echo(f"-- learning states done in {time.perf_counter() - start:.0f} s: "
                f"{prepared['states']}, policy start {prepared['policy']}")
-    return [part for item in learning.train_overrides(prepared) for part in ("--set", item)]
+    return ["--resume",
+            *(part for item in learning.train_overrides(prepared) for part in ("--set", item))]
+
+
+def _report_dir(loaded: Any) -> Path:
+    """The demo's report folder, beside the run's data (``prour report``'s default: RUN/report)."""
+    return loaded.resolved_run_dir() / "report"
+
+
+# What the demo adds around a step of the chain: (before: the step's extra arguments, after).
+DEMO_ADDITIONS: dict[str, tuple[Any, Any]] = {
+    "extract": (None, _dataset_card),
+    "train": (_learning_states, _training_report),
+    "report": (lambda loaded: ["--out", str(_report_dir(loaded))], None),
+}
 
 
 def _summary(checkpoints: Path) -> None:

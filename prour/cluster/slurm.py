@@ -322,14 +322,13 @@ def stage_layout(
     recipe: Recipe, request: SubmitRequest, stage: str, slurm_dir: Path, wait: int
 ) -> StageLayout:
     """The job of one stage, by the kind of template its table row renders."""
-    kind = get_stage(stage).slurm
-    if kind == "serve":
-        return serve_stage(recipe, slurm_dir)
-    if kind == "train":
-        return train_stage(recipe, slurm_dir, wait)
-    if kind == "eval":
-        return eval_stage(recipe, request, slurm_dir, wait)
-    return command_stage(recipe, request, stage, slurm_dir, wait)
+    layouts = {
+        "serve": lambda: serve_stage(recipe, slurm_dir),
+        "train": lambda: train_stage(recipe, slurm_dir, wait),
+        "eval": lambda: eval_stage(recipe, request, slurm_dir, wait),
+        "stage": lambda: command_stage(recipe, request, stage, slurm_dir, wait),
+    }
+    return layouts[get_stage(stage).slurm]()
 
 
 def plan_stage(

@@ -1,0 +1,31 @@
+"""``prour demo`` walks the table of stages: the smoke recipe's steps in table order, with the
+demo's additions around them (no command runs here: the runner is recorded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prour.cli import demo as demo_cli
+
+
+def test_the_demo_runs_the_smoke_chain_in_table_order(monkeypatch, tmp_path: Path) -> None:
+    ran: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(demo_cli, "_stage", lambda title, args: ran.append((title, args)) or 0.0)
+    monkeypatch.setattr(demo_cli, "_tiny_model", lambda *args: None)
+    monkeypatch.setattr(demo_cli, "_summary", lambda *args: None)
+    monkeypatch.setitem(demo_cli.DEMO_ADDITIONS, "train",
+                        (lambda loaded: ["--resume", "--set", "train.total_steps=1"],
+                         demo_cli.DEMO_ADDITIONS["train"][1]))
+    recipe = str(demo_cli.DEFAULT_RECIPE)
+    demo_cli.demo(recipe=recipe, warm=False, overrides=[f"run_dir={tmp_path}"])
+    assert [title for title, _ in ran] == [
+        "collect-retail", "normalize", "extract", "dataset card", "train", "training report",
+        "export", "eval", "report"]  # smoke.yaml: nothing to serve, fixed thresholds
+    args = dict(ran)
+    mine = ["--set", f"run_dir={tmp_path}"]
+    assert args["collect-retail"] == ["collect", "--recipe", recipe, *mine]
+    assert args["train"] == ["train", "--recipe", recipe, "--resume", "--set",
+                             "train.total_steps=1", *mine]  # the user's --set last: it wins
+    assert args["eval"] == ["eval", "--recipe", recipe, *mine, "--checkpoint", "checkpoints/smoke"]
+    assert args["report"] == ["report", str(tmp_path / "eval"), "--out", str(tmp_path / "report")]
+    assert args["dataset card"] == ["data", "stats", str(tmp_path / "data" / "dataset")]
