@@ -1,5 +1,6 @@
-"""The package's shape: config modules are leaves, imports form no cycle, every recipe value is
-read somewhere and defined once. Static checks (``ast``) except the ``sys.modules`` probe."""
+"""The package's shape: config modules are leaves, imports form no cycle (type-checking ones
+included) and never reach up into a stage that uses the importer, every recipe value is read
+somewhere and defined once. Static checks (``ast``) except the ``sys.modules`` probe."""
 
 from __future__ import annotations
 
@@ -197,6 +198,27 @@ def test_type_checking_imports_count_only_when_asked() -> None:
 def test_the_package_has_no_import_cycle() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# Stage packages that must not import another (type-checking imports included), with the reason:
+# the second one uses the first, so an import back would put a piece in the wrong room.
+LOWER_THAN = {
+    ("prour.env", "prour.router"): "the router decomposes on env's tools and histories",
+    ("prour.router", "prour.data"): "data's extract routes states with the decomposer",
+    ("prour.data", "prour.train"): "training reads the data stage's rows",
+    ("prour.train", "prour.eval"): "evaluation loads train's checkpoints",
+    ("prour.train", "prour.cluster"): "the cluster code renders and launches train jobs",
+    ("prour.eval", "prour.cluster"): "the cluster code renders and launches eval jobs",
+}
+
+
+def test_a_stage_does_not_import_the_stages_that_use_it() -> None:
+    graph = import_graph()
+    found = [f"{a} -> {b} ({LOWER_THAN[low, high]})"
+             for (low, high) in LOWER_THAN for a in sorted(graph)
+             if a == low or a.startswith(low + ".")
+             for b in sorted(graph[a]) if b == high or b.startswith(high + ".")]
+    assert not found, "imports into a stage above: " + "; ".join(found)
 
 
 # ---- every recipe value is read, every YAML key is a field -----------------------------------
