@@ -113,12 +113,13 @@ def _tools_table(domain: str, requestor: str, title: str) -> Any:
     return table
 
 
-def _build_llm(backend: str, model: str | None, base_url: str | None) -> Any:
+def _build_llm(backend: str | None, model: str | None, base_url: str | None) -> Any:
     from pydantic import ValidationError
 
     from prour.config import ModelConfig, first_error
     from prour.llm.registry import build_llm
 
+    backend = backend or ModelConfig.model_fields["backend"].default
     if model is None:
         _fail(f"--agent llm / --user llm need --model (backend {backend!r})")
     fields: dict[str, Any] = {"backend": backend}
@@ -168,8 +169,9 @@ def episode_run(
     agent: Annotated[str, typer.Option(help="oracle | llm")] = "oracle",
     user: Annotated[str, typer.Option(help="oracle | scripted | llm")] = "oracle",
     backend: Annotated[
-        str, typer.Option(help="hf | openai | scripted (for llm agent/user)")
-    ] = "hf",
+        str | None, typer.Option(help="hf | openai | scripted (for llm agent/user; default: "
+                                      "models.*.backend's)")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="HF folder / served model / script")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     seed: Annotated[int, typer.Option(help="Episode seed.")] = 0,
