@@ -124,12 +124,19 @@ def test_the_eval_plan_holds_only_the_servers_its_methods_call(methods: str, has
 
 
 def test_paper_attention_train_plan_counts_the_judge_server() -> None:
-    """paper-attention's train calls the judge: its plan holds the 32B beside the 8B."""
+    """paper-attention's train calls the judge: beside the trainer its plan holds the 32B next to
+    the 8B, which cannot fit on GPU 1 (36.5 + 40.5 + 12.8 + 16 + 1 GiB > 80), so the recipe serves
+    them on another node (serve.colocate_train: false) and the plan holds the trainer alone."""
     from prour.cluster.gpu_plan import gpu_plan
 
-    names = {what.split(" vLLM")[0] for uses in gpu_plan(load_recipe(ATTENTION, cluster=True), "train")
-             .uses.values() for what, _ in uses if " vLLM (" in what and "rollout" not in what}
+    beside = gpu_plan(load_recipe(ATTENTION, ["serve.colocate_train=true"], cluster=True), "train")
+    names = {what.split(" vLLM")[0] for uses in beside.uses.values() for what, _ in uses
+             if " vLLM (" in what and not what.startswith("rollout")}
     assert names == {"Qwen/Qwen3-8B", "Qwen/Qwen3-32B"}
+    assert not beside.fits
+    apart = gpu_plan(load_recipe(ATTENTION, cluster=True), "train")
+    assert apart.fits and not any(" vLLM (0.5" in what or "Qwen" in what
+                                  for uses in apart.uses.values() for what, _ in uses)
     plain = gpu_plan(load_recipe(PAPER, cluster=True), "train")
     assert not any("Qwen3-32B" in what for uses in plain.uses.values() for what, _ in uses)
 
