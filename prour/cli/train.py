@@ -85,8 +85,7 @@ def train(
 
 def saved_checkpoint(out: Path, backend: str) -> str:
     """What an interrupted training kept: its newest checkpoint and how a rerun resumes."""
-    from prour.train.checkpoint import latest_checkpoint
-    from prour.train.verl_backend import latest_verl_step
+    from prour.train.checkpoint import latest_checkpoint, latest_verl_step
 
     step = latest_verl_step(out) if backend == "verl" else latest_checkpoint(out)
     if step is None:
@@ -120,7 +119,8 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
 
 def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
     from prour.cluster.gpu_plan import gpu_plan
-    from prour.train.verl_backend import latest_verl_step, launch, prepare_verl_run
+    from prour.train.checkpoint import latest_verl_step
+    from prour.train.verl_backend import launch, prepare_verl_run
 
     memory = gpu_plan(recipe, "train")  # trainer + its responders on this node (GPU memory)
     run = prepare_verl_run(recipe, cfg, write=not dry_run, resume=resume)

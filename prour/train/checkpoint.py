@@ -206,6 +206,15 @@ def _verl_steps(root: Path) -> list[tuple[int, Path]]:
             if p.is_dir() and (m := _VERL_STEP.match(p.name))]
 
 
+def latest_verl_step(output_dir: str | Path) -> int | None:
+    """The newest ``global_step_N`` that verl saved under ``output_dir`` (with its ``actor/``
+    folder), or None; the verl counterpart of :func:`latest_checkpoint`."""
+    root = Path(output_dir)
+    steps = [step for step, folder in _verl_steps(root) if (folder / "actor").is_dir()] \
+        if root.is_dir() else []
+    return max(steps) if steps else None
+
+
 def _newest_verl_step(root: Path) -> Path | None:
     """The newest ``global_step_N`` of a verl output folder, or its export ``step_N`` (an HF
     folder written by ``prour train export``) when there is one."""

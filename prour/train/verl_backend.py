@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from prour.config import ConfigError, Recipe
+from prour.train.checkpoint import latest_verl_step
 from prour.train.config import TrainConfig
 from prour.train.recipe import recipe_dict, resolve_output_dir
 
@@ -335,16 +336,6 @@ def launch(run: VerlRun) -> int:
     logger.info("launching verl: %s", run.shell())
     env = {**os.environ, **run.env}
     return subprocess.call(run.command, env=env)
-
-
-def latest_verl_step(output_dir: Path) -> int | None:
-    """The newest ``global_step_N`` that verl saved under ``output_dir``."""
-    steps = [
-        int(m.group(1))
-        for p in Path(output_dir).glob("global_step_*")
-        if (m := re.fullmatch(r"global_step_(\d+)", p.name)) and (p / "actor").is_dir()
-    ]
-    return max(steps) if steps else None
 
 
 def export_command(actor_dir: Path, target_dir: Path) -> list[str]:

@@ -118,6 +118,16 @@ def test_export_names_what_a_step_lacks(tmp_path):
         ckpt.export_hf(tmp_path)
 
 
+def test_latest_verl_step_needs_the_actor_folder(tmp_path):
+    assert ckpt.latest_verl_step(tmp_path / "missing") is None
+    assert ckpt.latest_verl_step(tmp_path) is None
+    for name in ("global_step_3/actor", "global_step_5/actor", "global_step_7", "step_9",
+                 "global_step_x/actor"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "global_step_8").write_text("")  # a file, not a step folder
+    assert ckpt.latest_verl_step(tmp_path) == 5  # 7 has no actor/ (verl did not finish it)
+
+
 # ---- kill -9 during `prour train`, then --resume --------------------------------------------
 
 
