@@ -300,6 +300,29 @@ def _covers(outputs: Callable[[Recipe, str], File], splits: tuple[str, ...]) -> 
     return done
 
 
+def _normalized(recipe: Recipe) -> bool:
+    """A goal line for every task of the data split (normalize skips the tasks it has)."""
+    from prour.env.domains import select_tasks
+
+    cfg = recipe.data
+    tasks = select_tasks(cfg.domain, cfg.split, max_tasks=cfg.max_tasks)
+    return _lines(_data(recipe, "goals").path) >= len(tasks)
+
+
+def _evaluated(recipe: Recipe) -> bool:
+    """A result line for every episode the eval section plans: methods x attention variants x
+    the tasks of each domain x seeds (``prour eval`` reruns only the missing ones)."""
+    from prour.env.domains import select_tasks
+    from prour.eval.harness import wanted_tasks
+
+    cfg = recipe.eval
+    tasks = sum(len(select_tasks(domain, cfg.split, None if cfg.tasks is None
+                                 else wanted_tasks(cfg.tasks, domain), cfg.max_tasks,
+                                 key="eval.tasks")) for domain in cfg.domains)
+    planned = len(cfg.methods) * len(cfg.variants()) * tasks * len(cfg.seeds)
+    return _lines(_eval_dir(recipe) / "results.jsonl") >= planned
+
+
 def _labels(recipe: Recipe, split: str) -> File:
     return _calibration(recipe, "labels", split)
 
@@ -518,7 +541,8 @@ STAGES: tuple[Stage, ...] = (
     ), placement="in_process", slurm_command=("collect", *_R, "--no-progress")),
     Stage("normalize", "each task's instruction as the first-person goal G*", (
         Step("normalize", "goals (G*) of the data split's tasks", ("normalize", *_R),
-             writes=lambda r: (_data(r, "goals"),), roles=lambda r: ("normalizer",)),
+             writes=lambda r: (_data(r, "goals"),), roles=lambda r: ("normalizer",),
+             done=_normalized),
     ), placement="in_process", slurm_command=("normalize", *_R)),
     Stage("calibrate", "labelled decision states, (τ_AU, τ_EU) and their held-out score", (
         Step("states-dev", "dev decision states from the training trajectories",
@@ -570,7 +594,7 @@ STAGES: tuple[Stage, ...] = (
         Step("eval", "one result line per episode", ("eval", *_R, "--checkpoint", "{checkpoints}"),
              reads=lambda r: (File("--checkpoint", _exported(r) / "config.json", checked=False),),
              writes=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
-             roles=_eval_roles),
+             roles=_eval_roles, done=_evaluated),
     ), placement="in_process", slurm="eval", routes=_eval_routes),
     Stage("report", "Pass@1 tables with intervals, steps by mode, plots", (
         Step("report", "the report of the eval run", ("report", "{eval_dir}"),

@@ -210,3 +210,17 @@ def test_done_is_read_from_the_outputs(tmp_path: Path) -> None:
     (labels / "labels_test.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
     assert annotate.is_done(recipe)
     assert not get_stage("calibrate").steps[3].is_done(recipe)  # the review gate: a person
+
+
+def test_normalize_and_eval_are_done_when_every_planned_line_is_there(tmp_path: Path) -> None:
+    """smoke.yaml: 3 tasks to normalize (data.max_tasks); eval plans 2 methods x 1 variant x 2
+    retail tasks (eval.max_tasks) x 1 seed = 4 episodes."""
+    recipe = load_recipe(SMOKE, [f"run_dir={tmp_path}"])
+    normalize, evaluate = get_stage("normalize").steps[0], get_stage("eval").steps[0]
+    goals, results = tmp_path / "data" / "goals.jsonl", tmp_path / "eval" / "results.jsonl"
+    for path, planned, step in ((goals, 3, normalize), (results, 4, evaluate)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"a": 1}\n' * (planned - 1))
+        assert not step.is_done(recipe), step.name
+        path.write_text('{"a": 1}\n' * planned)
+        assert step.is_done(recipe), step.name
