@@ -428,10 +428,10 @@ def test_unclosed_backend_stops_its_thread_when_collected(api_key) -> None:
     assert not thread.is_alive()
 
 
-def test_local_tokenizer_replaces_tokenize_endpoint(llm_factory, api_key, tiny_model_dir) -> None:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+def test_local_tokenizer_replaces_tokenize_endpoint(
+    llm_factory, api_key, tiny_model_dir, tiny_tokenizer
+) -> None:
+    tok = tiny_tokenizer
     chat = [{"role": "user", "content": "Where is my order?"}]
     with FakeServer(fake_vllm) as server:
         llm = llm_factory(server, tokenizer_path=str(tiny_model_dir))

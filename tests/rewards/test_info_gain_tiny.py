@@ -48,14 +48,13 @@ class CountingLLM:
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def tiny(tiny_model_dir, tiny_tokenizer):
+    from transformers import AutoModelForCausalLM
 
     from prour.llm.hf import HFLLM
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    return HFLLM(str(tiny_model_dir), device="cpu", dtype="float32"), model, tokenizer
+    return HFLLM(str(tiny_model_dir), device="cpu", dtype="float32"), model, tiny_tokenizer
 
 
 @torch.inference_mode()
