@@ -344,17 +344,43 @@ def _thresholds_stored(recipe: Recipe) -> bool:
     return True
 
 
+def _total_steps(recipe: Recipe) -> int:
+    return recipe.train.total_steps if recipe.train is not None else 0
+
+
+def _verl(recipe: Recipe) -> bool:
+    return recipe.train is not None and recipe.train.backend == "verl"
+
+
 def _final_step(recipe: Recipe) -> Path:
     """The last step's folder: ``step_N`` (local) or ``global_step_N`` (verl's)."""
-    steps = recipe.train.total_steps if recipe.train is not None else 0
-    prefix = "global_step_" if recipe.train is not None and recipe.train.backend == "verl" else "step_"
-    return _checkpoints(recipe) / f"{prefix}{steps}"
+    from prour.train.checkpoint import step_dir
+
+    if _verl(recipe):
+        return _checkpoints(recipe) / f"global_step_{_total_steps(recipe)}"
+    return step_dir(_checkpoints(recipe), _total_steps(recipe))
+
+
+def _trained(recipe: Recipe) -> bool:
+    """The trainer saved its last step (a complete local ``step_N``, or verl's newest step)."""
+    from prour.train.checkpoint import complete_checkpoints, latest_verl_step
+
+    if _verl(recipe):
+        return (latest_verl_step(_checkpoints(recipe)) or 0) >= _total_steps(recipe)
+    return any(step >= _total_steps(recipe) for step, _ in complete_checkpoints(_checkpoints(recipe)))
 
 
 def _exported(recipe: Recipe) -> Path:
     """Where ``prour train export`` leaves the final step as a Hugging Face folder."""
-    steps = recipe.train.total_steps if recipe.train is not None else 0
-    return _checkpoints(recipe) / f"step_{steps}"
+    from prour.train.checkpoint import step_dir
+
+    return step_dir(_checkpoints(recipe), _total_steps(recipe))
+
+
+def _exported_done(recipe: Recipe) -> bool:
+    from prour.train.checkpoint import is_hf_folder
+
+    return is_hf_folder(_exported(recipe))
 
 
 def _endpoints(recipe: Recipe) -> File:
@@ -580,14 +606,15 @@ STAGES: tuple[Stage, ...] = (
     Stage("train", "DAPO on the information-gain reward", (
         Step("train", "checkpoints every train.save_every steps, metrics.jsonl", ("train", *_R),
              reads=_train_files, writes=lambda r: (File("train.output_dir", _final_step(r)),),
-             roles=_train_roles),
+             roles=_train_roles, done=_trained),
     ), placement="trainer", slurm="train", extras=_train_extras, weights=_verl_policy,
         gpus=_trainer_gpus, skip=_no_train),
     Stage("export", "the saved steps as Hugging Face folders", (
         Step("export", "the final step as a Hugging Face folder (what eval loads)",
              ("train", "export", *_R),
              reads=lambda r: (File("train.output_dir", _final_step(r)),),
-             writes=lambda r: (File("train.output_dir", _exported(r) / "config.json"),)),
+             writes=lambda r: (File("train.output_dir", _exported(r) / "config.json"),),
+             done=_exported_done),
     ), placement="none", slurm_command=("train", "export", *_R), skip=_no_train,
         preflight=False),
     Stage("eval", "every method of eval.methods on tau2, with the final checkpoint", (

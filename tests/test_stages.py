@@ -224,3 +224,19 @@ def test_normalize_and_eval_are_done_when_every_planned_line_is_there(tmp_path: 
         assert not step.is_done(recipe), step.name
         path.write_text('{"a": 1}\n' * planned)
         assert step.is_done(recipe), step.name
+
+
+def test_train_and_export_are_done_at_the_last_step(tmp_path: Path) -> None:
+    """smoke.yaml trains 3 steps locally: done once a complete step_3 is saved; a local step is a
+    Hugging Face folder already, so export is done once it holds config and weights."""
+    recipe = load_recipe(SMOKE, [f"run_dir={tmp_path}", f"train.output_dir={tmp_path}/ck"])
+    train, export = get_stage("train").steps[0], get_stage("export").steps[0]
+    for step in (2, 3):
+        folder = tmp_path / "ck" / f"step_{step}"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        assert not train.is_done(recipe)  # step_2 saved, or step_3 without its trainer state
+        (folder / "trainer_state.pt").write_bytes(b"")
+    assert train.is_done(recipe) and not export.is_done(recipe)  # no weights yet
+    (tmp_path / "ck" / "step_3" / "model.safetensors").write_bytes(b"")
+    assert export.is_done(recipe)
