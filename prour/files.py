@@ -1,22 +1,38 @@
-"""Replacing a file whole: readers see the old text or the new one, never half of either."""
+"""The two ways prour writes a file, and the only ones (tests/test_architecture.py holds that):
+
+- :func:`write_atomic` replaces a file whole: readers see the old content or the new, never half
+  of either (results tables, plots, datasets, markers, manifests, scripts);
+- :func:`append_jsonl` adds one record to a JSONL log that a rerun resumes from (trajectories,
+  results, caches, training metrics): one write of the whole line, then fsync.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
+
+# Read once at import (os.umask can only be read by setting it): a replaced file gets the mode a
+# plain open() would give it, not mkstemp's owner-only 0600.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
-def write_atomic(path: str | Path, text: str, fsync: bool = False) -> Path:
-    """Write ``text`` to ``path`` through a temporary file beside it and a rename; ``fsync``
-    flushes it to disk first (a file a crash must not lose). The temporary file never outlives a
-    failed write."""
+def write_atomic(path: str | Path, data: str | bytes, fsync: bool = False) -> Path:
+    """Write ``data`` (text, or bytes as they are) to ``path`` through a temporary file beside it
+    and a rename; ``fsync`` flushes it to disk first (a file a crash must not lose). The
+    temporary file never outlives a failed write."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as handle:
+            handle.write(data)
             if fsync:
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -25,3 +41,50 @@ def write_atomic(path: str | Path, text: str, fsync: bool = False) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _path_lock(path: Path) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(path.resolve()), threading.Lock())
+
+
+def append_jsonl(path: str | Path, record: Any) -> None:
+    """Append one record (a dict, or a pydantic model) as one line: a single write, then fsync.
+
+    Threads share a per-file lock and processes an ``flock``; if the file ends in a torn line
+    (a crash mid-write), the new record starts on a fresh line so it stays readable.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump = getattr(record, "model_dump_json", None)
+    text = dump() if callable(dump) else json.dumps(record)
+    if "\n" in text:
+        raise ValueError(f"{path}: a JSONL record must serialise to one line")
+    data = (text + "\n").encode("utf-8")
+    with _path_lock(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _ends_torn(path):
+                data = b"\n" + data
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
+            os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _ends_torn(path: Path) -> bool:
+    """True when the file is non-empty and its last byte is not a newline."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"

@@ -8,11 +8,14 @@ check what the picture shows without reading pixels.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from prour.files import write_atomic
 
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "<", ">", "h")
 
@@ -54,11 +57,12 @@ def pyplot() -> Any:
 def save_plot(fig: Any, out: str | Path, series: Mapping[str, Any]) -> Path:
     """Write the PNG and its sidecar JSON (``series`` plus every panel's title and limits)."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, bbox_inches="tight")
+    image = io.BytesIO()
+    fig.savefig(image, format=out.suffix.lstrip(".") or "png", dpi=120, bbox_inches="tight")
+    write_atomic(out, image.getvalue())
     axes = [{"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
              "xlim": list(ax.get_xlim()), "ylim": list(ax.get_ylim())} for ax in fig.axes]
     sidecar = {"png": out.name, "series": series, "axes": axes}
-    out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    write_atomic(out.with_suffix(".json"), json.dumps(sidecar, indent=2) + "\n")
     pyplot().close(fig)
     return out

@@ -934,3 +934,138 @@ def test_stage_comparisons_finds_a_planted_comparison(code: str) -> None:
     'ok = kind == "train"', 'ok = stage == "all"', 'ok = stage in STAGES', 'x = {"train": 1}'])
 def test_stage_comparisons_leaves_other_comparisons(code: str) -> None:
     assert not stage_comparisons(ast.parse(code), _stage_words())
+
+
+# ---- every writer goes through prour/files.py ------------------------------------------------
+
+# Calls that write a file, by the last name of what is called (``path.write_text``) or by the
+# dotted name (``json.dump``); ``open`` and friends count when their mode writes.
+WRITER_METHODS = {"write_text", "write_bytes", "savefig", "to_parquet", "to_csv", "to_json",
+                  "save_pretrained", "save_to_disk", "write_table"}
+WRITER_FUNCTIONS = {"json.dump", "pickle.dump", "torch.save", "np.save", "np.savez", "os.write",
+                    "shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.copytree",
+                    "shutil.move"}
+STREAM_DUMPS = {"yaml.dump", "yaml.safe_dump"}  # a writer only when given a stream
+OPENERS = {"open", "os.fdopen"}
+WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
+SHARED_WRITERS = "prour/files.py"
+# Why a write does not go through prour/files.py -> the (file, enclosing function, call) it covers.
+STAGED = "written into a staging folder that one rename publishes (the folder is the atomic unit)"
+WRITER_EXCEPTIONS = {
+    "the lock is created with O_CREAT|O_EXCL so exactly one process wins (a rename would replace "
+    "a live holder's lock); the holder is written into it": [
+        ("prour/runlock.py", "_create", "os.open"), ("prour/runlock.py", "_create", "os.fdopen"),
+        ("prour/runlock.py", "_create", "json.dump")],
+    "the log a server or daemon subprocess appends to while it runs": [
+        ("prour/cluster/vllm_server.py", "VLLMServer._open_log", "open"),
+        ("prour/cluster/local.py", "LocalSlurm._spawn", "open")],
+    STAGED: [
+        ("prour/train/checkpoint.py", "save_checkpoint", "save_pretrained"),
+        ("prour/train/checkpoint.py", "save_checkpoint", "torch.save"),
+        ("prour/demo/folders.py", "save_quietly", "save_pretrained"),
+        ("prour/demo/tiny.py", "_write_tiny", "save_pretrained"),
+        ("prour/demo/warmstart.py", "save_beside_base", "shutil.copy2"),
+        ("prour/cli/demo.py", "_tiny_model", "shutil.copytree")],
+    "pyarrow and matplotlib write into an in-memory buffer that write_atomic then writes": [
+        ("prour/data/dataset.py", "write_rows", "write_table"),
+        ("prour/plots.py", "save_plot", "savefig")],
+    "copies a finished checkpoint folder to the --target the user names": [
+        ("prour/train/checkpoint.py", "export_hf", "shutil.copytree")],
+}
+EXCEPTED = {place: reason for reason, places in WRITER_EXCEPTIONS.items() for place in places}
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return "?"
+
+
+def _writes_mode(call: ast.Call, position: int) -> bool:
+    """Whether the mode of an ``open``-like call (positional ``position`` or ``mode=``) writes;
+    a mode that is not a literal counts as writing."""
+    mode = call.args[position] if len(call.args) > position else next(
+        (k.value for k in call.keywords if k.arg == "mode"), None)
+    if mode is None:
+        return False
+    if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)):
+        return True
+    return any(flag in mode.value for flag in "wax+")
+
+
+def writer_kind(call: ast.Call) -> str | None:
+    """The name a file-writing call is listed under, or None when it does not write."""
+    name = _dotted(call.func)
+    last = name.rpartition(".")[2]
+    if last in WRITER_METHODS:
+        return last
+    if name in WRITER_FUNCTIONS:
+        return name
+    if name in STREAM_DUMPS and (len(call.args) > 1 or any(k.arg == "stream" for k in call.keywords)):
+        return name
+    if name in OPENERS or (last == "open" and name != "os.open"):
+        position = 1 if name in OPENERS else 0  # open(path, mode) / path.open(mode)
+        return (name if name in OPENERS else "open") if _writes_mode(call, position) else None
+    if name == "os.open" and len(call.args) > 1 and any(
+            isinstance(n, ast.Attribute) and n.attr in WRITE_FLAGS for n in ast.walk(call.args[1])):
+        return name
+    return None
+
+
+def file_writers(path: Path) -> list[tuple[str, str, int]]:
+    """``(enclosing function, call, line)`` of every file-writing call in a module."""
+    found: list[tuple[str, str, int]] = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = f"{scope}.{child.name}" if scope else child.name
+            elif isinstance(child, ast.Call) and (kind := writer_kind(child)):
+                found.append((scope, kind, child.lineno))
+            visit(child, inner)
+
+    visit(parsed(path), "")
+    return found
+
+
+def test_every_writer_goes_through_the_shared_writers() -> None:
+    stray, used = [], set()
+    for path in modules().values():
+        where = str(path.relative_to(REPO))
+        if where == SHARED_WRITERS:
+            continue
+        for scope, kind, line in file_writers(path):
+            key = (where, scope, kind)
+            if key in EXCEPTED:
+                used.add(key)
+            else:
+                stray.append(f"{where}:{line} {scope or '<module>'}: {kind}")
+    assert not stray, ("write through prour.files (write_atomic or append_jsonl), or list the "
+                       "call in WRITER_EXCEPTIONS with its reason: " + "; ".join(stray))
+    assert set(EXCEPTED) == used, f"stale exceptions: {set(EXCEPTED) - used}"
+
+
+def test_a_planted_writer_is_reported(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import json, os, yaml\n"
+        "def save(path, text, data):\n"
+        "    path.write_text(text)\n"
+        "    with open(path, 'a') as handle:\n"
+        "        json.dump(data, handle)\n"
+        "    yaml.safe_dump(data, handle)\n"
+        "    os.open(path, os.O_WRONLY | os.O_CREAT)\n"
+        "class Plot:\n"
+        "    def draw(self, fig, out):\n"
+        "        fig.savefig(out)\n"
+        "def harmless(path):\n"
+        "    yaml.safe_dump({})\n"
+        "    open(path).read()\n"
+        "    path.open('rb').read()\n"
+        "    os.open(path, os.O_RDONLY)\n")
+    assert file_writers(planted) == [
+        ("save", "write_text", 3), ("save", "open", 4), ("save", "json.dump", 5),
+        ("save", "yaml.safe_dump", 6), ("save", "os.open", 7), ("Plot.draw", "savefig", 10)]

@@ -57,9 +57,13 @@ def _tiny_model(path: Path, warm: bool, seed: int) -> None:
     if warm:
         warm_start(base, path, seed=seed)
     else:
+        import os
         import shutil
 
-        shutil.copytree(base, path)
+        staging = path.with_name(f".{path.name}.copying")  # a crash leaves no half copy to reuse
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(base, staging)
+        os.rename(staging, path)
     typer.echo(f"-- tiny model done in {time.perf_counter() - start:.0f} s")
 
 

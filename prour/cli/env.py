@@ -194,8 +194,8 @@ def episode_run(
     from prour.env.agents import build_agent
     from prour.env.domains import get_task
     from prour.env.runner import run_episode
-    from prour.env.trajectory import append_jsonl
     from prour.env.users import build_user
+    from prour.files import append_jsonl
 
     env = _env_section(max_steps=max_steps, agent_temperature=agent_temperature,
                        user_temperature=user_temperature)

@@ -21,6 +21,7 @@ from typing import Any
 
 from prour.cluster.slurm import MANIFEST, StagePlan, SubmitRequest
 from prour.config import Recipe
+from prour.files import write_atomic
 from prour.stages import stage_names
 
 logger = logging.getLogger(__name__)
@@ -120,8 +121,7 @@ def dry_run_text(plans: Sequence[StagePlan], recipe: Recipe) -> str:
 def write_scripts(plans: Sequence[StagePlan]) -> None:
     """Write the rendered scripts and clear status files left by an earlier submission."""
     for plan in plans:
-        plan.script_path.parent.mkdir(parents=True, exist_ok=True)
-        plan.script_path.write_text(plan.script)
+        write_atomic(plan.script_path, plan.script)
         plan.script_path.chmod(0o755)
         Path(plan.log_pattern).parent.mkdir(parents=True, exist_ok=True)
         plan.status_path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +173,7 @@ def submit(
         "stages": entries,
     }
     path = request.run_dir / MANIFEST
-    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    write_atomic(path, json.dumps(manifest, indent=2) + "\n")
     record_provenance(recipe, request)
     return manifest
 

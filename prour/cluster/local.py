@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from prour.files import write_atomic
+
 logger = logging.getLogger(__name__)
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
@@ -197,7 +199,8 @@ class LocalSlurm:
     def _write_conf(self) -> None:
         for sub in ("state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(
+        write_atomic(
+            self.conf,
             CONF_TEMPLATE.format(
                 node=NODE,
                 partition=PARTITION,
@@ -222,7 +225,7 @@ class LocalSlurm:
 
     def _save_pids(self) -> None:
         pids = {name: proc.pid for name, proc in self._procs.items()}
-        (self.root / "pids.json").write_text(json.dumps({**pids, "munged": self.munged_pid}))
+        write_atomic(self.root / "pids.json", json.dumps({**pids, "munged": self.munged_pid}))
 
     def wait_idle(self, timeout_s: float) -> None:
         """Poll ``sinfo`` until the node reports idle; raise with the daemon logs otherwise."""

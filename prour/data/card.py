@@ -18,6 +18,7 @@ import numpy as np
 
 from prour.data.dataset import SPLITS, read_rows, split_path
 from prour.data.truncate import is_excerpt
+from prour.files import write_atomic
 
 CARD_JSON = "card.json"
 CARD_MD = "card.md"
@@ -129,6 +130,6 @@ def write_card(dataset_dir: str | Path) -> tuple[dict[str, Any], Path, Path]:
     """Compute the card and write ``card.json`` and ``card.md`` next to the parquet files."""
     card = dataset_card(dataset_dir)
     json_path, md_path = Path(dataset_dir) / CARD_JSON, Path(dataset_dir) / CARD_MD
-    json_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-    md_path.write_text(card_markdown(card))
+    write_atomic(json_path, json.dumps(card, indent=2, sort_keys=True) + "\n")
+    write_atomic(md_path, card_markdown(card))
     return card, json_path, md_path

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prour.data.schema import ROW_SCHEMA, check_rows, version_problem
+from prour.files import write_atomic
 
 SPLITS = ("train", "validation")
 
@@ -26,14 +27,11 @@ def split_path(dataset_dir: str | Path, split: str) -> Path:
 
 
 def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write rows with the fixed schema (atomically: a temp file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write rows with the fixed schema (atomically: the parquet bytes through a renamed temp file)."""
     table = pa.Table.from_pylist(list(rows), schema=ROW_SCHEMA)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
-    return path
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer)
+    return write_atomic(path, buffer.getvalue().to_pybytes())
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from prour.env.trajectory import append_jsonl, read_jsonl
+from prour.env.trajectory import read_jsonl
+from prour.files import append_jsonl
 from prour.llm.base import Message
 from prour.router.config import RouterConfig
 

@@ -44,6 +44,7 @@ from prour.data.normalize import Goal
 from prour.data.schema import Instance, tool_traffic_hashes
 from prour.data.truncate import PolicyTokens, truncate_history
 from prour.env.trajectory import Trajectory, agent_view
+from prour.files import write_atomic
 from prour.llm.base import Message
 from prour.rollout.query import PROMPTS_VERSION, query_prompt
 from prour.router.candidates import RESPOND, canonical_json
@@ -447,7 +448,7 @@ def write_dataset(instances: dict[str, list[Instance]], summary: ExtractSummary,
         rows = [inst.to_row(index) for index, inst in enumerate(instances[split])]
         write_rows(rows, split_path(out_dir, split))
         summary.rows[split] = len(rows)
-    (out_dir / EXTRACT_SUMMARY).write_text(
-        json.dumps(summary.to_dict(extra), indent=2, sort_keys=True) + "\n")
+    write_atomic(out_dir / EXTRACT_SUMMARY,
+                 json.dumps(summary.to_dict(extra), indent=2, sort_keys=True) + "\n")
     card, _, _ = write_card(out_dir)
     return card

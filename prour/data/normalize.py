@@ -223,7 +223,7 @@ def normalize_tasks(tasks: Sequence[Task], domain: str, llm: LLM, path: str | Pa
     """G* for every task, reusing cached goals by instruction hash and appending new ones;
     the ``data`` section sets the goal length (``normalizer_max_tokens``) and what a corrupt
     line of the goals file does (``on_bad_line``)."""
-    from prour.env.trajectory import append_jsonl
+    from prour.files import append_jsonl
 
     max_tokens = cfg.normalizer_max_tokens
     stored = load_goals(path, cfg.on_bad_line)

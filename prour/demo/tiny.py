@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.demo.folders import build_folder, save_quietly
+from prour.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -388,7 +389,7 @@ def _write_tiny(folder: Path, args: dict[str, Any]) -> None:
     save_quietly(model, folder)
     tokenizer.save_pretrained(folder)
     _portable_tokenizer_class(folder / "tokenizer_config.json")
-    (folder / MARKER_FILE).write_text(json.dumps(args, indent=2, sort_keys=True) + "\n")
+    write_atomic(folder / MARKER_FILE, json.dumps(args, indent=2, sort_keys=True) + "\n")
     logger.info("built tiny Qwen3 (vocab %d, seed %d) in %s", len(tokenizer), args["seed"], folder)
 
 
@@ -396,7 +397,7 @@ def _portable_tokenizer_class(config_path: Path) -> None:
     """Name the generic fast-tokenizer class, which transformers 4.x and 5.x (and vLLM) all load."""
     config = json.loads(config_path.read_text())
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_atomic(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def default_tiny_path(seed: int = 0, **kwargs: int) -> Path:

@@ -38,6 +38,7 @@ from prour.demo.tiny import MARKER_FILE as TINY_MARKER_FILE
 from prour.demo.training import Row, RowPacker, loss_summary, torch_threads, train_replies
 from prour.demo.transcripts import check_split
 from prour.env.domains import DOMAINS
+from prour.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def _write_warm(model_dir: Path, folder: Path, args: dict[str, Any]) -> None:
         "train_seconds": round(train_seconds, 2),
         "total_seconds": round(time.perf_counter() - start, 2),
     }
-    (folder / MARKER_FILE).write_text(json.dumps({"args": args, "stats": stats}, indent=1) + "\n")
+    write_atomic(folder / MARKER_FILE, json.dumps({"args": args, "stats": stats}, indent=1) + "\n")
     logger.info(
         "warm start: %d steps, loss %.3f -> %.3f, %.0fs (train %.0fs)",
         len(losses),

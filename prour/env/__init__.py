@@ -23,7 +23,6 @@ _EXPORTS = {
     "prour.env.trajectory": (
         "Trajectory",
         "StepRecord",
-        "append_jsonl",
         "read_jsonl",
         "read_trajectories",
         "agent_view",
@@ -49,6 +48,7 @@ _EXPORTS = {
         "register_user",
     ),
     "prour.env.runner": ("EpisodeJob", "run_episode", "run_episodes"),
+    "prour.files": ("append_jsonl",),
 }
 __all__ = [
     "DOMAINS",

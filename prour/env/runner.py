@@ -41,12 +41,12 @@ from prour.env.trajectory import (
     StepRecord,
     Trajectory,
     agent_view,
-    append_jsonl,
     read_trajectories,
     tau2_steps,
     user_view,
 )
 from prour.env.users import UserSimulator, UserTurn, is_stop
+from prour.files import append_jsonl
 from prour.llm.base import Message, ToolCall
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -6,17 +6,14 @@ per message after the system prompt saying who produced it, when, how long it to
 ``meta`` dict that later stages fill (route, label, ...). Views (what the agent or the user may
 see) and the conversion for tau2's evaluator are derived from the step kinds.
 
-Appends are atomic at line level: one ``write`` of the full line, then flush and fsync; a torn
-line left by a crash is reported by :func:`read_jsonl` with its file and line number.
+Records are appended with :func:`prour.files.append_jsonl` (one ``write`` of the full line, then
+fsync); a torn line left by a crash is reported by :func:`read_jsonl` with its file and line number.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -126,52 +123,6 @@ def tau2_steps(steps: Iterable[StepRecord]) -> int:
             count += 1
         previous = step.kind
     return count
-
-
-_LOCKS: dict[str, threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def _path_lock(path: Path) -> threading.Lock:
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(str(path.resolve()), threading.Lock())
-
-
-def append_jsonl(path: str | Path, record: BaseModel | dict[str, Any]) -> None:
-    """Append one record as one line: a single write, then flush and fsync.
-
-    Threads share a per-file lock and processes an ``flock``; if the file ends in a torn line
-    (a crash mid-write), the new record starts on a fresh line so it stays readable.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = record.model_dump_json() if isinstance(record, BaseModel) else json.dumps(record)
-    if "\n" in text:
-        raise ValueError(f"{path}: a JSONL record must serialise to one line")
-    data = (text + "\n").encode("utf-8")
-    with _path_lock(path):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if _ends_torn(path):
-                data = b"\n" + data
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
-            os.fsync(fd)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
-def _ends_torn(path: Path) -> bool:
-    """True when the file is non-empty and its last byte is not a newline."""
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() == 0:
-            return False
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) != b"\n"
 
 
 class JsonlRecords(list):

@@ -32,8 +32,9 @@ from typing import Any
 
 from prour.build import Builder
 from prour.config import ModelConfig, Recipe
-from prour.env.trajectory import Trajectory, append_jsonl, read_jsonl, tau2_steps
+from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
 from prour.eval.methods import MethodKit, check_method, checkpoint_model, variant_name
+from prour.files import append_jsonl, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ class Evaluation:
                     f"{self.run_dir} holds results made with other settings (differing: "
                     f"{', '.join(differ[:8])}); use another --out folder")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"settings": mine}, indent=2, sort_keys=True) + "\n")
+        write_atomic(path, json.dumps({"settings": mine}, indent=2, sort_keys=True) + "\n")
 
     def write_provenance(self) -> None:
         from prour.provenance import write_provenance

@@ -38,6 +38,7 @@ from prour.eval.harness import RESULTS_FILE, load_result_lines
 from prour.eval.markdown import jsonable, pct, table
 from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
 from prour.eval.stats import BootstrapResult, holm_table
+from prour.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -464,9 +465,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         if path.suffix == ".png":
             lines.append(f"![{name}]({path.name})")
     written["markdown"] = out / REPORT_FILE
-    written["markdown"].write_text("\n".join(lines) + "\n")
+    write_atomic(written["markdown"], "\n".join(lines) + "\n")
     written["json"] = out / REPORT_JSON
-    written["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomic(written["json"], json.dumps(payload, indent=2) + "\n")
     return written
 
 

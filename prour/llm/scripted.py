@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prour.files import write_atomic
 from prour.llm.base import BackendError, ChatRequest, Completion, Message, ScoreRequest, ScoreResult
 from prour.registry import Registry, unknown_name
 
@@ -213,6 +214,4 @@ def scripted_from_config(script: str | None) -> ScriptedLLM:
 
 def dump_script(path: str | Path, replies: Sequence[str], default: str | None = None) -> None:
     """Write a replay script (recorded replies in order) for :meth:`ScriptedLLM.from_file`."""
-    Path(path).write_text(
-        json.dumps({"replies": list(replies), "default": default}, indent=2) + "\n"
-    )
+    write_atomic(path, json.dumps({"replies": list(replies), "default": default}, indent=2) + "\n")

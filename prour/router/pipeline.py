@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prour.config import Recipe
-from prour.env.trajectory import append_jsonl, read_jsonl
+from prour.env.trajectory import read_jsonl
+from prour.files import append_jsonl
 from prour.router.annotation import annotate, read_labels, read_states
 from prour.router.calibration import Calibration, RoutingScores, calibrate, score_routes
 from prour.router.routing import route_many

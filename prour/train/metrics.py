@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from prour.files import append_jsonl, write_atomic
 from prour.train.config import WandbSettings
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def _clean(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends one JSON object per step to ``<run_dir>/metrics.jsonl`` (flushed each line)."""
+    """Appends one JSON object per step to ``<run_dir>/metrics.jsonl`` (one synced line each)."""
 
     def __init__(
         self,
@@ -121,16 +122,12 @@ class MetricsLog:
                 kept.append(line)
             else:
                 dropped += 1
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(f"{line}\n" for line in kept))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(f"{line}\n" for line in kept))
         return dropped
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
-            handle.flush()
+        append_jsonl(self.path, record)
         if self._wandb is not None:
             self._wandb.log(
                 {k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step

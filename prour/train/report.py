@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prour.files import write_atomic
 from prour.train.metrics import METRICS_FILE, SEGMENT_PREFIX
 
 VERL_PREFIX = "training/prour/"
@@ -282,10 +283,10 @@ def write_training_report(output_dir: str | Path,
         written["curves_plot"] = plot_curves(records, panels, out / CURVES_PLOT)
     rows = summary_rows(records)
     markdown = out / REPORT_FILE
-    markdown.write_text(_markdown(output_dir, records, rows, dict(written)))
+    write_atomic(markdown, _markdown(output_dir, records, rows, dict(written)))
     payload = out / REPORT_JSON
-    payload.write_text(json.dumps({"output_dir": str(output_dir), "steps": len(records),
-                                   "series": rows}, indent=2) + "\n")
+    write_atomic(payload, json.dumps({"output_dir": str(output_dir), "steps": len(records),
+                                      "series": rows}, indent=2) + "\n")
     return {**written, "markdown": markdown, "json": payload}
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from prour.config import ConfigError, Recipe
+from prour.files import write_atomic
 from prour.train.checkpoint import latest_verl_step
 from prour.train.config import TrainConfig
 from prour.train.recipe import recipe_dict, resolve_output_dir
@@ -273,8 +274,8 @@ def prepare_verl_run(
     if write:
         recipe_file.parent.mkdir(parents=True, exist_ok=True)
         data = recipe_dict(recipe) | {"train": cfg.model_dump(mode="json")}
-        recipe_file.write_text(yaml.safe_dump(data, sort_keys=False))
-        loops_file.write_text(yaml.safe_dump(agent_loops(recipe_file), sort_keys=False))
+        write_atomic(recipe_file, yaml.safe_dump(data, sort_keys=False))
+        write_atomic(loops_file, yaml.safe_dump(agent_loops(recipe_file), sort_keys=False))
     env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
            "VERL_FILE_LOGGER_PATH": str(metrics_file(output_dir, resume))}
     if cfg.wandb.track:

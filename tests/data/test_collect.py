@@ -27,8 +27,9 @@ from prour.data.collect import (
 from prour.data.config import DataConfig
 from prour.env.agents import AgentTurn, TaskView
 from prour.env.domains import load_tasks
-from prour.env.trajectory import StepRecord, Trajectory, append_jsonl
+from prour.env.trajectory import StepRecord, Trajectory
 from prour.env.users import UserTurn
+from prour.files import append_jsonl
 from prour.llm.scripted import ScriptedLLM, render_prompt
 from prour.rollout.query import PROMPTS_VERSION as QG_VERSION
 

@@ -13,11 +13,11 @@ from prour.env.trajectory import (
     StepRecord,
     Trajectory,
     agent_view,
-    append_jsonl,
     read_jsonl,
     read_trajectories,
     user_view,
 )
+from prour.files import append_jsonl
 
 
 def _trajectory(task_id: str = "1", seed: int = 0) -> Trajectory:

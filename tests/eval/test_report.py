@@ -260,7 +260,8 @@ EFFORT = {"budgeted@1": 16.0, "budgeted+mgr@1": 0.0}  # full cost 1 + r/20 + 0.5
 @pytest.fixture
 def burden_run(tmp_path: Path) -> Path:
     """Two policies asking one question each on tasks t1, t2; No-ask asks none."""
-    from prour.env.trajectory import StepRecord, Trajectory, append_jsonl
+    from prour.env.trajectory import StepRecord, Trajectory
+    from prour.files import append_jsonl
 
     run = tmp_path / "burden-run"
     lines = []

@@ -32,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from prour.files import write_atomic
+
 SOURCE = ("sierra-research/tau-bench, commit 59a200c6d575, tau_bench/envs/retail/tasks_train.py "
           "(MIT license, see LICENSE-tau-bench)")
 SPLIT = "v1-train"
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", default=str(OUTPUT), help=f"default: {OUTPUT.name}")
     args = parser.parse_args(argv)
     data = convert(args.source)
-    Path(args.out).write_text(dumps(data))
+    write_atomic(args.out, dumps(data))
     print(f"{args.out}: {len(data['tasks'])} tasks, {len(data['excluded'])} excluded")
     return 0
 

@@ -46,6 +46,7 @@ from prour.eval.stats import (
     stratified_mean,
     task_means,
 )
+from prour.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -355,10 +356,7 @@ def plot_reward_attention(paths: Mapping[str, Sequence[PlotPoint]], out: str | P
 
 
 def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def equal_count_pairs(records: Sequence[ConversationRecord], accounting: str = "full",

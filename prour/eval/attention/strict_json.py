@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from prour.files import append_jsonl
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -179,8 +179,4 @@ class JsonCache:
         self._data[key] = value
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"key": key, "value": value}, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_jsonl(self.path, {"key": key, "value": value})
