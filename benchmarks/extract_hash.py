@@ -51,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         world.collect(Path(folder))
-        trajectories = load_trajectories(Path(folder) / "traj.jsonl")
+        trajectories = load_trajectories(Path(folder) / "traj.jsonl", "error")
     cfg = DataConfig(max_decisions=args.max_decisions)
     states = max((decision_states(t, cfg) for t in trajectories),
                  key=lambda s: len(s[-1].env_history))

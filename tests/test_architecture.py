@@ -481,7 +481,6 @@ CLI_OPTIONS_OF_OTHER_MEANING = {
 # on any entry it no longer finds (remove that entry).
 _EPISODE_LIMITS = "episode runner and collection take env.max_steps/max_errors as scalars " \
                   "(the runner is called from many tests); the env section is the caller's"
-_JSONL_READERS = "readers of run files called from many tests; callers pass data.on_bad_line"
 _BACKENDS = "backend constructors, built from models.<role> by prour.llm.registry.build_llm; " \
             "tests and benchmarks construct them directly"
 _ATTENTION = "eval.attention components and the ask-less maths (conversation_cost is public " \
@@ -499,9 +498,6 @@ KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.env.runner.run_episodes", "concurrency"): _EPISODE_LIMITS,
     ("prour.env.runner.run_episodes", "retry_errors"): _EPISODE_LIMITS,
     ("prour.data.extract.route_states", "concurrency"): "data.concurrency as a scalar",
-    ("prour.data.collect.load_trajectories", "on_bad_line"): _JSONL_READERS,
-    ("prour.data.decisions.DecisionCache", "on_bad_line"): _JSONL_READERS,
-    ("prour.data.normalize.load_goals", "on_bad_line"): _JSONL_READERS,
     ("prour.eval.attention.agent.AttentiveAgent", "max_redrafts"): _ATTENTION,
     ("prour.eval.attention.budget.AttentionGate", "max_redrafts"): _ATTENTION,
     ("prour.eval.attention.classifier.RequestClassifier", "max_attempts"): _ATTENTION,

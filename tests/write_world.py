@@ -142,7 +142,7 @@ def build_world(folder: Path, tiny_model_dir: Path) -> World:
     collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
     normalize_tasks(tasks, "retail", _normalizer_llm(), folder / "goals.jsonl",
                     "scripted:normalizer", cfg)
-    trajectories = load_trajectories(folder / "traj.jsonl")
+    trajectories = load_trajectories(folder / "traj.jsonl", "error")
     tokens = PolicyTokens(tiny_model_dir)
     cfg = cfg.model_copy(update={"max_prompt_tokens": verify_budget(trajectories[0], tokens, cfg)})
     config = RouterConfig()
@@ -150,8 +150,8 @@ def build_world(folder: Path, tiny_model_dir: Path) -> World:
     router = Router(lambda d: Decomposer(llm, tool_schemas(d), config, thresholds=THRESHOLDS),
                     "scripted:decomposer", decomposer_fingerprint(config), THRESHOLDS)
     instances, summary = extract_instances(
-        trajectories, load_goals(folder / "goals.jsonl"), router,
-        DecisionCache(folder / "decisions.jsonl"), tokens, cfg, progress=False)
+        trajectories, load_goals(folder / "goals.jsonl", cfg.on_bad_line), router,
+        DecisionCache(folder / "decisions.jsonl", cfg.on_bad_line), tokens, cfg, progress=False)
     write_dataset(instances, summary, folder / "dataset", {})
     rows = [r for s in ("train", "validation") for r in read_rows(split_path(folder / "dataset", s))]
     built = [i for split in ("train", "validation") for i in instances[split]]

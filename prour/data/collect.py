@@ -215,7 +215,7 @@ def stable_seed(*parts: Any) -> int:
     return int(digest[:8], 16) & 0x7FFFFFFF
 
 
-def load_trajectories(path: str | Path, on_bad_line: str = "error") -> JsonlRecords:
+def load_trajectories(path: str | Path, on_bad_line: str) -> JsonlRecords:
     """Stored trajectories, one per resume key (a rerun's later record wins).
 
     Corrupt lines raise a ValueError naming ``file:line`` (``on_bad_line="error"``) or are

@@ -52,7 +52,7 @@ def decomposer_calls(model_calls: dict[str, int]) -> tuple[int, int]:
 class DecisionCache:
     """Decisions by key, loaded from and appended to one JSONL file."""
 
-    def __init__(self, path: str | Path, on_bad_line: Literal["error", "skip"] = "error"):
+    def __init__(self, path: str | Path, on_bad_line: Literal["error", "skip"]):
         self.path = Path(path)
         self.records: dict[str, dict[str, Any]] = {}
         self.skipped_lines: list[int] = []

@@ -196,7 +196,7 @@ def task_values_text(task: Task) -> str:
     return str(task.user_scenario.instructions)
 
 
-def load_goals(path: str | Path, on_bad_line: Literal["error", "skip"] = "error") -> dict[
+def load_goals(path: str | Path, on_bad_line: Literal["error", "skip"]) -> dict[
         tuple[str, str], Goal]:
     """Goals by (domain, task id); a later line for the same task replaces an earlier one."""
     from prour.env.trajectory import read_jsonl

@@ -130,8 +130,9 @@ def extract(folder: Path, tokens: PolicyTokens, budget: int) -> Path:
     router = Router(lambda d: Decomposer(llm, tool_schemas(d), config, thresholds=THRESHOLDS),
                     "scripted:decomposer", decomposer_fingerprint(config), THRESHOLDS)
     instances, summary = extract_instances(
-        load_trajectories(folder / "traj.jsonl"), load_goals(folder / "goals.jsonl"), router,
-        DecisionCache(folder / "decisions.jsonl"), tokens, cfg, progress=False)
+        load_trajectories(folder / "traj.jsonl", cfg.on_bad_line),
+        load_goals(folder / "goals.jsonl", cfg.on_bad_line), router,
+        DecisionCache(folder / "decisions.jsonl", cfg.on_bad_line), tokens, cfg, progress=False)
     out = folder / f"dataset-{budget}"
     write_dataset(instances, summary, out, {"max_prompt_tokens": budget})
     return out

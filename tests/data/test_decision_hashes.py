@@ -26,7 +26,7 @@ CFG = DataConfig(max_decisions=16)
 def trajectories(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hashes")
     world.collect(folder)
-    return load_trajectories(folder / "traj.jsonl")
+    return load_trajectories(folder / "traj.jsonl", "error")
 
 
 def fresh_hashes(states) -> list[str]:

@@ -70,7 +70,7 @@ def trajectory(tmp_path_factory):
                                  lambda: LLMUser(ScriptedLLM(rules=[(r".", user_reply)]), EnvConfig()),
                                  None, cfg)
     collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
-    [traj] = load_trajectories(folder / "traj.jsonl")
+    [traj] = load_trajectories(folder / "traj.jsonl", "error")
     return traj
 
 

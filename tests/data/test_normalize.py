@@ -113,7 +113,7 @@ def test_normalize_flags_lost_values(tmp_path) -> None:
     [goal] = normalize_tasks([task], "retail", llm, tmp_path / "g.jsonl", "m", DataConfig())
     assert goal.flagged
     assert [m["text"] for m in goal.missing] == ["#W2378156", "19122"]
-    stored = load_goals(tmp_path / "g.jsonl")
+    stored = load_goals(tmp_path / "g.jsonl", "error")
     assert stored[("retail", task.id)].missing == goal.missing
 
 

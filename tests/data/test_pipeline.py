@@ -73,9 +73,9 @@ def make_router(llm: ScriptedLLM, thresholds=scripts.THRESHOLDS) -> Router:
 
 
 def extract(run: Run, cfg: DataConfig, router: Router, out: str) -> dict:
-    trajectories = load_trajectories(run.folder / "traj.jsonl")
-    goals = load_goals(run.folder / "goals.jsonl")
-    cache = DecisionCache(run.folder / "decisions.jsonl")
+    trajectories = load_trajectories(run.folder / "traj.jsonl", "error")
+    goals = load_goals(run.folder / "goals.jsonl", "error")
+    cache = DecisionCache(run.folder / "decisions.jsonl", "error")
     instances, summary = extract_instances(trajectories, goals, router, cache, run.tokens, cfg,
                                            progress=False)
     write_dataset(instances, summary, run.folder / out, {})
@@ -125,7 +125,7 @@ def test_splits_are_valid_non_empty_and_disjoint(run: Run) -> None:
 
 
 def test_trajectories_record_the_teacher_exchange(run: Run) -> None:
-    for traj in load_trajectories(run.folder / "traj.jsonl"):
+    for traj in load_trajectories(run.folder / "traj.jsonl", "error"):
         assert teacher_exchanges(traj) == [(scripts.QUESTION, scripts.ANSWER)]
         texts = [m.get("content") for m in traj.messages]
         assert texts.index(scripts.ANSWER) == texts.index(scripts.QUESTION) + 1
@@ -134,7 +134,7 @@ def test_trajectories_record_the_teacher_exchange(run: Run) -> None:
 
 
 def test_decision_states_skip_greeting_and_teacher_questions(run: Run) -> None:
-    traj = load_trajectories(run.folder / "traj.jsonl")[0]
+    traj = load_trajectories(run.folder / "traj.jsonl", "error")[0]
     states = decision_states(traj, run.cfg)
     assert [s.step for s in states] == [0, 1, 2]
     assert [m["content"] for m in states[0].history] == [GREETING, scripts.OPENING]
@@ -150,7 +150,7 @@ def test_decision_states_skip_greeting_and_teacher_questions(run: Run) -> None:
 
 def test_rows_carry_the_designed_uncertainty_targets_and_truncation(run: Run) -> None:
     rows = all_rows(run.folder / "dataset")
-    goals = load_goals(run.folder / "goals.jsonl")
+    goals = load_goals(run.folder / "goals.jsonl", "error")
     for row in rows:
         extra = row["extra_info"]
         assert extra["prompt_tokens"] <= BUDGET
@@ -215,7 +215,7 @@ def test_new_thresholds_reroute_from_the_cache(run: Run) -> None:
 
 
 def test_only_successful_drops_verify_of_failed_episodes(run: Run) -> None:
-    rewards = {t.reward for t in load_trajectories(run.folder / "traj.jsonl")}
+    rewards = {t.reward for t in load_trajectories(run.folder / "traj.jsonl", "error")}
     assert rewards == {0.0}  # the scripted agent never finishes these tasks
     cfg = run.cfg.model_copy(update={"only_successful": True})
     summary = extract(run, cfg, run.router, "dataset_successful")
