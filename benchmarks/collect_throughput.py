@@ -50,8 +50,8 @@ def episodes_per_minute(llm: OpenAILLM, concurrency: int, args: argparse.Namespa
         make_user=lambda: LLMUser(llm, env),
         teacher=llm, cfg=cfg)
     start = time.perf_counter()
-    trajs = collect_trajectories(tasks, factories, cfg, out, max_steps=args.max_steps,
-                                 progress=False)
+    trajs = collect_trajectories(tasks, factories, cfg, out,
+                                 progress=False, limits=EnvConfig(max_steps=args.max_steps))
     minutes = (time.perf_counter() - start) / 60
     errored = sum(t.termination == "error" for t in trajs)
     if errored:

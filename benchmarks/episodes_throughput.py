@@ -99,7 +99,8 @@ def episodes_per_minute(llm: OpenAILLM, concurrency: int, args: argparse.Namespa
         for task in tasks
     ]
     start = time.perf_counter()
-    trajs = run_episodes(jobs, concurrency=concurrency, progress=False, max_steps=args.max_steps)
+    trajs = run_episodes(jobs, concurrency=concurrency, progress=False,
+                         limits=EnvConfig(max_steps=args.max_steps), retry_errors=False)
     minutes = (time.perf_counter() - start) / 60
     failed = [t for t in trajs if t.termination == "error"]
     if failed:

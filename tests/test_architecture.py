@@ -479,8 +479,6 @@ CLI_OPTIONS_OF_OTHER_MEANING = {
 # Parameters that still carry a recipe value with a default of their own: known shadows, left for
 # a follow-up, each with why it is not yet done. The test fails on any shadow not listed here and
 # on any entry it no longer finds (remove that entry).
-_EPISODE_LIMITS = "episode runner and collection take env.max_steps/max_errors as scalars " \
-                  "(the runner is called from many tests); the env section is the caller's"
 _BACKENDS = "backend constructors, built from models.<role> by prour.llm.registry.build_llm; " \
             "tests and benchmarks construct them directly"
 _ATTENTION = "eval.attention components and the ask-less maths (conversation_cost is public " \
@@ -489,15 +487,6 @@ _MATHS = "pure functions of the training maths, tested with hand-computed number
 KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.cluster.vllm_server.VLLMServer", "enforce_eager"): "serve.models.*: the server "
         "process wrapper is built by prour.cluster.serve from the served-model section",
-    ("prour.data.collect.collect_trajectories", "max_errors"): _EPISODE_LIMITS,
-    ("prour.data.collect.collect_trajectories", "max_steps"): _EPISODE_LIMITS,
-    ("prour.env.runner.run_episode", "max_errors"): _EPISODE_LIMITS,
-    ("prour.env.runner.run_episode", "max_steps"): _EPISODE_LIMITS,
-    ("prour.env.runner.run_episodes", "max_errors"): _EPISODE_LIMITS,
-    ("prour.env.runner.run_episodes", "max_steps"): _EPISODE_LIMITS,
-    ("prour.env.runner.run_episodes", "concurrency"): _EPISODE_LIMITS,
-    ("prour.env.runner.run_episodes", "retry_errors"): _EPISODE_LIMITS,
-    ("prour.data.extract.route_states", "concurrency"): "data.concurrency as a scalar",
     ("prour.eval.attention.agent.AttentiveAgent", "max_redrafts"): _ATTENTION,
     ("prour.eval.attention.budget.AttentionGate", "max_redrafts"): _ATTENTION,
     ("prour.eval.attention.classifier.RequestClassifier", "max_attempts"): _ATTENTION,

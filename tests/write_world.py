@@ -139,7 +139,8 @@ def build_world(folder: Path, tiny_model_dir: Path) -> World:
     factories = EpisodeFactories(lambda: LLMAgent(agent_llm(), EnvConfig()),
                                  lambda: LLMUser(user_llm(), EnvConfig()),
                                  None, cfg)
-    collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
+    collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False,
+                         limits=EnvConfig())
     normalize_tasks(tasks, "retail", _normalizer_llm(), folder / "goals.jsonl",
                     "scripted:normalizer", cfg)
     trajectories = load_trajectories(folder / "traj.jsonl", "error")

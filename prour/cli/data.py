@@ -77,7 +77,7 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     with hold_run_folder(out.parent), resumable(saved):  # one collector per trajectories folder
         record_provenance(loaded, "collect")
         trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,
-                                     max_steps=env.max_steps, max_errors=env.max_errors)
+                                     limits=env)
     rewards = [t.reward for t in trajs if t.reward is not None]
     errored = sum(t.termination == "error" for t in trajs)
     asked = sum(len(teacher_exchanges(t)) for t in trajs)

@@ -213,9 +213,8 @@ def episode_run(
         task_obj,
         agent_obj,
         user_obj,
+        limits=env,
         seed=seed,
-        max_steps=env.max_steps,
-        max_errors=env.max_errors,
         on_step=lambda step, message: _print_step(console, step, message),
     )
     _print_outcome(console, traj)

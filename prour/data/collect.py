@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prour.config import TAU2_MAX_ERRORS, TAU2_MAX_STEPS
+from prour.config import EnvConfig
 from prour.data.config import DataConfig
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.runner import EpisodeJob, run_episodes
@@ -177,11 +177,11 @@ def collect_trajectories(
     cfg: DataConfig,
     out_path: str | Path,
     *,
-    max_steps: int = TAU2_MAX_STEPS,
-    max_errors: int = TAU2_MAX_ERRORS,
+    limits: EnvConfig,
     progress: bool = True,
 ) -> list[Trajectory]:
-    """Run the planned episodes (skipping those already in ``out_path``) and return them all."""
+    """Run the planned episodes (skipping those already in ``out_path``) and return them all;
+    the recipe's ``env`` section (``limits``) cuts each episode."""
     jobs = []
     for task, seed in plan_episodes(tasks, cfg):
         make_agent, make_user = factories.pair()
@@ -189,8 +189,8 @@ def collect_trajectories(
                                make_agent=make_agent, make_user=make_user, seed=seed,
                                split=cfg.split))
     log.info("collect: %d episode(s) planned into %s", len(jobs), out_path)
-    return run_episodes(jobs, concurrency=cfg.concurrency, out_path=out_path, progress=progress,
-                        max_steps=max_steps, max_errors=max_errors)
+    return run_episodes(jobs, cfg.concurrency, out_path, progress, limits=limits,
+                        retry_errors=False)
 
 
 def trajectory_id(traj: Trajectory) -> str:

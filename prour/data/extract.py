@@ -252,7 +252,7 @@ class Router:
 
 
 def route_states(states: Sequence[DecisionState], router: Router, cache: DecisionCache,
-                 concurrency: int = 1, progress: bool = True) -> list[Routed]:
+                 concurrency: int, progress: bool = True) -> list[Routed]:
     """Route every state, computing (in parallel) and caching only the decisions not cached."""
     for state in states:
         state.key = decision_key(router.model_id, router.fingerprint, state.history, state.seed)

@@ -148,6 +148,7 @@ def oracle_transcript(domain: str, task: Task, opening: str | None = None) -> Tr
     The run is not scored (a warm start needs the messages only, and tau2's evaluator rebuilds
     the database three times); ``opening`` replaces the oracle user's bland first message.
     """
+    from prour.config import EnvConfig
     from prour.env.agents import OracleAgent
     from prour.env.runner import run_episode
     from prour.env.users import OracleUser
@@ -156,9 +157,8 @@ def oracle_transcript(domain: str, task: Task, opening: str | None = None) -> Tr
     actions = list(criteria.actions or []) if criteria else []
     communicate = list(criteria.communicate_info or []) if criteria else []
     unscored = task.model_copy(update={"evaluation_criteria": None})
-    traj = run_episode(
-        domain, unscored, OracleAgent(actions, communicate), OracleUser(actions), split="train"
-    )
+    traj = run_episode(domain, unscored, OracleAgent(actions, communicate), OracleUser(actions),
+                       limits=EnvConfig(), split="train")
     if traj.termination == "error":
         raise RuntimeError(f"oracle replay of {domain}/{task.id} failed: {traj.errors}")
     if opening:

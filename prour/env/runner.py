@@ -6,9 +6,9 @@ observations go back to the caller, which takes another turn. The episode ends o
 token, the agent stop token, ``max_steps`` steps or ``max_errors`` tool errors. Steps are counted
 as tau2's Orchestrator counts them (:func:`~prour.env.trajectory.tau2_steps`: a turn is one step,
 two when it made tool calls) and, as in tau2, the limits are checked after every turn, a stop
-included; the defaults are tau2's (``prour.config.TAU2_MAX_STEPS``). A failure of the agent, the
-user or a backend ends the episode with termination ``error`` and is recorded; it never escapes
-:func:`run_episode`.
+included; the limits are the recipe's ``env`` section's (by default tau2's). A failure of the
+agent, the user or a backend ends the episode with termination ``error`` and is recorded; it never
+escapes :func:`run_episode`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from prour.config import TAU2_MAX_ERRORS, TAU2_MAX_STEPS
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.domains import domain_policy, task_split
 from prour.env.environment import (
@@ -51,6 +50,8 @@ from prour.llm.base import Message, ToolCall
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
+
+    from prour.config import EnvConfig
 
 logger = logging.getLogger(__name__)
 
@@ -303,13 +304,13 @@ def run_episode(
     agent: Agent,
     user: UserSimulator,
     *,
+    limits: EnvConfig,
     seed: int = 0,
-    max_steps: int = TAU2_MAX_STEPS,
-    max_errors: int = TAU2_MAX_ERRORS,
     on_step: StepCallback | None = None,
     split: str | None = None,
 ) -> Trajectory:
-    """Run one episode and score it; failures end it with termination ``error``, never raise."""
+    """Run one episode and score it; failures end it with termination ``error``, never raise.
+    ``limits``: the recipe's ``env`` section, whose ``max_steps`` and ``max_errors`` cut it."""
     episode = _Episode(
         domain, task, agent, user, seed, split or task_split(domain, task.id), on_step
     )
@@ -318,7 +319,7 @@ def run_episode(
         side = episode.start()
         if side == "pending":
             raise ValueError(f"task {task.id}: its message history ends with unanswered tool calls")
-        traj.termination = episode.loop(side, max_steps, max_errors)
+        traj.termination = episode.loop(side, limits.max_steps, limits.max_errors)
     except Exception as exc:  # noqa: BLE001 - recorded in the trajectory, the run goes on
         traj.termination = "error"
         traj.errors.append(_describe(exc))
@@ -361,7 +362,7 @@ class EpisodeJob:
         return (self.domain, self.task.id, self.seed, self.agent_name)
 
 
-def _run_job(job: EpisodeJob, max_steps: int, max_errors: int) -> Trajectory:
+def _run_job(job: EpisodeJob, limits: EnvConfig) -> Trajectory:
     """Run a job; even a failure to build its agent or user comes back as a trajectory."""
     try:
         agent, user = job.make_agent(), job.make_user()
@@ -383,9 +384,8 @@ def _run_job(job: EpisodeJob, max_steps: int, max_errors: int) -> Trajectory:
         job.task,
         agent,
         user,
+        limits=limits,
         seed=job.seed,
-        max_steps=max_steps,
-        max_errors=max_errors,
         split=job.split,
     )
     traj.agent = job.agent_name
@@ -409,16 +409,16 @@ def _stored(out_path: Path | None, retry_errors: bool) -> dict[tuple, Trajectory
 
 def run_episodes(
     jobs: Iterable[EpisodeJob],
-    concurrency: int = 8,
+    concurrency: int,
     out_path: str | Path | None = None,
     progress: bool = True,
     *,
-    max_steps: int = TAU2_MAX_STEPS,
-    max_errors: int = TAU2_MAX_ERRORS,
-    retry_errors: bool = False,
+    limits: EnvConfig,
+    retry_errors: bool,
 ) -> list[Trajectory]:
     """Run jobs on a thread pool, append each finished episode to ``out_path`` at once, and skip
-    jobs whose key is already stored there (resume). Returns trajectories in job order."""
+    jobs whose key is already stored there (resume; ``retry_errors`` runs errored ones again).
+    Returns trajectories in job order; ``limits`` is the recipe's ``env`` section."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     jobs = list(jobs)
@@ -427,7 +427,7 @@ def run_episodes(
     todo = list({job.key: job for job in jobs if job.key not in results}.values())
     logger.info("%d episode(s) to run, %d already stored", len(todo), len(jobs) - len(todo))
     with ThreadPoolExecutor(max_workers=concurrency) as pool, _Progress(len(todo), progress) as bar:
-        futures = [pool.submit(_run_job, job, max_steps, max_errors) for job in todo]
+        futures = [pool.submit(_run_job, job, limits) for job in todo]
         try:
             for future in as_completed(futures):
                 traj = future.result()

@@ -283,8 +283,7 @@ class Evaluation:
         logger.info("evaluation: %d episode(s) in %s", len(jobs), self.run_dir)
         trajectories = run_episodes(
             [job for _, job in jobs], self.cfg.concurrency, self.run_dir / EPISODES_FILE,
-            self.progress, max_steps=self.recipe.env.max_steps,
-            max_errors=self.recipe.env.max_errors, retry_errors=self.cfg.retry_errors)
+            self.progress, limits=self.recipe.env, retry_errors=self.cfg.retry_errors)
         return self.record_results([arm for arm, _ in jobs], trajectories)
 
     def record_results(self, arms: list[Arm], trajectories: list[Trajectory]) -> list[dict[str, Any]]:

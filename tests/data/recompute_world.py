@@ -27,6 +27,7 @@ from pathlib import Path
 import data_scripts
 from loguru import logger as tau2_logger
 
+from prour.config import EnvConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories, load_trajectories
 from prour.data.config import DataConfig
 from prour.data.decisions import DecisionCache, decomposer_fingerprint
@@ -117,7 +118,8 @@ def collect(folder: Path) -> None:
         cfg = DataConfig(domain=domain, num_trajectories=len(tasks) * len(SEEDS),
                          trial_seeds=SEEDS, concurrency=1)
         factories = EpisodeFactories(OracleAgent, AnsweringUser, teacher, cfg)
-        collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
+        collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False,
+                             limits=EnvConfig())
         normalize_tasks(tasks, domain, data_scripts.normalizer_llm(), folder / "goals.jsonl",
                         "scripted:normalizer", cfg)
 

@@ -69,7 +69,8 @@ def trajectory(tmp_path_factory):
     factories = EpisodeFactories(lambda: LLMAgent(ScriptedLLM(rules=[(r".", agent_reply)]), EnvConfig()),
                                  lambda: LLMUser(ScriptedLLM(rules=[(r".", user_reply)]), EnvConfig()),
                                  None, cfg)
-    collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
+    collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False,
+                         limits=EnvConfig())
     [traj] = load_trajectories(folder / "traj.jsonl", "error")
     return traj
 

@@ -92,7 +92,8 @@ def run(tmp_path_factory, tiny_model_dir) -> Run:
               "teacher": scripts.teacher_llm(), "decomposer": scripts.decomposer_llm()}
     factories = EpisodeFactories(lambda: LLMAgent(models["agent"], EnvConfig()),
                                  lambda: LLMUser(models["user"], EnvConfig()), models["teacher"], cfg)
-    collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False)
+    collect_trajectories(tasks, factories, cfg, folder / "traj.jsonl", progress=False,
+                         limits=EnvConfig())
 
     def goal_with_canary(messages):
         text = scripts.normalizer_llm()._reply(messages, render_prompt(messages))

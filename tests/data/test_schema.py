@@ -138,7 +138,7 @@ def test_a_malformed_call_never_reached_tau2_and_is_not_replayed(tmp_path) -> No
                                  lambda: LLMUser(world_lib.user_llm(), EnvConfig()),
                                  None, cfg)
     [traj] = collect_trajectories(load_tasks("retail", "train")[:1], factories, cfg,
-                                  tmp_path / "traj.jsonl", progress=False)
+                                  tmp_path / "traj.jsonl", progress=False, limits=EnvConfig())
     results = [m["content"] for m in traj.messages if m["role"] == "tool"]
     assert results[0].startswith("Error: malformed tool call") and len(results) == 2
     state = decision_states(traj, cfg)[2]

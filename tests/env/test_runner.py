@@ -36,7 +36,7 @@ def test_bad_tool_calls_become_observations_and_the_episode_goes_on() -> None:
     ]
     agent = LLMAgent(ScriptedLLM(replies=replies), EnvConfig())
     user = ScriptedUser(["Where is my order #W6390527?", "###STOP###"])
-    traj = run_episode("retail", get_task("retail", "5"), agent, user)
+    traj = run_episode("retail", get_task("retail", "5"), agent, user, limits=EnvConfig())
     observations = _observations(traj)
     assert observations[0].startswith("Error: malformed tool call: tool call is not valid JSON")
     assert observations[1] == "Error: Tool 'no_such_tool' not found."
@@ -56,7 +56,8 @@ def test_bad_tool_calls_become_observations_and_the_episode_goes_on() -> None:
 def test_too_many_tool_errors_end_the_episode() -> None:
     bad = '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
     agent = LLMAgent(ScriptedLLM(default=bad), EnvConfig())
-    traj = run_episode("retail", get_task("retail", "5"), agent, ScriptedUser(["hi"]), max_errors=3)
+    traj = run_episode("retail", get_task("retail", "5"), agent, ScriptedUser(["hi"]),
+                       limits=EnvConfig(max_errors=3))
     assert traj.termination == "too_many_errors"
     assert len(traj.steps_of("tool_result")) == 3
     assert traj.reward == 0.0
@@ -81,7 +82,8 @@ def test_the_agent_never_sees_the_instruction() -> None:
     user_llm = ScriptedLLM(
         replies=["I want to return something.", "Yes, one more thing.", "###STOP###"]
     )
-    traj = run_episode("retail", task, LLMAgent(agent_llm, EnvConfig()), LLMUser(user_llm, EnvConfig()))
+    env = EnvConfig()
+    traj = run_episode("retail", task, LLMAgent(agent_llm, env), LLMUser(user_llm, env), limits=env)
     assert traj.termination == "user_stop"
     agent_inputs = [json.dumps([list(r.messages), r.tools]) for r in agent_llm.chat_log]
     assert len(agent_inputs) == 3
@@ -110,7 +112,7 @@ class _Recorder:
 def test_telecom_user_tools_stay_on_the_user_side() -> None:
     task = load_tasks("telecom", "test")[0]
     agent = _Recorder(OracleAgent())
-    traj = run_episode("telecom", task, agent, OracleUser(), max_steps=200)
+    traj = run_episode("telecom", task, agent, OracleUser(), limits=EnvConfig(max_steps=200))
     assert traj.reward == 1.0
     user_calls = traj.steps_of("user_tool_call")
     assert len(user_calls) == sum(a.requestor == "user" for a in task.evaluation_criteria.actions)
@@ -145,7 +147,8 @@ def test_agent_notes_and_step_meta_are_recorded() -> None:
         seen_by_user.append(messages)
         return "order #1"
 
-    traj = run_episode("retail", get_task("retail", "5"), Noting(), ScriptedUser(reply))
+    traj = run_episode("retail", get_task("retail", "5"), Noting(), ScriptedUser(reply),
+                       limits=EnvConfig())
     assert traj.termination == "agent_stop"
     assert [s.meta.get("route") for s in traj.steps_of("agent_message")] == [None, "clarify", "act"]
     assert len(traj.steps_of("agent_note")) == 1
@@ -159,7 +162,8 @@ def test_a_backend_failure_is_recorded_not_raised() -> None:
         def chat(self, requests):
             raise BackendError("server returned 500 three times")
 
-    traj = run_episode("retail", get_task("retail", "5"), LLMAgent(Broken(), EnvConfig()), ScriptedUser(["hi"]))
+    traj = run_episode("retail", get_task("retail", "5"), LLMAgent(Broken(), EnvConfig()),
+                       ScriptedUser(["hi"]), limits=EnvConfig())
     assert traj.termination == "error"
     assert traj.reward is None
     assert "BackendError: server returned 500 three times" in traj.errors[0]
@@ -167,7 +171,8 @@ def test_a_backend_failure_is_recorded_not_raised() -> None:
 
 def test_step_records_carry_timings() -> None:
     traj = run_episode(
-        "retail", get_task("retail", "5"), OracleAgent(), OracleUser(), max_steps=200
+        "retail", get_task("retail", "5"), OracleAgent(), OracleUser(),
+        limits=EnvConfig(max_steps=200)
     )
     starts = [s.started_s for s in traj.steps]
     assert starts == sorted(starts) and all(s.seconds >= 0 for s in traj.steps)
@@ -222,7 +227,8 @@ def test_run_episodes_appends_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "episodes.jsonl"
     built: list[str] = []
     first = run_episodes(
-        _jobs(["5", "9", "12"], built), concurrency=3, out_path=out, progress=False, max_steps=200
+        _jobs(["5", "9", "12"], built), concurrency=3, out_path=out, progress=False,
+        limits=EnvConfig(max_steps=200), retry_errors=False
     )
     assert [t.task_id for t in first] == ["5", "9", "12"]
     assert [t.reward for t in first] == [1.0, 1.0, 1.0]
@@ -231,8 +237,7 @@ def test_run_episodes_appends_and_resumes(tmp_path: Path) -> None:
         _jobs(["5", "9", "12", "16"], built),
         concurrency=3,
         out_path=out,
-        progress=False,
-        max_steps=200,
+        progress=False, limits=EnvConfig(max_steps=200), retry_errors=False
     )
     assert sorted(built) == ["12", "16", "5", "9"]  # only the new job ran the second time
     assert [t.task_id for t in again] == ["5", "9", "12", "16"]
@@ -266,7 +271,9 @@ def test_one_failing_episode_does_not_stop_the_others(tmp_path: Path) -> None:
         EpisodeJob("retail", get_task("retail", t), "oracle", Flaky, OracleUser) for t in ("5", "9")
     ]
     jobs.append(EpisodeJob("retail", get_task("retail", "12"), "oracle", no_model, OracleUser))
-    trajs = run_episodes(jobs, concurrency=2, out_path=out, progress=False, max_steps=200)
+    limits = EnvConfig(max_steps=200)
+    trajs = run_episodes(jobs, concurrency=2, out_path=out, progress=False, limits=limits,
+                         retry_errors=False)
     assert [t.termination for t in trajs] == ["user_stop", "error", "error"]
     assert trajs[0].reward == 1.0
     assert "BackendError: connection closed" in trajs[1].errors[0]
@@ -274,9 +281,9 @@ def test_one_failing_episode_does_not_stop_the_others(tmp_path: Path) -> None:
     assert len(read_trajectories(out)) == 3
 
     down.clear()
-    run_episodes(jobs[:2], out_path=out, progress=False, max_steps=200)
+    run_episodes(jobs[:2], 2, out, progress=False, limits=limits, retry_errors=False)
     assert sorted(calls) == ["5", "9"]  # a plain resume keeps the stored error
-    retried = run_episodes(jobs[:2], out_path=out, progress=False, max_steps=200, retry_errors=True)
+    retried = run_episodes(jobs[:2], 2, out, progress=False, limits=limits, retry_errors=True)
     assert sorted(calls) == ["5", "9", "9"]  # only the errored episode ran again
     assert [t.reward for t in retried] == [1.0, 1.0]
 
@@ -302,7 +309,7 @@ def test_a_task_with_prior_history_starts_where_it_left_off() -> None:
         ]
     )
     agent = _Recorder(OracleAgent())
-    traj = run_episode("retail", task, agent, OracleUser(), max_steps=200)
+    traj = run_episode("retail", task, agent, OracleUser(), limits=EnvConfig(max_steps=200))
     history = [s for s in traj.steps if s.initial]
     assert [s.kind for s in history] == [
         "agent_message",

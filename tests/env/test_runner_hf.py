@@ -25,8 +25,7 @@ def test_tiny_hf_agent_runs_to_the_step_limit(tiny_model_dir: Path) -> None:
         get_task("retail", "5"),
         agent,
         user,
-        max_steps=4,
-        max_errors=50,
+        limits=EnvConfig(max_steps=4, max_errors=50),
         on_step=lambda step, message: steps.append(step.kind),
     )
     assert traj.errors == []

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from prour.config import EnvConfig
 from prour.env.agents import OracleAgent
 from prour.env.domains import DOMAINS, get_task, load_tasks
 from prour.env.environment import tool_types
@@ -18,7 +19,8 @@ from prour.env.users import OracleUser
 
 
 def _oracle(domain: str, task: Any, **kwargs: Any):
-    return run_episode(domain, task, OracleAgent(), OracleUser(), max_steps=200, **kwargs)
+    return run_episode(domain, task, OracleAgent(), OracleUser(), limits=EnvConfig(max_steps=200),
+                       **kwargs)
 
 
 def _oracle_outcome(job: tuple[str, str]) -> tuple[str, Any, Any, Any, Any]:
@@ -79,7 +81,8 @@ def test_one_corrupted_write_scores_zero(domain: str) -> None:
     actions[index].arguments[first_key] = _corrupt(actions[index].arguments[first_key])
     communicate = list(task.evaluation_criteria.communicate_info or [])
     traj = run_episode(
-        domain, task, OracleAgent(actions, communicate), OracleUser(actions), max_steps=200
+        domain, task, OracleAgent(actions, communicate), OracleUser(actions),
+        limits=EnvConfig(max_steps=200),
     )
     assert traj.termination == "user_stop"
     assert traj.errors == []
@@ -92,7 +95,7 @@ def test_one_corrupted_write_scores_zero(domain: str) -> None:
 
 def test_an_episode_cut_by_the_step_limit_scores_zero() -> None:
     task = get_task("airline", "2")
-    traj = run_episode("airline", task, OracleAgent(), OracleUser(), max_steps=2)
+    traj = run_episode("airline", task, OracleAgent(), OracleUser(), limits=EnvConfig(max_steps=2))
     assert traj.termination == "max_steps"
     assert traj.reward == 0.0
     assert "ended early" in traj.reward_breakdown["note"]

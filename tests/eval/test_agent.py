@@ -23,7 +23,7 @@ from eval_world import (
 )
 
 from prour.build import Builder
-from prour.config import Recipe
+from prour.config import EnvConfig, Recipe
 from prour.env.domains import get_task
 from prour.env.runner import run_episode
 from prour.env.scoring import to_tau2_messages
@@ -55,7 +55,8 @@ def _run(kit: MethodKit, method: str, domain: str = "retail", task: str = RETAIL
          seed: int = 0) -> Trajectory:
     agent = kit.agent_factory(method, domain, None)()
     user = kit.user_factory(method)()
-    return run_episode(domain, get_task(domain, task), agent, user, seed=seed, max_steps=16)
+    return run_episode(domain, get_task(domain, task), agent, user, seed=seed,
+                       limits=EnvConfig(max_steps=16))
 
 
 def _agent_steps(traj: Trajectory) -> list:
@@ -182,7 +183,8 @@ def test_decomposer_budget_and_frequency(every_n: int, budget: int | None,
     agent = ProactiveAgent(task_agent, router, generator, routes=("act", "clarify"),
                            new_budget=lambda: DecomposerBudget(budget, every_n))
     user = kit.user_factory("base")()
-    traj = run_episode("retail", get_task("retail", RETAIL_OK), agent, user, max_steps=12)
+    traj = run_episode("retail", get_task("retail", RETAIL_OK), agent, user,
+                       limits=EnvConfig(max_steps=12))
     steps = _agent_steps(traj)
     routed = [i for i, s in enumerate(steps) if not s.meta["decision"].get("skipped")]
     asked = [i for i, s in enumerate(steps) if s.meta["turn"] == "clarify"]
@@ -198,7 +200,7 @@ def test_verifier_rebuilds_the_state_without_the_runner_hook() -> None:
     assert hasattr(agent, "bind_environment")
     agent.bind_environment = None  # type: ignore[assignment]  # as if the runner had no hook
     traj = run_episode("retail", get_task("retail", RETAIL_OK), agent,
-                       kit.user_factory("verify-only")(), max_steps=16)
+                       kit.user_factory("verify-only")(), limits=EnvConfig(max_steps=16))
     record = next(s.meta["verify"] for s in _agent_steps(traj) if "verify" in s.meta)
     assert record["grounded"] and not record["failed"]
     assert math.isclose(traj.reward, 1.0)
