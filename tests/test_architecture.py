@@ -487,9 +487,6 @@ _MATHS = "pure functions of the training maths, tested with hand-computed number
 KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.cluster.vllm_server.VLLMServer", "enforce_eager"): "serve.models.*: the server "
         "process wrapper is built by prour.cluster.serve from the served-model section",
-    ("prour.eval.attention.agent.AttentiveAgent", "max_redrafts"): _ATTENTION,
-    ("prour.eval.attention.budget.AttentionGate", "max_redrafts"): _ATTENTION,
-    ("prour.eval.attention.classifier.RequestClassifier", "max_attempts"): _ATTENTION,
     ("prour.eval.attention.analysis.equal_count_pairs", "accounting"): _ATTENTION,
     ("prour.eval.attention.analysis.export_annotation_pairs", "accounting"): _ATTENTION,
     ("prour.eval.attention.analysis.method_rows", "accounting"): _ATTENTION,

@@ -55,7 +55,7 @@ class _Draft:
 class AttentiveAgent(AgentWrapper):
     """Passes every user-directed message of ``inner`` through an attention policy's gate."""
 
-    def __init__(self, inner: Agent, policy: AttentionPolicy, max_redrafts: int = 1):
+    def __init__(self, inner: Agent, policy: AttentionPolicy, max_redrafts: int):
         super().__init__(inner)
         self.policy = policy
         self.gate = AttentionGate(policy, max_redrafts)

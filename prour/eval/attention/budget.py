@@ -143,7 +143,7 @@ continued with something other than a message (a tool call)."""
 class AttentionGate:
     """Pass each outgoing user-directed draft through a policy; spend budget; count fallbacks."""
 
-    def __init__(self, policy: GatePolicy, max_redrafts: int = 1):
+    def __init__(self, policy: GatePolicy, max_redrafts: int):
         if max_redrafts < 0:
             raise ValueError(f"max_redrafts must be >= 0, got {max_redrafts}")
         self.policy = policy

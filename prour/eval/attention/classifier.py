@@ -236,7 +236,7 @@ def _request_class(message: str, answer: Any) -> RequestClass:
 class RequestClassifier:
     """Classify agent messages with an LLM (strict JSON, retried, cached) or the heuristic."""
 
-    def __init__(self, llm: LLM | None = None, policy: str = "", max_attempts: int = 3,
+    def __init__(self, llm: LLM | None, policy: str, max_attempts: int,
                  cache: JsonCache | None = None):
         self.llm = llm
         self.policy = policy[:POLICY_CHARS]

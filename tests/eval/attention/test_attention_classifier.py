@@ -46,7 +46,7 @@ def _json(label: str, count: int) -> str:
 def test_llm_classification_retries_invalid_replies_with_feedback():
     llm = ScriptedLLM(replies=["label: discretionary", _json("answer", 2),
                                _json("discretionary", 2)])
-    result = RequestClassifier(llm, policy="Authenticate users first.").classify_one(
+    result = RequestClassifier(llm, "Authenticate users first.", 3).classify_one(
         "Which color and which size?", "user: I want to exchange a shirt.")
     assert (result.label, result.atomic_questions, result.source) == ("discretionary", 2, "llm")
     assert result.bundled
@@ -58,7 +58,7 @@ def test_llm_classification_retries_invalid_replies_with_feedback():
 
 def test_llm_failure_falls_back_to_the_heuristic_and_says_so():
     llm = ScriptedLLM(default='{"label": "question"}')
-    result = RequestClassifier(llm, max_attempts=2).classify_one("What is your email?")
+    result = RequestClassifier(llm, "", 2).classify_one("What is your email?")
     assert (result.label, result.atomic_questions, result.source) == ("discretionary", 1,
                                                                      "heuristic")
     assert "llm failed" in result.error and "missing field(s) ['atomic_questions']" in result.error
@@ -69,18 +69,19 @@ def test_batched_and_cached(tmp_path):
     llm = ScriptedLLM(rules=[(r"Message to label\]\nDone", _json("answer", 0)),
                              (r"Message to label\]\nWhich", _json("discretionary", 1))])
     cache = JsonCache(tmp_path / "classifier.jsonl")
-    classifier = RequestClassifier(llm, cache=cache)
+    classifier = RequestClassifier(llm, "", 3, cache=cache)
     items = [("Done, the exchange is placed.", "ctx"), ("Which color?", "ctx")]
     labels = [r.label for r in classifier.classify(items)]
     assert labels == ["answer", "discretionary"]
     assert (llm.calls["chat"], llm.calls["chat_requests"]) == (1, 2)
-    again = RequestClassifier(llm, cache=JsonCache(tmp_path / "classifier.jsonl"))
+    again = RequestClassifier(llm, "", 3, cache=JsonCache(tmp_path / "classifier.jsonl"))
     assert [r.label for r in again.classify(items)] == labels
     assert llm.calls["chat"] == 1  # served from the file cache
 
 
 def test_without_a_model_the_heuristic_labels_everything():
-    result = RequestClassifier(None).classify_one("Could you share the order id and the item?")
+    result = RequestClassifier(None, "", 3).classify_one(
+        "Could you share the order id and the item?")
     assert (result.label, result.atomic_questions, result.error) == ("discretionary", 2, None)
 
 
@@ -133,7 +134,7 @@ def _gate(policy_name, budget, drafts):
     from prour.eval.attention.budget import FALLBACK_MESSAGE, AttentionGate
     from prour.eval.attention.policies import build_policy
 
-    policy = build_policy(policy_name, RequestClassifier(None), budget=budget)
+    policy = build_policy(policy_name, RequestClassifier(None, "", 3), budget=budget)
     state = policy.new_state([])
     gate = AttentionGate(policy, max_redrafts=0)
     sent = []

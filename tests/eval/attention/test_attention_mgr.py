@@ -54,7 +54,7 @@ LATER_TURNS = [
 
 @pytest.fixture
 def setup(retail_task, labelling_llm, sections):
-    classifier = RequestClassifier(labelling_llm(LABELS), policy=retail_task["policy"])
+    classifier = RequestClassifier(labelling_llm(LABELS), retail_task["policy"], 3)
     return retail_task["messages"] + LATER_TURNS, classifier, reviewer_llm(sections)
 
 
@@ -78,7 +78,8 @@ def test_review_without_memory_cannot_see_the_old_answer(setup, sections):
     messages, classifier, llm = setup
     policy = build_policy("budgeted+review", classifier, llm, budget=2, evidence_tokens=60)
     state = policy.new_state(messages)
-    outcome = AttentionGate(policy).submit("What is the zip code on your account?", state)
+    outcome = AttentionGate(policy, max_redrafts=1).submit(
+        "What is the zip code on your account?", state)
     assert outcome.kind == "delivered" and state.budget.spent == 1
     prompt = llm.chat_log[-1].messages[1]["content"]
     assert sections(prompt, "What the customer has told the agent so far") == "(not available)"
@@ -90,7 +91,7 @@ def test_mgr_substitutes_a_bundled_question_with_a_single_ask(setup):
     policy = build_policy("budgeted+mgr", classifier, llm, budget=1)
     state = policy.new_state(messages)
     draft = "Which color and size do you want for the bottle, and which power source?"
-    outcome = AttentionGate(policy).submit(draft, state)
+    outcome = AttentionGate(policy, max_redrafts=1).submit(draft, state)
     assert outcome.kind == "substituted" and outcome.message == SINGLE_ASK
     delivered = state.delivered[-1]
     assert delivered.substituted and delivered.draft == draft
@@ -102,7 +103,7 @@ def test_summary_memory_is_written_once_per_dialogue_and_shown(setup, sections):
     messages, classifier, llm = setup
     policy = build_policy("budgeted+review+summary", classifier, llm, budget=3)
     state = policy.new_state(messages)
-    gate = AttentionGate(policy)
+    gate = AttentionGate(policy, max_redrafts=1)
     gate.submit("Which color do you want?", state)
     gate.submit("What is the zip code on your account?", state)
     summaries = [r for r in llm.chat_log if "short notes" in r.messages[0]["content"]]

@@ -60,7 +60,7 @@ def run(policy, messages, drafts, redraft_replies=None):
                                           ("budgeted", 2), ("unrestricted", None)])
 def test_budget_never_exceeded_and_exempt_always_delivered(retail_task, labelling_llm, name,
                                                            budget):
-    classifier = RequestClassifier(labelling_llm(LABELS), policy=retail_task["policy"])
+    classifier = RequestClassifier(labelling_llm(LABELS), retail_task["policy"], 3)
     policy = build_policy(name, classifier, budget=budget)
     state, outcomes = run(policy, retail_task["messages"], DRAFTS)
     limit = {"no-ask": 0, "unrestricted": 3}.get(name, budget)
@@ -78,7 +78,7 @@ def test_budget_never_exceeded_and_exempt_always_delivered(retail_task, labellin
 
 
 def test_blocked_draft_lets_the_agent_continue_or_falls_back(retail_task, labelling_llm):
-    classifier = RequestClassifier(labelling_llm(LABELS))
+    classifier = RequestClassifier(labelling_llm(LABELS), "", 3)
     policy = build_policy("budgeted", classifier, budget=1)
     drafts = DRAFTS[1:3] + [DRAFTS[4]]
     # Draft 2 is blocked: the agent continues with a tool call (None). Draft 3 is blocked: the
@@ -91,9 +91,9 @@ def test_blocked_draft_lets_the_agent_continue_or_falls_back(retail_task, labell
 
 
 def test_redraft_that_no_longer_asks_is_delivered(labelling_llm):
-    policy = build_policy("no-ask", RequestClassifier(labelling_llm(LABELS)))
+    policy = build_policy("no-ask", RequestClassifier(labelling_llm(LABELS), "", 3))
     state = policy.new_state([])
-    outcome = AttentionGate(policy).submit(
+    outcome = AttentionGate(policy, max_redrafts=1).submit(
         DRAFTS[1], state, lambda note: "I found your account and will check your orders now.")
     assert outcome.kind == "redrafted" and outcome.message.startswith("I found your account")
     assert state.budget.spent == 0 and state.fallbacks == 0
@@ -103,7 +103,7 @@ def test_redraft_that_no_longer_asks_is_delivered(labelling_llm):
 @given(labels=st.lists(st.sampled_from(["answer", "required", "discretionary"]), max_size=12),
        budget=st.integers(min_value=0, max_value=4))
 def test_budget_invariant_on_random_conversations(labels, budget):
-    policy = build_policy("budgeted", RequestClassifier(None), budget=budget)
+    policy = build_policy("budgeted", RequestClassifier(None, "", 3), budget=budget)
     texts = {"answer": "Your order has shipped.",
              "required": "I will cancel order #W1. Shall I proceed (yes/no)?",
              "discretionary": "Which color do you want?"}
@@ -127,9 +127,9 @@ def test_a_policy_cannot_overdraw_the_budget():
         def system_prompt_addendum(self):
             return ""
 
-    policy = build_policy("budgeted", RequestClassifier(None), budget=1)
+    policy = build_policy("budgeted", RequestClassifier(None, "", 3), budget=1)
     state = policy.new_state()
-    gate = AttentionGate(Careless())
+    gate = AttentionGate(Careless(), max_redrafts=1)
     gate.submit("Which color?", state)
     with pytest.raises(BudgetExceeded, match="budget of 1"):
         gate.submit("Which size?", state)
@@ -149,7 +149,7 @@ def _voi_llm(table: dict[str, object]) -> ScriptedLLM:
 def test_voi_gate_vetoes_below_its_threshold(retail_task, labelling_llm):
     voi = _voi_llm({"Which order": 0.3, "bigger bottle": 0.8,
                     "brightness": '{"voi": 1.5, "reason": "r"}'})
-    classifier = RequestClassifier(labelling_llm(LABELS))
+    classifier = RequestClassifier(labelling_llm(LABELS), "", 3)
     drafts = [DRAFTS[1], DRAFTS[2], DRAFTS[4]]
     for threshold, expected in [(0.5, ["fallback", "delivered", "delivered"]),
                                 (0.3, ["delivered", "delivered", "delivered"]),
@@ -166,7 +166,7 @@ def test_voi_gate_vetoes_below_its_threshold(retail_task, labelling_llm):
 
 def test_voi_gate_respects_a_budget_before_reviewing(labelling_llm):
     voi = _voi_llm({"Which order": 0.9, "bigger bottle": 0.9})
-    policy = build_policy("voi-gate", RequestClassifier(labelling_llm(LABELS)), voi,
+    policy = build_policy("voi-gate", RequestClassifier(labelling_llm(LABELS), "", 3), voi,
                           threshold=0.5, budget=1)
     state, outcomes = run(policy, [], [DRAFTS[1], DRAFTS[2]])
     assert [o.kind for o in outcomes] == ["delivered", "fallback"]
@@ -174,7 +174,7 @@ def test_voi_gate_respects_a_budget_before_reviewing(labelling_llm):
 
 
 def test_registry_and_config_errors_name_the_problem():
-    classifier = RequestClassifier(None)
+    classifier = RequestClassifier(None, "", 3)
     with pytest.raises(ValueError, match="Did you mean 'budgeted'"):
         build_policy("budgetd", classifier, budget=1)
     with pytest.raises(ValueError, match="needs a budget N"):
@@ -197,7 +197,7 @@ def test_registry_and_config_errors_name_the_problem():
 
 
 def test_prompt_policies_add_instructions():
-    classifier = RequestClassifier(None)
+    classifier = RequestClassifier(None, "", 3)
     assert "one thing at a time" in build_policy("frugal", classifier).system_prompt_addendum()
     assert "Do not ask" in build_policy("no-ask", classifier).system_prompt_addendum()
     assert build_policy("unrestricted", classifier).system_prompt_addendum() == ""
