@@ -3,8 +3,12 @@
 A :class:`Builder` owns the backends of one process. Roles whose ``models.<role>`` configs load
 the same weights the same way (backend, path or served name, dtype, device, ...) share ONE
 instance, so the smoke recipe's nine roles on one tiny model load it once. Components (decomposer,
-verifier, strict user, task agent, user simulator, judge, prompted router) are built on top of
-those shared backends, with the settings of the recipe section that owns them.
+verifier, strict user, task agent, user simulator, judge, prompted router, and evaluation's query
+generator, proactive agent, request classifier and attentive agent) are built on top of those
+shared backends, with the settings of the recipe section that owns them.
+
+Whether the roles a stage, a method or a component needs are in the recipe is decided by
+:func:`missing_roles` alone; preflight, the CLI commands, evaluation and the builder itself ask it.
 
 Counting model calls per role (evaluation) must not share counters between episodes:
 :meth:`Builder.metered` returns a view that builds the same components on the same shared
@@ -14,15 +18,19 @@ backends, each seen through a per-role wrapper (e.g. a call counter) made by the
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prour.config import ModelConfig, Recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.env.agents import LLMAgent
+    from prour.env.agents import Agent, LLMAgent
     from prour.env.users import LLMUser
+    from prour.eval.agent import ProactiveAgent, QueryGenerator
+    from prour.eval.attention.agent import AttentiveAgent
+    from prour.eval.attention.classifier import RequestClassifier
+    from prour.eval.attention.config import AttentionConfig
     from prour.eval.attention.judge import RequestJudge
     from prour.eval.attention.strict_json import JsonCache
     from prour.llm.base import LLM, SamplingParams
@@ -30,10 +38,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.rollout.verifier import Verifier
     from prour.router.decomposer import Decomposer
     from prour.router.llm_router import LLMRouter
+    from prour.train.config import RolloutSettings
 
 Wrap = Callable[[str, "LLM"], "LLM"]
 """``wrap(role, shared_llm)``: how a metered view sees a role's backend (e.g. a call counter)."""
 
+
+def missing_roles(available: Collection[str], needed_by: Mapping[str, Iterable[str]]) -> list[str]:
+    """One line per role that a user in ``needed_by`` (a stage command, a method, a component:
+    user -> the roles it calls) needs and ``available`` lacks, naming the ``models.<role>`` key and
+    every user that needs it; empty when nothing is missing."""
+    users: dict[str, list[str]] = {}
+    for user, roles in needed_by.items():
+        for role in roles:
+            if role not in available and user not in users.get(role, []):
+                users.setdefault(role, []).append(user)
+    return [f"models.{role} is not in the recipe; {', '.join(names)} "
+            f"need{'s' if len(names) == 1 else ''} it" for role, names in users.items()]
 
 
 def instance_key(cfg: ModelConfig) -> str:
@@ -71,11 +92,19 @@ class Builder:
         """Whether ``role`` has a model (in the recipe or given)."""
         return role in self._instances.given or role in self.recipe.models
 
+    def require(self, user: str, roles: Iterable[str]) -> None:
+        """A ValueError (:func:`missing_roles`' lines) when ``user`` needs a role that has no
+        model, neither in the recipe nor given."""
+        lines = missing_roles({*self._instances.given, *self.recipe.models}, {user: roles})
+        if lines:
+            raise ValueError("; ".join(lines))
+
     def model_config(self, role: str) -> ModelConfig:
         """``models.<role>``, or a ValueError naming the missing key."""
-        if role not in self.recipe.models:
-            raise ValueError(f"models.{role} is needed but recipe {self.recipe.name!r} does not "
-                             "define it")
+        lines = missing_roles(self.recipe.models, {f"the {role} of recipe {self.recipe.name!r}":
+                                                   [role]})
+        if lines:
+            raise ValueError(lines[0])
         return self.recipe.models[role]
 
     def shared_llm(self, role: str) -> LLM:
@@ -159,11 +188,13 @@ class Builder:
 
         return responder_sampling(self.recipe.reward)
 
-    def verifier(self, domain: str) -> Verifier:
-        """The read-only ReAct verifier on ``models.verifier`` for a domain."""
+    def verifier(self, domain: str, module: str | None = None) -> Verifier:
+        """The read-only ReAct verifier for a domain: on ``models.verifier``, or, for a
+        baseline's own ``module``, on the agent backbone (:meth:`backbone`)."""
         from prour.rollout.verifier import Verifier
 
-        return Verifier(self.llm("verifier"), domain, self.recipe.reward)
+        llm = self.llm("verifier") if module is None else self.backbone(module)
+        return Verifier(llm, domain, self.recipe.reward)
 
     def strict_user(self) -> StrictUserSimulator:
         """The strict user simulator on ``models.strict_user`` (the training responder)."""
@@ -191,3 +222,60 @@ class Builder:
 
         return RequestJudge(self.llm("judge"), attempts, cache=cache)
 
+    # ---- evaluation (``eval``; the generator decodes as in training) -------------------------
+
+    def generator_rollout(self) -> RolloutSettings:
+        """The query generator's training decoding (``train.rollout``; its defaults without
+        ``train``), which evaluation keeps except for ``eval.generator_temperature``."""
+        from prour.train.config import RolloutSettings
+
+        return self.recipe.train.rollout if self.recipe.train is not None else RolloutSettings()
+
+    def query_generator(self) -> QueryGenerator:
+        """The query generator on ``models.generator`` (an evaluation's clarify/verify writer)."""
+        from prour.eval.agent import QueryGenerator
+
+        rollout, temperature = self.generator_rollout(), self.recipe.eval.generator_temperature
+        return QueryGenerator(self.llm("generator"),
+                              temperature=rollout.temperature if temperature is None
+                              else temperature,
+                              max_tokens=rollout.max_response_tokens,
+                              enable_thinking=rollout.enable_thinking)
+
+    def proactive_agent(self, task_agent: Agent, domain: str, routes: tuple[str, ...],
+                        router: str) -> ProactiveAgent:
+        """``task_agent`` with prour's proactive module: ``router`` ``decomposer`` (AU/EU on
+        ``models.decomposer``) or ``llm`` (the prompted router), the query generator, and the
+        verifier when ``routes`` has ``verify``; a fresh ``router.budget`` per episode."""
+        from prour.eval.agent import DecomposerRouter, ProactiveAgent, PromptedRouter
+        from prour.router.routing import episode_budget
+
+        chooser = PromptedRouter(self.llm_router(domain)) if router == "llm" \
+            else DecomposerRouter(self.decomposer(domain))
+        verifier = self.verifier(domain) if "verify" in routes else None
+        return ProactiveAgent(task_agent, chooser, self.query_generator(), verifier, routes,
+                              lambda: episode_budget(self.recipe.router))
+
+    def request_classifier(self, domain: str, attention: AttentionConfig,
+                           cache: JsonCache | None = None) -> RequestClassifier:
+        """The request classifier of ``eval.attention``: labels from ``models.judge`` when
+        ``eval.classifier`` is ``judge``, else from the heuristic rules."""
+        from prour.env.domains import domain_policy
+        from prour.eval.attention.classifier import RequestClassifier
+
+        labeller = self.llm("judge") if self.recipe.eval.classifier == "judge" else None
+        return RequestClassifier(labeller, domain_policy(domain), attention.classifier_attempts,
+                                 cache=cache)
+
+    def attentive_agent(self, agent: Agent, domain: str, attention: AttentionConfig,
+                        classifier_cache: JsonCache | None = None) -> AttentiveAgent:
+        """``agent`` under the attention policy of ``attention``; a policy that reviews drafts
+        does so with the agent's model (``models.agent``)."""
+        from prour.eval.attention.agent import AttentiveAgent
+        from prour.eval.attention.config import policy_spec
+        from prour.eval.attention.policies import configured_policy
+
+        classifier = self.request_classifier(domain, attention, classifier_cache)
+        reviewer = self.llm("agent") if policy_spec(attention.policy).needs_llm else None
+        policy = configured_policy(attention, classifier, reviewer)
+        return AttentiveAgent(agent, policy, attention.max_redrafts)

@@ -60,13 +60,10 @@ def _roles_by_stage(recipe: Recipe, stages: Sequence[str]) -> dict[str, tuple[st
 
 def check_models(recipe: Recipe, roles_by_stage: dict[str, tuple[str, ...]]) -> list[Problem]:
     """One line per role the stages use that the recipe does not define."""
-    users: dict[str, list[str]] = {}
-    for stage, roles in roles_by_stage.items():
-        for role in roles:
-            if role not in recipe.models:
-                users.setdefault(role, []).append(f"`prour {stage}`")
-    return [Problem("models", f"models.{role} is not in the recipe; {', '.join(stages)} "
-                    f"need{'s' if len(stages) == 1 else ''} it") for role, stages in users.items()]
+    from prour.build import missing_roles
+
+    needed_by = {f"`prour {stage}`": roles for stage, roles in roles_by_stage.items()}
+    return [Problem("models", line) for line in missing_roles(recipe.models, needed_by)]
 
 
 def _weights(name: str, recipe: Recipe, key: str) -> Problem | None:

@@ -32,8 +32,6 @@ GPU_EXTRA = "pip install -e '.[gpu]'"
 # airline decision states sampled from 60 episodes of the airline train split).
 AIRLINE_TRAJECTORIES = "data/airline_trajectories.jsonl"
 AIRLINE_EPISODES = 60
-# Responders the information-gain reward calls, by the mode of a training state.
-RESPONDERS = {"clarify": "strict_user", "verify": "verifier"}
 
 
 @dataclass(frozen=True)
@@ -418,6 +416,8 @@ def _train_modes(recipe: Recipe) -> set[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from prour.train.reward import RESPONDERS
+
     files = _train_files(recipe)
     try:
         return set(pq.read_table(files[0].path, columns=["extra_info"]).column("extra_info")
@@ -427,22 +427,20 @@ def _train_modes(recipe: Recipe) -> set[str]:
 
 
 def _train_roles(recipe: Recipe) -> tuple[str, ...]:
-    """The policy, the responders of the train file's modes, and the judge when the attention
-    reward prices questions with it (``reward.attention.cost: judge`` with λ > 0)."""
-    modes = _train_modes(recipe)
-    attention = recipe.reward.attention
-    judged = attention.lam > 0 and attention.cost == "judge"
-    return ("generator", *(RESPONDERS[m] for m in RESPONDERS if m in modes),
-            *(("judge",) if judged else ()))
+    """The policy and what the reward calls on the train file's modes
+    (:func:`prour.train.reward.reward_roles`: the responders, and the judge when the attention
+    reward prices questions with it)."""
+    from prour.train.reward import reward_roles
+
+    return ("generator", *reward_roles(recipe, _train_modes(recipe)))
 
 
 def _eval_roles(recipe: Recipe) -> tuple[str, ...]:
-    """What the methods call, and the judge when the attention protocol labels or scores with it."""
-    from prour.eval.methods import check_method
+    """What the methods call under each attention variant (:func:`prour.eval.methods.eval_roles`:
+    the judge when the attention protocol labels or scores with it)."""
+    from prour.eval.methods import eval_roles
 
-    cfg = recipe.eval
-    judged = cfg.attention is not None and (cfg.classifier == "judge" or cfg.judge)
-    return _union([*(check_method(m).roles for m in cfg.methods), ("judge",) if judged else ()])
+    return eval_roles(recipe.eval)
 
 
 def _extract_tokenizer(recipe: Recipe) -> tuple[str, ...]:

@@ -120,5 +120,5 @@ def test_metered_views_share_backends_but_not_counters() -> None:
 
 
 def test_a_missing_role_names_its_key() -> None:
-    with pytest.raises(ValueError, match="models.verifier is needed"):
+    with pytest.raises(ValueError, match="models.verifier is not in the recipe"):
         Builder(Recipe(name="none")).verifier("retail")

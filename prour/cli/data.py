@@ -34,13 +34,12 @@ def _recipe(path: str, overrides: list[str] | None, on_bad_line: str | None = No
 
 
 def _builder(recipe: Recipe, command: str, *roles: str) -> Builder:
-    """The recipe's builder, or exit naming the first role the command needs and lacks."""
-    from prour.build import Builder
+    """The recipe's builder, or exit naming the roles the command needs and lacks."""
+    from prour.build import Builder, missing_roles
 
-    for role in roles:
-        if role not in recipe.models:
-            typer.echo(f"error: `prour {command}` needs models.{role} in the recipe", err=True)
-            raise typer.Exit(2)
+    for line in missing_roles(recipe.models, {f"`prour {command}`": roles}):
+        typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2)
     return Builder(recipe)
 
 

@@ -26,6 +26,7 @@ REWARD_ROLES = ("generator", "strict_user", "verifier")
 def _probe_recipe(path: str | None, overrides: list[str], model_path: str | None) -> Recipe:
     """The recipe whose generator, strict user and verifier score the probe: ``--model`` for all
     three, else the recipe's roles (a missing responder role uses ``models.generator``)."""
+    from prour.build import missing_roles
     from prour.cli.recipe import recipe_errors
     from prour.config import ModelConfig, Recipe
     from prour.recipes import load_recipe
@@ -39,8 +40,9 @@ def _probe_recipe(path: str | None, overrides: list[str], model_path: str | None
         cfg = ModelConfig(backend="hf", path=model_path, dtype="float32", device="cpu")
         models = {**loaded.models, **dict.fromkeys(REWARD_ROLES, cfg)}
         return loaded.model_copy(update={"models": models})
-    if "generator" not in loaded.models:
-        _fail("the recipe needs models.generator (the policy that scores the reward)")
+    for line in missing_roles(loaded.models, {"`prour reward` (the policy that scores it)":
+                                              ["generator"]}):
+        _fail(line)
     defaults = dict.fromkeys(REWARD_ROLES, loaded.models["generator"])
     return loaded.model_copy(update={"models": {**defaults, **loaded.models}})
 

@@ -100,16 +100,21 @@ class SeededChat:
         """A new episode: calls are seeded from ``seed`` again."""
         self._seed, self._calls = seed, 0
 
+    def request(self, messages: list[Message], tools: list[dict[str, Any]], seed: int,
+                n: int, temperature: float | None) -> ChatRequest:
+        """The chat request of this side's decoding on stream ``seed``, with ``tools`` offered:
+        ``n`` samples at ``temperature`` (None: this side's own)."""
+        changes: dict[str, Any] = {"seed": seed, "n": n}
+        if temperature is not None:
+            changes["temperature"] = temperature
+        return ChatRequest(messages=list(messages), sampling=replace(self.sampling, **changes),
+                           tools=list(tools) or None, enable_thinking=self.enable_thinking)
+
     def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> Completion:
         """One reply to ``messages`` with ``tools`` offered, on this call's seeded stream."""
-        sampling = replace(self.sampling, seed=self._seed * 1000 + self._calls)
+        request = self.request(messages, tools, self._seed * 1000 + self._calls, n=1,
+                               temperature=None)
         self._calls += 1
-        request = ChatRequest(
-            messages=list(messages),
-            sampling=sampling,
-            tools=list(tools) or None,
-            enable_thinking=self.enable_thinking,
-        )
         return self.llm.chat([request])[0][0]
 
 

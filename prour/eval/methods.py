@@ -34,18 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prour.config import ModelConfig, Recipe
+from prour.config import ModelConfig
 from prour.eval.config import EvalConfig
 from prour.registry import Registry
-from prour.router.routing import ROUTES, episode_budget
+from prour.router.routing import ROUTES
 from prour.train.checkpoint import resolve_checkpoint
-from prour.train.config import RolloutSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.env.agents import Agent
     from prour.env.users import UserSimulator
-    from prour.eval.agent import CallCounts, QueryGenerator, Router
+    from prour.eval.agent import CallCounts
     from prour.eval.attention.config import AttentionConfig
     from prour.eval.attention.strict_json import JsonCache
 
@@ -125,23 +124,32 @@ def checkpoint_model(path: str | Path, base: ModelConfig | None = None) -> Model
 # ---- per-episode builders ------------------------------------------------------------------
 
 
-def generator_rollout(recipe: Recipe) -> RolloutSettings:
-    """The query generator's training decoding (``train.rollout``; its defaults without ``train``),
-    which evaluation keeps except for ``eval.generator_temperature``."""
-    return recipe.train.rollout if recipe.train is not None else RolloutSettings()
+def method_roles(cfg: EvalConfig, method: str,
+                 attention: AttentionConfig | None) -> tuple[str, ...]:
+    """The ``models.<role>`` an evaluation arm calls: its method's roles, and ``judge`` under an
+    attention setting whose requests ``models.judge`` labels (``eval.classifier: judge``) or
+    judges (``eval.judge``)."""
+    roles = list(check_method(method).roles)
+    if attention is not None and (cfg.classifier == "judge" or cfg.judge):
+        roles.append("judge")
+    return tuple(dict.fromkeys(roles))
+
+
+def eval_roles(cfg: EvalConfig) -> tuple[str, ...]:
+    """Every role an evaluation of ``eval.methods`` under ``eval``'s attention variants calls."""
+    return tuple(dict.fromkeys(role for method in cfg.methods for attention in cfg.variants()
+                               for role in method_roles(cfg, method, attention)))
 
 
 class MethodKit:
-    """The factories that build a fresh agent and user for every episode of a method, on the
-    backends of one :class:`~prour.build.Builder` (roles on equal models share one backend).
-
-    Decoding comes from where the recipe holds it once: ``env`` (agent, user), ``train.rollout``
-    and ``eval.generator_temperature`` (generator), ``reward`` (verifier)."""
+    """The factories that make a fresh agent and user for every episode of a method, each built
+    by a metered view of one :class:`~prour.build.Builder` (roles on equal models share one
+    backend; every model call of an episode is counted by role)."""
 
     def __init__(self, builder: Builder, caches: dict[str, JsonCache] | None = None):
         self.builder = builder
         self.cfg: EvalConfig = builder.recipe.eval
-        self.rollout = generator_rollout(builder.recipe)
+        self.rollout = builder.generator_rollout()
         self.caches = caches or {}
 
     def close(self) -> None:
@@ -149,26 +157,21 @@ class MethodKit:
 
     def check(self, method: str, attention: AttentionConfig | None) -> None:
         """Raise before any episode when a method lacks a model role or thresholds."""
+        from prour.eval.attention.config import policy_spec
+
         spec = check_method(method)
-        needed = list(spec.roles)
-        if attention is not None and (self.cfg.classifier == "judge" or self.cfg.judge):
-            needed.append("judge")
-        missing = sorted({r for r in needed if not self.builder.has(r)})
-        if missing:
-            raise ValueError(f"method {method!r} needs models.{', models.'.join(missing)} in the "
-                             "recipe" + (" (or --checkpoint for the generator)"
-                                         if "generator" in missing else ""))
-        if attention is not None and self._spec_needs_review(attention) and spec.oracle:
+        roles = method_roles(self.cfg, method, attention)
+        try:
+            self.builder.require(f"method {method!r}", roles)
+        except ValueError as exc:
+            if "generator" in roles and not self.builder.has("generator"):
+                raise ValueError(f"{exc} (or give --checkpoint for the generator)") from None
+            raise
+        if attention is not None and policy_spec(attention.policy).needs_llm and spec.oracle:
             raise ValueError(f"attention policy {attention.policy!r} reviews drafts with the "
                              "agent's model; the oracle has none")
         if spec.router == "decomposer":
             self.builder.thresholds()
-
-    @staticmethod
-    def _spec_needs_review(attention: AttentionConfig) -> bool:
-        from prour.eval.attention.config import policy_spec
-
-        return policy_spec(attention.policy).needs_llm
 
     # -- agents and users --
 
@@ -190,7 +193,8 @@ class MethodKit:
             episode = self._episode(counts)
             agent = self._core_agent(spec, domain, episode)
             if attention is not None:
-                agent = self._attentive(agent, domain, attention, episode)
+                agent = episode.attentive_agent(agent, domain, attention,
+                                                self.caches.get("classifier"))
             return MeteredAgent(agent, counts, name=method)
 
         return build
@@ -209,7 +213,8 @@ class MethodKit:
 
         return build
 
-    def _core_agent(self, spec: MethodSpec, domain: str, episode: Builder) -> Agent:
+    @staticmethod
+    def _core_agent(spec: MethodSpec, domain: str, episode: Builder) -> Agent:
         from prour.env.agents import OracleAgent
 
         if spec.oracle:
@@ -218,46 +223,7 @@ class MethodKit:
         if spec.baseline is not None:
             from prour.eval.baselines import BaselineContext, build_baseline
 
-            context = BaselineContext(domain, task_agent, episode,
-                                      lambda: self.query_generator(episode))
-            return build_baseline(spec.baseline, context)
+            return build_baseline(spec.baseline, BaselineContext(domain, task_agent, episode))
         if not spec.proactive:
             return task_agent
-        return self._proactive(spec, domain, task_agent, episode)
-
-    def query_generator(self, episode: Builder) -> QueryGenerator:
-        """The query generator on ``models.generator``, decoding as the recipe says."""
-        from prour.eval.agent import QueryGenerator
-
-        temperature = self.cfg.generator_temperature
-        return QueryGenerator(episode.llm("generator"),
-                              temperature=self.rollout.temperature if temperature is None
-                              else temperature,
-                              max_tokens=self.rollout.max_response_tokens,
-                              enable_thinking=self.rollout.enable_thinking)
-
-    def _proactive(self, spec: MethodSpec, domain: str, task_agent: Agent,
-                   episode: Builder) -> Agent:
-        from prour.eval.agent import DecomposerRouter, ProactiveAgent, PromptedRouter
-
-        generator = self.query_generator(episode)
-        router: Router = PromptedRouter(episode.llm_router(domain)) if spec.router == "llm" \
-            else DecomposerRouter(episode.decomposer(domain))
-        verifier = episode.verifier(domain) if "verify" in spec.routes else None
-        return ProactiveAgent(task_agent, router, generator, verifier, spec.routes,
-                              lambda: episode_budget(episode.recipe.router))
-
-    def _attentive(self, agent: Agent, domain: str, attention: AttentionConfig,
-                   episode: Builder) -> Agent:
-        from prour.env.domains import domain_policy
-        from prour.eval.attention.agent import AttentiveAgent
-        from prour.eval.attention.classifier import RequestClassifier
-        from prour.eval.attention.policies import configured_policy
-
-        labeller = episode.llm("judge") if self.cfg.classifier == "judge" else None
-        classifier = RequestClassifier(labeller, domain_policy(domain),
-                                       attention.classifier_attempts,
-                                       cache=self.caches.get("classifier"))
-        reviewer = episode.llm("agent") if self._spec_needs_review(attention) else None
-        policy = configured_policy(attention, classifier, reviewer)
-        return AttentiveAgent(agent, policy, attention.max_redrafts)
+        return episode.proactive_agent(task_agent, domain, spec.routes, spec.router or "")

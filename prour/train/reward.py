@@ -7,7 +7,7 @@ tests show that the trainer learns (its reward rises) without any model besides 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -18,6 +18,7 @@ from prour.rollout.query import parse_query
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
+    from prour.config import Recipe
     from prour.rewards.attention import QuestionCost
     from prour.rollout import StrictUserSimulator, Verifier
 
@@ -67,22 +68,28 @@ class Responders:
     question_cost: QuestionCost | None = None
 
 
+RESPONDERS = {"clarify": "strict_user", "verify": "verifier"}
+"""The responder role that answers each mode's queries."""
+
+
+def reward_roles(recipe: Recipe, modes: Collection[str]) -> tuple[str, ...]:
+    """The ``models.<role>`` the information-gain reward calls on states of ``modes``: each mode's
+    responder, and ``judge`` when ``reward.attention`` prices questions with it."""
+    attention = recipe.reward.attention
+    judged = ("judge",) if attention.lam != 0 and attention.cost == "judge" else ()
+    return (*(RESPONDERS[mode] for mode in RESPONDERS if mode in modes), *judged)
+
+
 def build_responders(builder: Builder) -> Responders:
     """Clarify queries go to ``models.strict_user``, verify queries to a read-only verifier on
     ``models.verifier`` (one per domain, built once); both decode as ``reward`` says."""
-    from prour.config import ConfigError
-
-    if "strict_user" not in builder.recipe.models:
-        raise ConfigError(
-            "models.strict_user", "the information-gain reward needs the strict user simulator"
-        )
+    builder.require("the information-gain reward (clarify answers)", ["strict_user"])
     verifier_factory = cache(builder.verifier) if "verifier" in builder.recipe.models else None
     return Responders(builder.strict_user(), verifier_factory, question_cost(builder))
 
 
 def question_cost(builder: Builder) -> QuestionCost | None:
     """The attention pricing of ``reward.attention`` (the ``judge`` cost on ``models.judge``)."""
-    from prour.config import ConfigError
     from prour.rewards.attention import QuestionCost
 
     attention = builder.recipe.reward.attention
@@ -90,10 +97,7 @@ def question_cost(builder: Builder) -> QuestionCost | None:
         return None
     if attention.cost == "proxy":
         return QuestionCost(attention)
-    if "judge" not in builder.recipe.models:
-        raise ConfigError(
-            "models.judge", "reward.attention.cost 'judge' needs a judge model (or cost: proxy)"
-        )
+    builder.require("reward.attention.cost 'judge' (or cost: proxy)", ["judge"])
     judge_attempts = builder.recipe.eval.attention.judge_attempts
     return QuestionCost(attention, builder.judge(judge_attempts))
 

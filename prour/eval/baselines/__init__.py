@@ -44,18 +44,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class BaselineContext:
-    """What a baseline's ``build`` gets for one episode: the domain, the task agent, the episode's
-    metered builder (every model call counted by role) and a factory of the query generator."""
+    """What a baseline's ``build`` gets for one episode: the domain, the task agent and the
+    episode's metered builder (every model call counted by role), which builds its parts."""
 
     domain: str
     task_agent: Agent
     episode: Builder
-    new_generator: Callable[[], QueryGenerator]
 
     def backbone(self, module: str) -> LLM:
         """``models.agent``'s backend for one of the baseline's own modules (counted as
         ``module``)."""
         return self.episode.backbone(module)
+
+    def new_generator(self) -> QueryGenerator:
+        """The query generator on ``models.generator`` (as prour's)."""
+        return self.episode.query_generator()
 
     def budget(self) -> DecomposerBudget:
         """A fresh per-episode budget of ``router.budget`` / ``router.every_n``."""
@@ -71,11 +74,9 @@ class BaselineContext:
         return router_sampling(self.episode.recipe.router)
 
     def verifier(self, module: str) -> Verifier:
-        """The read-only ReAct verifier on the agent backbone (counted as ``module``), decoding
-        as the other frozen responders (``reward.verifier_max_steps``, ``reward.responder_*``)."""
-        from prour.rollout.verifier import Verifier
-
-        return Verifier(self.backbone(module), self.domain, self.episode.recipe.reward)
+        """The read-only ReAct verifier on the agent backbone (counted as ``module``), built as
+        the other verifiers (:meth:`prour.build.Builder.verifier`)."""
+        return self.episode.verifier(self.domain, module)
 
 
 def build_baseline(module: str, context: BaselineContext) -> Agent:

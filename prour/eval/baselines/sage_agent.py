@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from prour.env.agents import AgentTurn, TaskView
 from prour.eval.agent import AgentWrapper
 from prour.eval.baselines import tagged
-from prour.llm.base import LLM, ChatRequest, Message, SamplingParams, ToolCall
+from prour.llm.base import LLM, Message, ToolCall
 from prour.router.candidates import canonical_json
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,12 +203,10 @@ class SageAgent(AgentWrapper):
                  tools: list[dict[str, Any]]) -> list[Candidate | None]:
         """``eval.sage_agent.samples`` more proposals for this step from the agent's model, in
         one call (a sample that writes to the user is None)."""
-        agent, cfg = self.task_agent, self.config
-        sampling = SamplingParams(n=cfg.samples, temperature=cfg.temperature,
-                                  max_tokens=agent.sampling.max_tokens,
-                                  seed=SAMPLE_SEEDS + self.seed * 1000 + self.step)
-        request = ChatRequest(messages=list(messages), sampling=sampling, tools=list(tools) or None,
-                              enable_thinking=agent.enable_thinking)
+        cfg = self.config
+        request = self.task_agent.request(messages, tools,
+                                          seed=SAMPLE_SEEDS + self.seed * 1000 + self.step,
+                                          n=cfg.samples, temperature=cfg.temperature)
         completions = self.sampler.chat([request])[0]
         return [turn_candidate(c.tool_calls) for c in completions]
 
