@@ -222,6 +222,14 @@ class Builder:
 
         return RequestJudge(self.llm("judge"), attempts, cache=cache)
 
+    def judge_attempts(self) -> int:
+        """The judge's strict-JSON attempts per request: ``eval.attention.judge_attempts``, that
+        section's own value when the recipe sets no ``eval.attention`` (paper-attention's training
+        prices questions with the judge without evaluating under the attention protocol)."""
+        from prour.eval.attention.config import AttentionConfig
+
+        return (self.recipe.eval.attention or AttentionConfig()).judge_attempts
+
     # ---- evaluation (``eval``; the generator decodes as in training) -------------------------
 
     def generator_rollout(self) -> RolloutSettings:

@@ -317,7 +317,7 @@ class Evaluation:
     def _judge(self) -> Any:
         if not self.cfg.judge or self.cfg.attention is None:
             return None
-        return self.kit.builder.judge(self.cfg.attention.judge_attempts, self.kit.caches["judge"])
+        return self.kit.builder.judge(self.kit.builder.judge_attempts(), self.kit.caches["judge"])
 
     def close(self) -> None:
         self.kit.close()

@@ -98,8 +98,7 @@ def question_cost(builder: Builder) -> QuestionCost | None:
     if attention.cost == "proxy":
         return QuestionCost(attention)
     builder.require("reward.attention.cost 'judge' (or cost: proxy)", ["judge"])
-    judge_attempts = builder.recipe.eval.attention.judge_attempts
-    return QuestionCost(attention, builder.judge(judge_attempts))
+    return QuestionCost(attention, builder.judge(builder.judge_attempts()))
 
 
 def info_gain_reward(builder: Builder, responders: Responders | None = None) -> RewardFn:

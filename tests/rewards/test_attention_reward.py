@@ -158,3 +158,24 @@ def test_paper_recipe_is_off_and_its_attention_variant_is_on():
     same = ("data", "router", "env", "train", "eval")
     assert all(getattr(paper, s) == getattr(variant, s) for s in same)
     assert paper.reward.model_copy(update={"attention": variant.reward.attention}) == variant.reward
+
+
+def test_the_paper_attention_reward_builds_its_judge_without_an_eval_attention_section():
+    """paper-attention evaluates without the attention protocol (no ``eval.attention``) yet prices
+    its training questions with the judge: the judge takes that section's default attempts, and
+    a recipe without ``models.judge`` is told which key is missing."""
+    from pathlib import Path
+
+    from prour.build import Builder
+    from prour.eval.attention.config import AttentionConfig
+    from prour.train.reward import question_cost
+
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    variant = load_recipe(recipes / "paper-attention.yaml")
+    assert variant.eval.attention is None
+    priced = question_cost(Builder(variant, llms={"judge": judge_llm()}))
+    assert priced is not None and priced.judge is not None
+    assert priced.judge.max_attempts == AttentionConfig.model_fields["judge_attempts"].default
+    without = variant.model_copy(update={"models": {}})
+    with pytest.raises(ValueError, match="models.judge is not in the recipe; reward.attention"):
+        question_cost(Builder(without))
