@@ -1,7 +1,7 @@
 """A pytest plugin (loaded by tests/conftest.py): where PROUR_NO_SKIP=1 or CI=true a skipped test
 fails the run, since a test that cannot run in CI hides a broken setup; what CI leaves out is
-deselected with -m in the Makefile's target instead. Elsewhere skips stay skips, counted on the
-run's last line."""
+deselected with -m in the Makefile's target instead. Elsewhere skips stay skips, counted in the
+run's summary."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ def one_thread():
 @pytest.fixture(scope="session")
 def format_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model after the demo's warm start on one prompt: emits the answer format some of
-    the time."""
+    the time. Not the session's ``warm_tiny_model``: that one asks a well-formed question in none
+    of 24 samples on this prompt, so the format-reward test would have nothing to reinforce."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
