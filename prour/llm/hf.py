@@ -118,8 +118,8 @@ class HFLLM:
     def __init__(
         self,
         path: str,
-        device: str = "auto",
-        dtype: str = "auto",
+        device: str,
+        dtype: str,
         seed: int = 0,
         max_model_len: int | None = None,
         max_batch_size: int = 32,
