@@ -497,10 +497,6 @@ KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.llm.openai.OpenAILLM", "max_concurrency"): _BACKENDS,
     ("prour.llm.openai.OpenAILLM", "max_retries"): _BACKENDS,
     ("prour.llm.openai.OpenAILLM", "timeout_s"): _BACKENDS,
-    ("prour.router.calibration.calibrate", "lo"): "public API prour.router.calibrate(au, eu, "
-        "labels) keeps its call form; the calibration stage passes router.calibration.*",
-    ("prour.router.calibration.calibrate", "hi"): "as calibrate(lo)",
-    ("prour.router.calibration.calibrate", "step"): "as calibrate(lo)",
     ("prour.router.candidates.render_tools", "detail"): "router.tool_detail; the demo corpus "
         "renders both details",
     ("prour.train.algorithm.group_advantages", "epsilon"): _MATHS,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from prour.router.config import CalibrationConfig
 from prour.router.routing import ROUTES, route_many
 
 TIE_TOL = 1e-12
@@ -51,7 +52,7 @@ class Calibration:
         return asdict(self)
 
 
-def threshold_grid(lo: float = 0.0, hi: float = 0.8, step: float = 0.01) -> np.ndarray:
+def threshold_grid(lo: float, hi: float, step: float) -> np.ndarray:
     """Thresholds lo, lo+step, ..., up to hi inclusive, each rounded once from an exact fraction."""
     lo_f, hi_f, step_f = Fraction(str(lo)), Fraction(str(hi)), Fraction(str(step))
     if step_f <= 0 or hi_f < lo_f:
@@ -115,13 +116,13 @@ def calibrate(
     au: ArrayLike,
     eu: ArrayLike,
     labels: Sequence[str],
-    lo: float = 0.0,
-    hi: float = 0.8,
-    step: float = 0.01,
+    calibration: CalibrationConfig | None = None,
 ) -> Calibration:
-    """Pick (τ_AU, τ_EU) on the grid maximizing macro-F1 of AU-first routing vs ``labels``."""
+    """Pick (τ_AU, τ_EU) on the grid maximizing macro-F1 of AU-first routing vs ``labels``; the
+    grid is ``router.calibration``'s ``lo``/``hi``/``step`` (None: that section's defaults)."""
+    cfg = calibration if calibration is not None else CalibrationConfig()
     au_arr, eu_arr, codes = _check_inputs(au, eu, labels)
-    grid = threshold_grid(lo, hi, step)
+    grid = threshold_grid(cfg.lo, cfg.hi, cfg.step)
     confusion = grid_confusions(au_arr, eu_arr, codes, grid, grid)
     present = np.unique(codes)
     per_class, macro = f1_from_confusion(confusion, present)
@@ -135,7 +136,7 @@ def calibrate(
         per_class_f1={name: float(per_class[i, j, c]) for c, name in enumerate(ROUTES)},
         confusion=confusion[i, j].tolist(),
         n_states=int(codes.size),
-        grid=(float(lo), float(hi), float(step)),
+        grid=(float(cfg.lo), float(cfg.hi), float(cfg.step)),
         n_ties=int(ties.size),
     )
 

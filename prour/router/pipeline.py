@@ -155,7 +155,7 @@ def search_thresholds(builder: Builder) -> tuple[Calibration, Thresholds, Joined
             "%d dev states had no valid candidate; left out of the search", len(joined.empty)
         )
     cfg = recipe.router.calibration
-    result = calibrate(joined.au, joined.eu, joined.labels, lo=cfg.lo, hi=cfg.hi, step=cfg.step)
+    result = calibrate(joined.au, joined.eu, joined.labels, cfg)
     stored = save_thresholds(
         thresholds_path(recipe), _model_id(builder), result, dataset=str(states_path(recipe, "dev"))
     )

@@ -10,6 +10,7 @@ import pytest
 
 from prour.router import Uncertainty, calibrate, evaluate_thresholds, route
 from prour.router.calibration import score_routes, threshold_grid
+from prour.router.config import CalibrationConfig
 
 
 def test_grid_has_no_float_drift() -> None:
@@ -72,7 +73,7 @@ def test_vectorized_grid_matches_a_plain_loop() -> None:
     rng = np.random.default_rng(7)
     au, eu = rng.uniform(0, 0.6, 80), rng.uniform(0, 0.6, 80)
     labels = list(rng.choice(["act", "clarify", "verify"], size=80))
-    result = calibrate(au, eu, labels, lo=0.0, hi=0.6, step=0.05)
+    result = calibrate(au, eu, labels, CalibrationConfig(lo=0.0, hi=0.6, step=0.05))
     best, best_pair = -1.0, None
     for ta, te in itertools.product(threshold_grid(0.0, 0.6, 0.05), repeat=2):
         predicted = [route(Uncertainty(a, e, a + e), ta, te) for a, e in zip(au, eu)]
