@@ -7,11 +7,12 @@ code that uses them and collected into :class:`Recipe` here.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 # Stage sections live next to the code that uses them; they import their base from prour.section.
 from prour.cluster.config import ServeConfig, SlurmConfig
@@ -110,8 +111,56 @@ class EnvConfig(Section):
     user_max_tokens: int = Field(512, ge=1)  # user simulator message length
 
 
+# The one path rule. ``run_dir`` is relative to the working directory; every other relative path
+# in a recipe, the keys below, is relative to ``run_dir``; ``${name}`` in any of them is the
+# recipe's name. Each becomes absolute when the recipe validates, so a stage uses it as it is and
+# the resolved recipe a stage records reads back the same from any folder. Not paths of the run:
+# model names (``models.*.path``, ``serve.models.*.path``, ``data.tokenizer``: a hub id or a model
+# folder, looked up as prour/llm/weights.py says), ``models.*.script`` (a registered script or a
+# rules file) and ``serve.python`` (a program).
+PATH_KEYS = (
+    "models_dir",
+    "endpoints_file",
+    "router.thresholds_file",
+    "router.calibration.dev_states",
+    "router.calibration.test_states",
+    "router.calibration.out_dir",
+    "data.trajectories",
+    "data.goals",
+    "data.decisions",
+    "data.dataset_dir",
+    "train.train_file",
+    "train.val_file",
+    "train.output_dir",
+    "eval.attention.cache_dir",
+    "serve.log_dir",
+    "slurm.templates_dir",
+)
+
+
+def run_path(value: str, base: Path, name: str) -> str:
+    """``value`` (``${name}`` filled in, ``~`` expanded) as an absolute path, a relative one taken
+    from ``base``."""
+    path = Path(value.replace("${name}", name)).expanduser()
+    return os.path.normpath(path if path.is_absolute() else base / path)
+
+
+def _with_path(node: Any, parts: list[str], fix: Any) -> Any:
+    """A copy of section ``node`` whose key ``parts`` went through ``fix`` (unset keys stay)."""
+    head, *rest = parts
+    value = getattr(node, head)
+    if value is None:
+        return node
+    new = fix(value) if not rest else _with_path(value, rest, fix)
+    return node.model_copy(update={head: new})
+
+
 class Recipe(Section):
-    """A whole run: models by role, environment, seed, output folder, and stage sections."""
+    """A whole run: models by role, environment, seed, output folder, and stage sections.
+
+    Its paths follow the one path rule (:data:`PATH_KEYS`): once validated, ``run_dir`` and every
+    path key are absolute.
+    """
 
     name: str
     seed: int = 0
@@ -139,8 +188,24 @@ class Recipe(Section):
                 raise ValueError(unknown_name("model role", role, MODEL_ROLES))
         return value
 
+    @model_validator(mode="after")
+    def _one_path_rule(self) -> Recipe:
+        run_dir = Path(run_path(self.run_dir, Path.cwd(), self.name))
+        self.__dict__["run_dir"] = str(run_dir)  # no assignment: that would validate again
+
+        def fix(value: str) -> str:
+            return run_path(value, run_dir, self.name)
+
+        for key in PATH_KEYS:
+            head, *rest = key.split(".")
+            value = getattr(self, head)
+            if value is not None:
+                self.__dict__[head] = fix(value) if not rest else _with_path(value, rest, fix)
+        return self
+
     def resolved_run_dir(self) -> Path:
-        return Path(self.run_dir.replace("${name}", self.name))
+        """The run folder (absolute: the path rule applied when the recipe validated)."""
+        return Path(self.run_dir)
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:

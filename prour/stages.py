@@ -182,7 +182,7 @@ def _run_dir(recipe: Recipe) -> Path:
 
 
 def _data(recipe: Recipe, name: str) -> File:
-    return File(f"data.{name}", recipe.data.path(name, _run_dir(recipe)))
+    return File(f"data.{name}", Path(getattr(recipe.data, name)))
 
 
 def _airline(recipe: Recipe) -> File:
@@ -212,25 +212,23 @@ def _thresholds(recipe: Recipe) -> File:
 
 
 def _dataset(recipe: Recipe) -> tuple[File, ...]:
-    folder = recipe.data.path("dataset_dir", _run_dir(recipe))
+    folder = Path(recipe.data.dataset_dir)
     return (File("data.dataset_dir", folder / "train.parquet"),
             File("data.dataset_dir", folder / "validation.parquet"))
 
 
 def _train_files(recipe: Recipe) -> tuple[File, ...]:
-    """``train.train_file`` / ``val_file`` as the trainer reads them (relative: to run_dir)."""
+    """``train.train_file`` / ``val_file`` as the trainer reads them."""
     if recipe.train is None:
         return ()
     files = (("train.train_file", recipe.train.train_file), ("train.val_file", recipe.train.val_file))
-    return tuple(File(key, path if path.is_absolute() else _run_dir(recipe) / path)
-                 for key, path in ((k, Path(v)) for k, v in files if v))
+    return tuple(File(key, Path(path)) for key, path in files if path)
 
 
 def _checkpoints(recipe: Recipe) -> Path:
-    from prour.train.config import TrainConfig
-    from prour.train.recipe import resolve_output_dir
+    from prour.train.recipe import output_dir
 
-    return Path(resolve_output_dir(recipe.train or TrainConfig(), recipe.name))
+    return output_dir(recipe)
 
 
 def _eval_dir(recipe: Recipe) -> Path:

@@ -70,7 +70,7 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     factories = EpisodeFactories(
         make_agent=builder.task_agent, make_user=builder.user_simulator,
         teacher=builder.llm("teacher") if cfg.teacher else None, cfg=cfg)
-    out = cfg.path("trajectories", loaded.resolved_run_dir())
+    out = Path(cfg.trajectories)
     saved = lambda: (f"{saved_lines(out, 'trajectories')}; rerun `prour collect` with the same "
                      "recipe to collect only the missing ones")
     with hold_run_folder(out.parent), resumable(saved):  # one collector per trajectories folder
@@ -97,7 +97,7 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     cfg = loaded.data
     preflight_or_exit(loaded, "normalize")
     builder = _builder(loaded, "normalize", "normalizer")
-    path = cfg.path("goals", loaded.resolved_run_dir())
+    path = Path(cfg.goals)
     record_provenance(loaded, "normalize")
     goals = normalize_tasks(_tasks(loaded), cfg.domain, builder.llm("normalizer"), path,
                             decomposer_model_id(loaded.models["normalizer"]), cfg)

@@ -87,8 +87,7 @@ def demo(
     paths = {Path(m.path) for m in loaded.models.values() if m.backend == "hf" and m.path}
     for path in sorted(paths):
         _tiny_model(path, warm, loaded.seed)
-    run_dir = loaded.resolved_run_dir()
-    dataset = loaded.data.path("dataset_dir", run_dir)
+    dataset = Path(loaded.data.dataset_dir)
     checkpoints = Path(command_values(loaded)["checkpoints"])
     eval_dir = Path(command_values(loaded)["eval_dir"])
     for step in run_steps(loaded):  # the table's order; the demo's own additions around it
@@ -99,7 +98,7 @@ def demo(
             after(loaded)
     _summary(checkpoints)
     typer.secho("\nprour demo finished", bold=True)
-    typer.echo(f"  trajectories: {loaded.data.path('trajectories', run_dir)}")
+    typer.echo(f"  trajectories: {loaded.data.trajectories}")
     typer.echo(f"  dataset:      {dataset}")
     typer.echo(f"  checkpoints:  {checkpoints}")
     typer.echo(f"  metrics:      {checkpoints / 'metrics.jsonl'}")
@@ -109,8 +108,7 @@ def demo(
 
 
 def _dataset_card(loaded: Any) -> None:
-    _stage("dataset card", ["data", "stats", str(loaded.data.path("dataset_dir",
-                                                                  loaded.resolved_run_dir()))])
+    _stage("dataset card", ["data", "stats", loaded.data.dataset_dir])
 
 
 def _training_report(loaded: Any) -> None:

@@ -23,17 +23,25 @@ ReportOutOpt = typer.Option(None, "--out", help="Report folder (default OUTPUT_D
 
 
 def _load(recipe: str | None, overrides: list[str] | None, backend: str | None) -> tuple[Recipe, TrainConfig]:
-    """Recipe (``--backend`` is ``train.backend``) and its train section; exit 2 naming the key."""
+    """Recipe (``--backend`` is ``train.backend``) and its train section; exit 2 naming the key,
+    or naming checkpoints of this run found where an older prour put them."""
     from prour.cli.recipe import recipe_errors
     from prour.recipes import load_recipe
+    from prour.train.checkpoint import old_checkpoints
     from prour.train.recipe import train_section
 
     if recipe is None:
         typer.echo("error: --recipe is required", err=True)
         raise typer.Exit(2)
+
     with recipe_errors():
         loaded = load_recipe(recipe, overrides, flags={"train.backend": backend}, endpoints=True)
-        return loaded, train_section(loaded)
+        cfg = train_section(loaded)
+    moved = old_checkpoints(cfg.output_dir, loaded.run_dir, loaded.name)
+    if moved:
+        typer.echo(f"error: {moved}", err=True)
+        raise typer.Exit(2)
+    return loaded, cfg
 
 
 def _logging() -> None:
@@ -67,7 +75,6 @@ def train(
         preflight_problems,
         resumable,
     )
-    from prour.train.recipe import resolve_output_dir
 
     loaded, cfg = _load(recipe, overrides, backend)
     _logging()
@@ -78,7 +85,7 @@ def train(
             raise typer.Exit(2)
         return
     preflight_or_exit(loaded, "train")
-    out = Path(resolve_output_dir(cfg, loaded.name))
+    out = Path(cfg.output_dir)
     with hold_run_folder(out), resumable(lambda: saved_checkpoint(out, cfg.backend)):
         run(loaded, cfg, dry_run, resume)  # one trainer per output_dir
 
@@ -96,9 +103,8 @@ def saved_checkpoint(out: Path, backend: str) -> str:
 
 
 def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
-    from prour.train.recipe import resolve_output_dir
 
-    out = Path(resolve_output_dir(cfg, recipe.name))
+    out = Path(cfg.output_dir)
     if dry_run:
         typer.echo(
             f"local backend: {cfg.total_steps} steps x {cfg.states_per_step} states x "
@@ -158,11 +164,10 @@ def export(
     import shlex
 
     from prour.train.checkpoint import export_hf
-    from prour.train.recipe import resolve_output_dir
     from prour.train.verl_backend import ExportError, export_checkpoint
 
-    loaded, cfg = _load(recipe, overrides, None)
-    out = Path(resolve_output_dir(cfg, loaded.name))
+    _recipe, cfg = _load(recipe, overrides, None)
+    out = Path(cfg.output_dir)
     try:
         if cfg.backend == "verl":
             command, folder = export_checkpoint(out, step, target, dry_run=dry_run)

@@ -72,8 +72,6 @@ def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[Ser
         check_roles(recipe, roles, users)
         wanted = [model_id for model_id, used in users.items() if set(used) & set(roles)]
     log_dir = Path(recipe.serve.log_dir)
-    if not log_dir.is_absolute():
-        log_dir = recipe.resolved_run_dir() / log_dir
     return [
         ServerPlan(
             model_id=model_id,

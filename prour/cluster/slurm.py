@@ -24,7 +24,7 @@ from prour.cluster.recipe import nothing_to_serve, served_models
 from prour.config import ConfigError, Recipe
 from prour.stages import File, get_stage, stage_names, stage_roles
 from prour.train.config import TrainConfig
-from prour.train.recipe import resolve_output_dir
+from prour.train.recipe import output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -206,8 +206,9 @@ def train_layout(recipe: Recipe) -> tuple[str, int | None, int | None, list[str]
 
 
 def train_output_dir(recipe: Recipe) -> str:
-    """Where training writes ``step_N`` folders (``train.output_dir`` with the recipe name)."""
-    return resolve_output_dir(_train(recipe), recipe.name)
+    """Where training writes ``step_N`` folders (``train.output_dir``; without a ``train``
+    section its default, from ``run_dir`` by the path rule)."""
+    return str(output_dir(recipe))
 
 
 def serve_gpus(recipe: Recipe) -> int | None:

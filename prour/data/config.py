@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -66,8 +65,3 @@ class DataConfig(Section):
             raise ValueError("trial_seeds must list at least one seed")
         if len(set(self.trial_seeds)) != len(self.trial_seeds):
             raise ValueError(f"trial_seeds must be distinct, got {self.trial_seeds}")
-
-    def path(self, name: str, run_dir: str | Path) -> Path:
-        """The path field ``name`` resolved against ``run_dir`` (absolute paths stay as they are)."""
-        value = Path(getattr(self, name))
-        return value if value.is_absolute() else Path(run_dir) / value

@@ -61,17 +61,17 @@ def run_extract(recipe: Recipe, builder: Builder | None = None,
     """Extract the dataset of a recipe's run directory and check it."""
     from prour.build import Builder
 
-    cfg, run_dir = recipe.data, recipe.resolved_run_dir()
-    source = cfg.path("trajectories", run_dir)
+    cfg = recipe.data
+    source = Path(cfg.trajectories)
     trajectories = load_trajectories(source, cfg.on_bad_line)
-    goals = load_goals(cfg.path("goals", run_dir), cfg.on_bad_line)
+    goals = load_goals(cfg.goals, cfg.on_bad_line)
     router = build_router(builder or Builder(recipe))
-    cache = DecisionCache(cfg.path("decisions", run_dir), cfg.on_bad_line)
+    cache = DecisionCache(cfg.decisions, cfg.on_bad_line)
     tokenizer, key = policy_tokenizer(recipe)
     tokens = PolicyTokens(local_weights(tokenizer, recipe.models_dir, key))
     instances, summary = extract_instances(trajectories, goals, router, cache, tokens, cfg,
                                            progress=progress)
-    out_dir = cfg.path("dataset_dir", run_dir)
+    out_dir = Path(cfg.dataset_dir)
     extra = {"decomposer_model": router.model_id, "thresholds": list(router.thresholds),
              "tokenizer": str(tokenizer), "max_prompt_tokens": cfg.max_prompt_tokens,
              "verify_target": cfg.verify_target, "split_by": cfg.split_by, "val_ratio": cfg.val_ratio, "split_seed": cfg.split_seed,

@@ -101,7 +101,8 @@ def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:
 
 
 TRAINING_RECIPES = ("recipe.resolved.yaml", "verl/recipe.yaml")
-"""Where a training output folder keeps its recipe: the local trainer's, verl's."""
+"""Where a training output folder keeps its recipe: the run's one resolved recipe (both backends),
+then where verl runs of an older prour kept theirs."""
 
 
 def training_run(folder: Path) -> tuple[str, Path] | None:

@@ -306,3 +306,31 @@ def _with_tokenizer(folder: Path) -> Path:
         raise ValueError(f"checkpoint {folder} has weights but no tokenizer "
                          "(tokenizer_config.json); save the tokenizer next to the model")
     return folder
+
+
+def holds_checkpoints(folder: str | Path) -> bool:
+    """A trainer output folder with at least one saved step (local ``step_N``, verl
+    ``global_step_N``)."""
+    root = Path(folder)
+    return root.is_dir() and bool(complete_checkpoints(root) or _verl_steps(root))
+
+
+def old_checkpoints(output_dir: str | Path, run_dir: str | Path, name: str,
+                    cwd: str | Path | None = None) -> str | None:
+    """One line when a run has no checkpoints in ``output_dir`` but has them where prour put them
+    before ``train.output_dir`` was relative to ``run_dir``: ``./checkpoints/<name>`` (the old
+    default) or the same relative path taken from the working directory; None otherwise."""
+    output_dir, here = Path(output_dir), Path(cwd or Path.cwd())
+    if holds_checkpoints(output_dir):
+        return None
+    places = [here / "checkpoints" / name]
+    if output_dir.is_relative_to(run_dir):
+        places.append(here / output_dir.relative_to(run_dir))
+    for old in dict.fromkeys(places):
+        if old.resolve() != output_dir.resolve() and holds_checkpoints(old):
+            move = (f"`mkdir -p {output_dir.parent} && mv {old} {output_dir}`"
+                    if not output_dir.exists() else f"the contents of {old} into {output_dir}")
+            return (f"the checkpoints of recipe {name!r} are in {old}, where older prour put them; "
+                    f"train.output_dir is now relative to run_dir ({output_dir}): move them "
+                    f"({move}) or set train.output_dir={old}")
+    return None

@@ -105,7 +105,7 @@ class TrainConfig(Section):
     max_failed_ask_fraction: float = Field(0.5, ge=0, le=1)
     save_every: int = Field(100, ge=1)  # checkpoint every N steps; the last step is always saved
     keep_checkpoints: int | None = Field(None, ge=1)  # newest N kept; None: keep all
-    output_dir: str = "checkpoints/${name}"  # checkpoints/<run>/step_N
+    output_dir: str = "checkpoints"  # <run_dir>/checkpoints/step_N (relative to the run directory)
     device: str = "auto"  # local backend: auto | cpu | cuda[:i]
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     gradient_checkpointing: bool = True  # where the model supports it

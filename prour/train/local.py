@@ -34,7 +34,7 @@ from prour.train.config import TrainConfig
 from prour.train.data import DataOrder, read_instances
 from prour.train.metrics import MetricsLog, sample_diagnostics
 from prour.train.policy import Policy, Rollout
-from prour.train.recipe import recipe_dict, resolve_output_dir, train_section
+from prour.train.recipe import recipe_dict, train_section
 from prour.train.reward import RewardFn
 
 logger = logging.getLogger(__name__)
@@ -62,11 +62,12 @@ class LocalTrainer:
         make_state: StateFn | None = None,
         rows: Sequence[dict[str, Any]] | None = None,
     ):
-        if train is not None:  # a train section given apart: the run's recipe holds it
-            recipe = recipe.model_copy(update={"train": train})
+        if train is not None:  # a train section given apart: the run's recipe holds it, its
+            # paths taken from run_dir like the rest (validation applies the path rule)
+            recipe = Recipe.model_validate({**recipe.model_dump(), "train": train.model_dump()})
         self.recipe = recipe
         self.cfg = train_section(recipe)
-        self.output_dir = Path(resolve_output_dir(self.cfg, recipe.name))
+        self.output_dir = Path(self.cfg.output_dir)
         self._reward_fn = reward_fn
         self._make_state = make_state
         self._rows = list(rows) if rows is not None else None
@@ -128,8 +129,7 @@ class LocalTrainer:
         logger.info("%d training instances", len(self._rows))
 
     def _train_file(self) -> Path:
-        path = Path(self.cfg.train_file)
-        return path if path.is_absolute() else self.recipe.resolved_run_dir() / path
+        return Path(self.cfg.train_file)
 
     def _setup_reward(self) -> None:
         if self._make_state is None:

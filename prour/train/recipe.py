@@ -1,16 +1,12 @@
-"""The recipe as the training stage reads it: its ``train`` section, output folder, plain dump."""
+"""The recipe as the training stage reads it: its ``train`` section and its plain dump."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from prour.config import ConfigError, Recipe
+from prour.config import ConfigError, Recipe, run_path
 from prour.train.config import TrainConfig
-
-
-def resolve_output_dir(cfg: TrainConfig, name: str) -> str:
-    """``output_dir`` with ``${name}`` replaced by the recipe name."""
-    return cfg.output_dir.replace("${name}", name)
 
 
 def train_section(recipe: Recipe) -> TrainConfig:
@@ -18,6 +14,14 @@ def train_section(recipe: Recipe) -> TrainConfig:
     if recipe.train is None:
         raise ConfigError("train", "this recipe has no `train` section; add one to train")
     return recipe.train
+
+
+def output_dir(recipe: Recipe) -> Path:
+    """Where training writes its checkpoints: ``train.output_dir``, or its default taken from
+    ``run_dir`` by the path rule when the recipe has no ``train`` section."""
+    if recipe.train is not None:
+        return Path(recipe.train.output_dir)
+    return Path(run_path(TrainConfig().output_dir, recipe.resolved_run_dir(), recipe.name))
 
 
 def recipe_dict(recipe: Recipe) -> dict[str, Any]:

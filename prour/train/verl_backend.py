@@ -27,7 +27,7 @@ from prour.config import ConfigError, Recipe
 from prour.files import write_atomic
 from prour.train.checkpoint import latest_verl_step
 from prour.train.config import TrainConfig
-from prour.train.recipe import recipe_dict, resolve_output_dir
+from prour.train.recipe import train_section
 
 logger = logging.getLogger(__name__)
 
@@ -90,13 +90,6 @@ def _policy_path(recipe: Recipe) -> str:
         return name  # a dry run shows the id; a real run stops in preflight before this
 
 
-def _data_file(recipe: Recipe, value: str | None) -> str | None:
-    if value is None:
-        return None
-    path = Path(value)
-    return str(path if path.is_absolute() else (recipe.resolved_run_dir() / path).resolve())
-
-
 def algorithm_overrides(cfg: TrainConfig) -> dict[str, Any]:
     """GRPO with std-normalised advantages; no KL anywhere; no critic."""
     return {
@@ -108,10 +101,10 @@ def algorithm_overrides(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def data_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
-    train_file = _data_file(recipe, cfg.train_file)
+    train_file = cfg.train_file  # absolute: the recipe's path rule
     return {
         "data.train_files": train_file,
-        "data.val_files": _data_file(recipe, cfg.val_file) or train_file,
+        "data.val_files": cfg.val_file or train_file,
         "data.train_batch_size": cfg.states_per_step,
         "data.max_prompt_length": recipe.data.max_prompt_tokens,
         "data.max_response_length": cfg.rollout.max_response_tokens,
@@ -267,14 +260,21 @@ def agent_loops(recipe_file: Path) -> list[dict[str, Any]]:
 def prepare_verl_run(
     recipe: Recipe, cfg: TrainConfig, write: bool = True, resume: bool = False
 ) -> VerlRun:
-    """The run's overrides; with ``write`` also store the resolved recipe and loop registry."""
-    output_dir = Path(resolve_output_dir(cfg, recipe.name)).resolve()
-    recipe_file = output_dir / "verl" / "recipe.yaml"
+    """The run's overrides; with ``write`` also record the run (its one resolved recipe,
+    ``<output_dir>/recipe.resolved.yaml``, with provenance, as the local trainer does), which
+    verl's agent-loop workers load, and the loop registry that tells them where it is."""
+    from prour.provenance import RECIPE_FILE, write_provenance
+
+    if recipe.train != cfg:  # a train section given apart: the run's recipe holds it, its
+        # paths taken from run_dir like the rest (validation applies the path rule)
+        recipe = Recipe.model_validate({**recipe.model_dump(), "train": cfg.model_dump()})
+        cfg = train_section(recipe)
+    output_dir = Path(cfg.output_dir)
+    recipe_file = output_dir / RECIPE_FILE
     loops_file = output_dir / "verl" / "agent_loops.yaml"
     if write:
-        recipe_file.parent.mkdir(parents=True, exist_ok=True)
-        data = recipe_dict(recipe) | {"train": cfg.model_dump(mode="json")}
-        write_atomic(recipe_file, yaml.safe_dump(data, sort_keys=False))
+        write_provenance(output_dir, recipe, extra={"backend": "verl", "resume": resume})
+        loops_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(loops_file, yaml.safe_dump(agent_loops(recipe_file), sort_keys=False))
     env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
            "VERL_FILE_LOGGER_PATH": str(metrics_file(output_dir, resume))}

@@ -336,9 +336,10 @@ def test_every_stage_in_pipeline_order_with_its_command(tmp_path: Path) -> None:
         assert calls == [*waits, *expected[stage_plan.stage]], stage_plan.stage
         assert Path(stage_plan.status_path).read_text().endswith("rc=0\n")
         assert f"#SBATCH --output={run}/slurm/logs/{stage_plan.stage}-%j.out" in stage_plan.script
-    # eval evaluates what train wrote and export turned into a Hugging Face folder
+    # eval evaluates what train wrote (train.output_dir defaults to <run_dir>/checkpoints) and
+    # export turned into a Hugging Face folder
     eval_plan = next(p for p in plans if p.stage == "eval")
-    assert f"PROUR_CHECKPOINT={tmp_path / 'checkpoints' / 'unit'}" in eval_plan.script
+    assert f"PROUR_CHECKPOINT={run / 'checkpoints'}\n" in eval_plan.script
 
 
 def test_stage_resources_come_from_their_own_section_then_the_defaults(tmp_path: Path) -> None:

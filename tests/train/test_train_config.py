@@ -37,14 +37,18 @@ def test_defaults_are_the_papers_numbers():
     assert cfg.verl.enable_chunked_prefill and not cfg.wandb.track and cfg.wandb.mode == "offline"
 
 
-def test_paper_recipe_loads_with_its_train_section():
+def test_paper_recipe_loads_with_its_train_section(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     recipe = load_recipe(PAPER)
     cfg = train_section(recipe)
     assert recipe.name == "paper" and cfg.backend == "verl"
+    run_dir = tmp_path / "runs" / "paper"  # run_dir: runs/${name}, from the working directory
     assert (
         cfg.model_dump()
         == TrainConfig(
-            backend="verl", output_dir="checkpoints/${name}", wandb={"mode": "auto"}
+            backend="verl", wandb={"mode": "auto"}, output_dir=str(run_dir / "checkpoints"),
+            train_file=str(run_dir / "data" / "dataset" / "train.parquet"),
+            val_file=str(run_dir / "data" / "dataset" / "validation.parquet"),
         ).model_dump()
     )
 

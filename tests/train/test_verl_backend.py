@@ -86,6 +86,19 @@ def test_overrides_carry_the_paper_numbers(tmp_path, tiny_model_dir):
         "prour.train.verl_ext.agent_loop.QueryAgentLoop" in loops and str(run.recipe_file) in loops
     )
     assert "verl.trainer.main_ppo" in run.shell()
+    # the workers read the run's one resolved recipe, the provenance beside it; no second copy
+    assert run.recipe_file == run.output_dir / "recipe.resolved.yaml"
+    assert (run.output_dir / "provenance.json").is_file()
+    assert [p.name for p in (run.output_dir / "verl").iterdir()] == ["agent_loops.yaml"]
+    from prour.recipes import load_recipe
+
+    worker = load_recipe(run.recipe_file)
+    assert (worker.name, worker.seed, worker.models) == ("paper", 7, recipe.models)
+    assert worker.train.output_dir == str(tmp_path / "ckpt")
+    data = tmp_path / "run" / "data" / "dataset"  # train.train_file is relative to run_dir
+    assert worker.train.train_file == str(data / "train.parquet") == o["data.train_files"]
+    assert worker.train.model_dump(exclude={"train_file", "val_file"}) == cfg.model_dump(
+        exclude={"train_file", "val_file", "output_dir"}) | {"output_dir": str(tmp_path / "ckpt")}
 
 
 def test_composed_config_passes_verls_validation(tmp_path, tiny_model_dir):
