@@ -483,7 +483,6 @@ _BACKENDS = "the openai backend, built from models.<role> by prour.llm.registry.
             "tests and benchmarks construct it directly with a few of its settings"
 _ATTENTION = "eval.attention components and the ask-less maths (conversation_cost is public " \
              "API); eval/methods.py passes the section's values"
-_MATHS = "pure functions of the training maths, tested with hand-computed numbers"
 KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.cluster.vllm_server.VLLMServer", "enforce_eager"): "serve.models.*: the server "
         "process wrapper is built by prour.cluster.serve from the served-model section",
@@ -497,10 +496,6 @@ KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.llm.openai.OpenAILLM", "max_concurrency"): _BACKENDS,
     ("prour.llm.openai.OpenAILLM", "max_retries"): _BACKENDS,
     ("prour.llm.openai.OpenAILLM", "timeout_s"): _BACKENDS,
-    ("prour.router.candidates.render_tools", "detail"): "router.tool_detail; the demo corpus "
-        "renders both details",
-    ("prour.train.algorithm.group_advantages", "epsilon"): _MATHS,
-    ("prour.train.algorithm.select_kept", "n_keep"): _MATHS,
     ("prour.train.metrics.MetricsLog", "run_name"): "the recipe's name; '' is no restated value "
         "(name has no default)",
     ("prour.train.policy.Policy", "seed"): "the recipe's seed; the policy is also built by tests",

@@ -189,7 +189,7 @@ def _signature(name: str, fn: dict[str, Any]) -> str:
     return f"- {name}({', '.join(args)}): {first}."
 
 
-def render_tools(catalog: ToolCatalog, detail: str = "full") -> str:
+def render_tools(catalog: ToolCatalog, detail: str) -> str:
     """Tools for prompts, one line each: ``full`` gives each argument JSON schema, ``brief`` a
     typed signature (for small context windows); ``respond`` is listed last."""
     if detail not in ("full", "brief"):

@@ -20,7 +20,7 @@ ASK = "ask"
 
 
 def select_kept(
-    kinds: Sequence[str], n_keep: int = 6, failed: Sequence[bool] | None = None
+    kinds: Sequence[str], n_keep: int, failed: Sequence[bool] | None = None
 ) -> list[int]:
     """Indices (ascending) of the samples kept from one group of ``len(kinds)`` samples.
 
@@ -55,7 +55,7 @@ def group_advantages(
     rewards: torch.Tensor,
     group_ids: Sequence[Hashable],
     response_mask: torch.Tensor,
-    epsilon: float = 1e-6,
+    epsilon: float,
 ) -> torch.Tensor:
     """GRPO advantages ``(r - mean_g) / (std_g + epsilon)`` broadcast over response tokens.
 

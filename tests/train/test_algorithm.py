@@ -48,7 +48,7 @@ def test_select_kept_rejects_bad_arguments():
     with pytest.raises(ValueError, match="n_keep"):
         select_kept(["ask"], n_keep=0)
     with pytest.raises(ValueError, match="2 entries for 3 samples"):
-        select_kept(["ask", "none", "none"], failed=[False, True])
+        select_kept(["ask", "none", "none"], n_keep=2, failed=[False, True])
 
 
 def test_drop_zero_variance():
