@@ -496,9 +496,6 @@ KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.llm.openai.OpenAILLM", "max_concurrency"): _BACKENDS,
     ("prour.llm.openai.OpenAILLM", "max_retries"): _BACKENDS,
     ("prour.llm.openai.OpenAILLM", "timeout_s"): _BACKENDS,
-    ("prour.train.metrics.MetricsLog", "run_name"): "the recipe's name; '' is no restated value "
-        "(name has no default)",
-    ("prour.train.policy.Policy", "seed"): "the recipe's seed; the policy is also built by tests",
 }
 
 

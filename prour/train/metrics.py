@@ -98,7 +98,8 @@ class MetricsLog:
         self,
         run_dir: str | Path,
         wandb: WandbSettings | None = None,
-        run_name: str = "",
+        *,
+        run_name: str,
         config: Mapping[str, Any] | None = None,
     ):
         self.path = Path(run_dir) / METRICS_FILE

@@ -52,7 +52,7 @@ class Policy:
     """
 
     def __init__(self, model: Any, tokenizer: Any, settings: RolloutSettings,
-                 max_prompt_tokens: int, seed: int = 0):
+                 max_prompt_tokens: int, seed: int):
         from prour.llm.hf import HFLLM
 
         self.model = model

@@ -217,7 +217,8 @@ def test_wandb_gets_the_report_keys(tiny_run, tmp_path, monkeypatch):
         monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     first, second = read_metrics(tiny_run[0])[:2]
-    log = MetricsLog(tmp_path / "run", WandbSettings(track=True, mode="offline", project="t"))
+    log = MetricsLog(tmp_path / "run", WandbSettings(track=True, mode="offline", project="t"),
+                     run_name="t")
     try:
         for record in (first, second):
             log.log(record["step"], {k: v for k, v in record.items() if k != "step"})
