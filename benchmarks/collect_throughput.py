@@ -19,13 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from prour.config import EnvConfig
+from prour.config import EnvConfig, ModelConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories
 from prour.data.config import DataConfig
 from prour.env.agents import LLMAgent
 from prour.env.domains import load_tasks
 from prour.env.users import LLMUser
 from prour.llm.openai import OpenAILLM
+from prour.llm.registry import build_llm
 from prour.demo.tiny import build_tiny_model
 from prour.cluster.vllm_server import VLLMServer
 
@@ -76,7 +77,8 @@ def main() -> None:
                             extra_args=SERVER_ARGS, log_path=args.server_log)
         server.start(timeout_s=args.start_timeout)
         try:
-            llm = OpenAILLM(server.base_url, "tiny", max_concurrency=8)  # every role
+            llm = build_llm(ModelConfig(backend="openai", base_url=server.base_url,
+                                        model="tiny", max_concurrency=8))  # every role
             rates = {c: episodes_per_minute(llm, c, args, Path(tmp) / f"c{c}.jsonl")
                      for c in (1, 8)}
             llm.close()

@@ -23,12 +23,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from prour.config import EnvConfig
+from prour.config import EnvConfig, ModelConfig
 from prour.env.agents import LLMAgent
 from prour.env.domains import load_tasks
 from prour.env.runner import EpisodeJob, run_episodes
 from prour.env.users import LLMUser
 from prour.llm.openai import OpenAILLM
+from prour.llm.registry import build_llm
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCIES = (1, 8)
@@ -114,7 +115,8 @@ def episodes_per_minute(llm: OpenAILLM, concurrency: int, args: argparse.Namespa
 def main() -> None:
     args = parse_args()
     with endpoint(args) as (base_url, model):
-        llm = OpenAILLM(base_url, model, max_concurrency=max(CONCURRENCIES) * 2)
+        llm = build_llm(ModelConfig(backend="openai", base_url=base_url, model=model,
+                                    max_concurrency=max(CONCURRENCIES) * 2))
         try:
             rates = {c: episodes_per_minute(llm, c, args) for c in CONCURRENCIES}
         finally:

@@ -479,8 +479,6 @@ CLI_OPTIONS_OF_OTHER_MEANING = {
 # Parameters that still carry a recipe value with a default of their own: known shadows, left for
 # a follow-up, each with why it is not yet done. The test fails on any shadow not listed here and
 # on any entry it no longer finds (remove that entry).
-_BACKENDS = "the openai backend, built from models.<role> by prour.llm.registry.build_llm; " \
-            "tests and benchmarks construct it directly with a few of its settings"
 _ATTENTION = "eval.attention components and the ask-less maths (conversation_cost is public " \
              "API); eval/methods.py passes the section's values"
 KNOWN_SHADOWS: dict[tuple[str, str], str] = {
@@ -492,10 +490,6 @@ KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.eval.attention.analysis.method_rows", "lam"): _ATTENTION,
     ("prour.eval.attention.cost.conversation_cost", "accounting"): _ATTENTION,
     ("prour.eval.attention.cost.utility", "lam"): _ATTENTION,
-    ("prour.llm.openai.OpenAILLM", "api_key_env"): _BACKENDS,
-    ("prour.llm.openai.OpenAILLM", "max_concurrency"): _BACKENDS,
-    ("prour.llm.openai.OpenAILLM", "max_retries"): _BACKENDS,
-    ("prour.llm.openai.OpenAILLM", "timeout_s"): _BACKENDS,
 }
 
 

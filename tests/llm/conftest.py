@@ -53,9 +53,11 @@ def vllm_server(vllm_python: Path, tiny_model_dir: Path) -> Iterator[VLLMServer]
 @pytest.fixture(scope="module")
 def openai_llm(vllm_server: VLLMServer) -> Iterator[OpenAILLM]:
     """The ``openai`` backend pointed at the module's vLLM server."""
-    from prour.llm.openai import OpenAILLM
+    from prour.config import ModelConfig
+    from prour.llm.registry import build_llm
 
-    llm = OpenAILLM(vllm_server.base_url, SERVED_NAME, timeout_s=120, max_retries=1)
+    llm = build_llm(ModelConfig(backend="openai", base_url=vllm_server.base_url,
+                                model=SERVED_NAME, timeout_s=120, max_retries=1))
     try:
         yield llm
     finally:

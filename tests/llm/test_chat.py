@@ -92,7 +92,9 @@ def test_hf_openai_and_verl_score_the_same_ids(tiny_model_dir, tiny_tokenizer):
     from prour.llm.openai import OpenAILLM
 
     hf = HFLLM(str(tiny_model_dir), device="cpu", dtype="float32")
-    openai = OpenAILLM("http://127.0.0.1:9", "tiny", tokenizer_path=str(tiny_model_dir))
+    openai = OpenAILLM("http://127.0.0.1:9", "tiny", api_key_env="OPENAI_API_KEY",
+                       max_concurrency=1, timeout_s=1.0, max_retries=0,
+                       tokenizer_path=str(tiny_model_dir))
     try:
         hf_ids = [(hf._context_ids(i, r, {}), hf.encode(r.target)) for i, r in enumerate(REQUESTS)]
         openai_ids = [openai.local_score_ids(r) for r in REQUESTS]

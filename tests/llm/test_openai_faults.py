@@ -127,6 +127,7 @@ def make_llm(server: FakeServer, **kwargs: Any) -> OpenAILLM:
     options = {
         "timeout_s": 2.0,
         "max_retries": 2,
+        "max_concurrency": 8,
         "backoff_s": 0.01,
         "api_key_env": "PROUR_TEST_KEY",
     }
