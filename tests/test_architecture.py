@@ -452,7 +452,8 @@ def test_method_names_in_the_config_leaf_match_the_registry() -> None:
 # a recipe value has no default of its own, nor does a CLI option named after a recipe key.
 # Which parameter carries which key is found three ways:
 #   flow  - the parameter receives a recipe value at a call site in prour (``cfg.agent_temperature``
-#           passed as ``temperature=``, directly or through a local name);
+#           passed as ``temperature=``, directly or through a local name), read from a name a
+#           section is bound to (its field name, ``cfg``, or a parameter typed with its class);
 #   name  - the parameter is named after a recipe key whose name means one thing (``on_bad_line``);
 #   cli   - a typer option is named after a recipe key (``--agent-temperature``).
 # A default of its own: a literal (``0.0``, ``"error"``), a constant (``DEFAULT_MAX_STEPS``), or
@@ -483,7 +484,8 @@ _ATTENTION = "eval.attention components and the ask-less maths (conversation_cos
              "API); eval/methods.py passes the section's values"
 KNOWN_SHADOWS: dict[tuple[str, str], str] = {
     ("prour.cluster.vllm_server.VLLMServer", "enforce_eager"): "serve.models.*: the server "
-        "process wrapper is built by prour.cluster.serve from the served-model section",
+        "wrapper's defaults (with host, max_model_len, dtype) are the CPU test-server profile "
+        "tests and benchmarks start; prour.cluster.serve passes every one from the section",
     ("prour.eval.attention.analysis.equal_count_pairs", "accounting"): _ATTENTION,
     ("prour.eval.attention.analysis.export_annotation_pairs", "accounting"): _ATTENTION,
     ("prour.eval.attention.analysis.method_rows", "accounting"): _ATTENTION,
@@ -501,16 +503,18 @@ def recipe_leaves() -> dict[str, list[str]]:
     return dict(leaves)
 
 
-def section_names() -> set[str]:
+@functools.cache
+def section_names() -> frozenset[str]:
     """Names code binds a recipe section to: the sections' own field names (``env``, ``reward``,
-    ``calibration``, ...) and the usual variable names (``cfg``, ``config``, ``settings``, ...)."""
+    ``calibration``, ...) and the usual variable names (``cfg``, ``config``, ``settings``, ...);
+    :func:`flow_shadows` adds each function's parameters annotated with a section class."""
     names = {"recipe", "cfg", "config", "settings", "section", "loaded"}
     for key in recipe_fields():
         model = recipe_fields()[key]
         info = model.model_fields[key.rsplit(".", 1)[-1]]
         if _section_type(info.annotation) is not None:
             names.add(key.rsplit(".", 1)[-1])
-    return names
+    return frozenset(names)
 
 
 def _literal(value: ast.expr) -> str | None:
@@ -615,12 +619,18 @@ def _recipe_read(expr: ast.expr, leaves: dict[str, list[str]], sections: set[str
 def flow_shadows(trees: dict[str, ast.Module]) -> dict[tuple[str, str], str]:
     """(callee, parameter) -> recipe key, where a call passes a recipe value to a parameter
     that has a default of its own."""
-    leaves, sections, defs = recipe_leaves(), section_names(), definitions(trees)
+    leaves, defs = recipe_leaves(), definitions(trees)
+    classes = re.compile(r"\b(%s)\b" % "|".join(sorted({c.__name__ for c in
+                                                           recipe_fields().values()})))
     found: dict[tuple[str, str], str] = {}
     for tree in trees.values():
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
+            every = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+            typed = {a.arg for a in every  # parameters annotated with a section class
+                     if a.annotation is not None and classes.search(ast.unparse(a.annotation))}
+            sections = section_names() | typed
             local = {node.targets[0].id: read for node in ast.walk(fn)
                      if isinstance(node, ast.Assign) and len(node.targets) == 1
                      and isinstance(node.targets[0], ast.Name)
@@ -726,6 +736,13 @@ def build(recipe, llm):
     return Agent(llm, temperature=env.agent_temperature, top_k=steps), Responder(
         llm, recipe.reward.responder_max_tokens)
 
+class Judge:
+    def __init__(self, llm, attempts: int = 2):
+        self.attempts = attempts
+
+def price(spec: AttentionConfig, llm):
+    return Judge(llm, spec.judge_attempts)
+
 def episode(agent_temperature: float = typer.Option(0.0), seed: int = typer.Option(0),
             user_temperature: float | None = typer.Option(None)):
     return agent_temperature
@@ -741,6 +758,7 @@ def test_shadowing_defaults_finds_planted_shadows() -> None:
         ("planted.read", "on_bad_line"): "data.on_bad_line",  # name of one meaning
         ("planted.episode", "agent_temperature"): "env.agent_temperature",  # typer option
         ("planted.episode", "seed"): "seed",  # typer option, by name alone
+        ("planted.Judge", "attempts"): "eval.attention.judge_attempts",  # a typed section
     }
 
 
