@@ -620,8 +620,8 @@ def flow_shadows(trees: dict[str, ast.Module]) -> dict[tuple[str, str], str]:
     """(callee, parameter) -> recipe key, where a call passes a recipe value to a parameter
     that has a default of its own."""
     leaves, defs = recipe_leaves(), definitions(trees)
-    classes = re.compile(r"\b(%s)\b" % "|".join(sorted({c.__name__ for c in
-                                                           recipe_fields().values()})))
+    names = "|".join(sorted({cls.__name__ for cls in recipe_fields().values()}))
+    classes = re.compile(rf"\b({names})\b")
     found: dict[tuple[str, str], str] = {}
     for tree in trees.values():
         for fn in ast.walk(tree):
