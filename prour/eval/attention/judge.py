@@ -132,7 +132,7 @@ def _judged(outcome: JsonOutcome[Judgment]) -> Judgment:
 class RequestJudge:
     """Score delivered requests with an LLM judge: batched, validated, retried and cached."""
 
-    def __init__(self, llm: LLM, max_attempts: int = 3, cache: JsonCache | None = None):
+    def __init__(self, llm: LLM, max_attempts: int, cache: JsonCache | None = None):
         self.llm = llm
         self.max_attempts = max_attempts
         self.cache = cache if cache is not None else JsonCache()

@@ -79,7 +79,7 @@ def _feedback(error: str) -> Message:
 
 def ask_json(
     llm: LLM, prompts: Sequence[list[Message]], validate: Callable[[dict[str, Any]], T],
-    max_attempts: int = 3, sampling: SamplingParams = JUDGE_SAMPLING,
+    max_attempts: int, sampling: SamplingParams = JUDGE_SAMPLING,
 ) -> list[JsonOutcome[T]]:
     """Ask every prompt for one JSON object; retry invalid replies (batched) with the error shown.
 

@@ -33,14 +33,15 @@ def test_reading_effort_mapping_by_hand():
 
 def test_valid_reply_is_scored():
     llm = ScriptedLLM(replies=[reply()])
-    judgment = RequestJudge(llm).judge_one("Which size do you need?", "user: exchange a shirt")
+    judgment = RequestJudge(llm, max_attempts=3).judge_one("Which size do you need?",
+                                                           "user: exchange a shirt")
     assert (judgment.reading_effort, judgment.value, judgment.failed) == (10.0, 8.0, False)
     assert judgment.attempts == 1 and judgment.criteria["precise"] is True
 
 
 def test_malformed_reply_is_retried_then_scored():
     llm = ScriptedLLM(replies=["The question is fine, 8/10.", "```json\n" + reply() + "\n```"])
-    judgment = RequestJudge(llm).judge_one("Which size?")
+    judgment = RequestJudge(llm, max_attempts=3).judge_one("Which size?")
     assert not judgment.failed and judgment.attempts == 2 and judgment.value == 8.0
     assert "not valid JSON" in llm.chat_log[1].messages[-1]["content"]
 
@@ -90,10 +91,10 @@ def test_a_failed_judgment_is_never_silently_scored_downstream():
 def test_judgments_are_cached_by_request_and_context(tmp_path):
     llm = ScriptedLLM(default=reply())
     path = tmp_path / "judge.jsonl"
-    judge = RequestJudge(llm, cache=JsonCache(path))
+    judge = RequestJudge(llm, max_attempts=3, cache=JsonCache(path))
     first = judge.judge([("Which size?", "ctx A"), ("Which size?", "ctx B")])
     assert llm.calls["chat_requests"] == 2 and not first[0].cached
-    fresh = RequestJudge(llm, cache=JsonCache(path))
+    fresh = RequestJudge(llm, max_attempts=3, cache=JsonCache(path))
     again = fresh.judge([("Which size?", "ctx A"), ("Which size?", "ctx B")])
     assert [j.cached for j in again] == [True, True]
     assert again[0].reading_effort == 10.0 and llm.calls["chat_requests"] == 2
