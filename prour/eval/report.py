@@ -600,7 +600,7 @@ def _user_views(system: System) -> dict[tuple, list[dict[str, Any]]]:
 def _cost_settings(systems: Sequence[System], accounting: str | None,
                    lam: float | None) -> tuple[str, float, Any]:
     """Accounting, λ and weights: the arguments, else those the runs were made with."""
-    from prour.eval.attention.cost import DEFAULT_LAMBDA, CostWeights
+    from prour.eval.attention.config import DEFAULT_LAMBDA, CostWeights
 
     block = next((line["attention"] for s in systems for line in s.lines
                   if line.get("attention")), {})

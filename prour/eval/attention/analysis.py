@@ -32,7 +32,6 @@ from prour.env.history import render_history
 from prour.eval.attention.budget import DeliveredRequest
 from prour.eval.attention.cost import (
     ACCOUNTINGS,
-    DEFAULT_LAMBDA,
     CostWeights,
     asking_efficiency,
     conversation_cost,
@@ -157,9 +156,8 @@ def _cell_row(key: tuple[str, str, str], records: list[ConversationRecord], acco
         unscored=len(records) - len(kept), cut=sum(r.cut for r in records))
 
 
-def method_rows(records: Iterable[ConversationRecord], accounting: str = "full",
-                lam: float = DEFAULT_LAMBDA, weights: CostWeights | None = None,
-                ) -> list[MethodRow]:
+def method_rows(records: Iterable[ConversationRecord], accounting: str, lam: float,
+                weights: CostWeights | None = None) -> list[MethodRow]:
     """One row per (model, domain, method), with asking efficiency against that cell's No-ask."""
     if accounting not in ACCOUNTINGS:
         raise ValueError(f"unknown accounting {accounting!r}; valid: {', '.join(ACCOUNTINGS)}")
@@ -359,7 +357,7 @@ def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
     write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
-def equal_count_pairs(records: Sequence[ConversationRecord], accounting: str = "full",
+def equal_count_pairs(records: Sequence[ConversationRecord], accounting: str,
                       weights: CostWeights | None = None) -> list[tuple[int, int]]:
     """Index pairs of conversations on the same task with the same number of discretionary
     requests (at least one), both scorable, whose costs differ."""
@@ -382,7 +380,7 @@ def equal_count_pairs(records: Sequence[ConversationRecord], accounting: str = "
 
 
 def export_annotation_pairs(records: Sequence[ConversationRecord], out_dir: str | Path,
-                            n_pairs: int = 60, seed: int = 0, accounting: str = "full",
+                            n_pairs: int = 60, seed: int = 0, *, accounting: str,
                             weights: CostWeights | None = None) -> tuple[Path, Path]:
     """Write ``pairs.jsonl`` (what annotators see: two transcripts, order shuffled) and
     ``pairs_key.jsonl`` (costs and which one the cost ranks higher; kept from annotators)."""

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prour.eval.attention.config import DEFAULT_LAMBDA, CostWeights
+from prour.eval.attention.config import CostWeights
 
 ACCOUNTINGS = ("messages", "atomic", "effort", "full", "full+exempt")
 READING_EFFORT_MAX = 20.0
@@ -93,7 +93,7 @@ def conversation_cost(
     return float(sum(request_cost(r, accounting, weights, i) for i, r in enumerate(requests)))
 
 
-def utility(reward: float, cost: float, lam: float = DEFAULT_LAMBDA) -> float:
+def utility(reward: float, cost: float, lam: float) -> float:
     """U = R − λ·A: task reward minus the priced attention cost."""
     if not (math.isfinite(lam) and lam >= 0):
         raise ValueError(f"lam must be a finite number >= 0, got {lam}")

@@ -53,10 +53,12 @@ def test_method_rows_by_hand():
     assert (budgeted.requests, budgeted.atomic_questions) == (1.0, 1.5)
     assert budgeted.bundled_share == 0.5 and budgeted.fallback_rate == 0.5
     assert budgeted.efficiency == pytest.approx((1.0 - 0.5) / 1.35)
-    assert method_rows(records, "full+exempt")[0].cost == pytest.approx((1.7 + 1.0 + 1.7) / 2)
+    exempt = method_rows(records, "full+exempt", 0.03)[0]
+    assert exempt.cost == pytest.approx((1.7 + 1.0 + 1.7) / 2)
 
     airline = [record("budgeted@1", "a1", 0.0, [Q_SINGLE], domain="airline")]
-    averaged = {r.method: r for r in average_over_domains(method_rows(records + airline))}
+    rows = method_rows(records + airline, "full", 0.03)
+    averaged = {r.method: r for r in average_over_domains(rows)}
     assert averaged["budgeted@1"].reward == pytest.approx((1.0 + 0.0) / 2)
     assert averaged["budgeted@1"].cost == pytest.approx((1.35 + 1.0) / 2)
     assert averaged["budgeted@1"].conversations == 3
@@ -115,7 +117,7 @@ def test_paths_and_plot(tmp_path):
                record("budgeted@2", "t1", 0.6, [Q_SINGLE, Q_BUNDLED]),
                record("unrestricted", "t1", 0.7, [Q_SINGLE, Q_BUNDLED, Q_BUNDLED]),
                record("frugal", "t1", 0.65, [Q_SINGLE])]
-    rows = method_rows(records)
+    rows = method_rows(records, "full", 0.03)
     paths = attention_paths(rows)
     assert [p.label for p in paths["m"]] == ["no-ask", "budgeted@1", "budgeted@2", "unrestricted"]
     assert [p.cost for p in paths["m"]] == pytest.approx([0.0, 1.0, 2.7, 4.4])
@@ -136,7 +138,8 @@ def test_export_pairs_with_equal_question_counts(tmp_path):
                record("unrestricted", "t1", 1.0, [Q_SINGLE, Q_BUNDLED]),   # 2 disc
                record("budgeted@1", "t2", 1.0, [Q_SINGLE]),                # other task
                record("no-ask", "t1", 1.0, [])]                            # no questions
-    shown_path, key_path = export_annotation_pairs(records, tmp_path, n_pairs=10, seed=0)
+    shown_path, key_path = export_annotation_pairs(records, tmp_path, n_pairs=10, seed=0,
+                                                       accounting="full")
     shown = [json.loads(line) for line in shown_path.read_text().splitlines()]
     keys = [json.loads(line) for line in key_path.read_text().splitlines()]
     assert len(shown) == len(keys) == 1
@@ -147,7 +150,7 @@ def test_export_pairs_with_equal_question_counts(tmp_path):
     assert higher_method == "budgeted@1"
     records[1].transcript = None
     with pytest.raises(ValueError, match="no transcript"):
-        export_annotation_pairs(records, tmp_path)
+        export_annotation_pairs(records, tmp_path, accounting="full")
 
 
 def test_annotation_agreement_with_a_pair_bootstrap():

@@ -56,7 +56,7 @@ def test_exempt_only_conversation_costs_nothing_except_under_full_plus_exempt():
 
 def test_utility_efficiency_and_value():
     cost = conversation_cost(CONVERSATION, "full")
-    assert utility(1.0, cost) == pytest.approx(1.0 - 0.03 * 2.7)
+    assert utility(1.0, cost, lam=0.03) == pytest.approx(1.0 - 0.03 * 2.7)
     assert utility(0.5, cost, lam=0.1) == pytest.approx(0.5 - 0.27)
     assert asking_efficiency(1.0, 0.4, cost) == pytest.approx(0.6 / 2.7)
     assert asking_efficiency(0.2, 0.4, 2.0) == pytest.approx(-0.1)

@@ -81,11 +81,11 @@ def test_a_failed_judgment_is_never_silently_scored_downstream():
     assert requests[0]["reading_effort"] is None and "goal_clarity=0" in requests[0]["judge_error"]
     records = [ConversationRecord("budgeted@2", "m", "retail", "t1", 0, 1.0, requests),
                ConversationRecord("budgeted@2", "m", "retail", "t2", 0, 0.0, requests[1:])]
-    row = method_rows(records, "full")[0]
+    row = method_rows(records, "full", 0.03)[0]
     assert row.unscored == 1 and row.conversations == 2
     assert row.cost == pytest.approx(1 + 10 / 20 + (1 - 8 / 10))  # only t2's conversation
     assert row.reward == pytest.approx(0.5)
-    assert method_rows(records, "messages")[0].unscored == 0  # no judge scores needed
+    assert method_rows(records, "messages", 0.03)[0].unscored == 0  # no judge scores needed
 
 
 def test_judgments_are_cached_by_request_and_context(tmp_path):
