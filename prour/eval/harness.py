@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.build import Builder
-from prour.config import ModelConfig, Recipe
+from prour.config import ModelConfig, Recipe, run_path
 from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
 from prour.eval.methods import MethodKit, check_method, checkpoint_model, variant_name
 from prour.files import append_jsonl, write_atomic
@@ -226,7 +226,7 @@ class Evaluation:
         path = self.run_dir / RUN_FILE
         mine = self.settings()
         if path.is_file():
-            stored = json.loads(path.read_text()).get("settings", {})
+            stored = _stored_paths(json.loads(path.read_text()).get("settings", {}))
             differ = sorted(_diff_keys(stored, mine))
             if differ:
                 raise ValueError(
@@ -377,6 +377,26 @@ def _same_episode(line: dict[str, Any], trajectory: Trajectory) -> bool:
     """Whether a stored result line was made from this very episode (not an earlier attempt)."""
     return (line.get("episode_started_at") == trajectory.started_at
             and line.get("seconds") == trajectory.seconds)
+
+
+# Path keys among the settings. A run folder of an older prour stored them as the recipe wrote
+# them, relative to the working directory (their base then); taken from there they compare with
+# today's absolute paths, so that such a folder still resumes.
+_SETTING_PATHS = (("router", "thresholds_file"), ("router", "calibration", "dev_states"),
+                  ("router", "calibration", "test_states"), ("router", "calibration", "out_dir"),
+                  ("eval", "attention", "cache_dir"))
+
+
+def _stored_paths(stored: dict[str, Any]) -> dict[str, Any]:
+    """``stored`` settings with their relative path values taken from the working directory."""
+    out = json.loads(json.dumps(stored))
+    for *parents, key in _SETTING_PATHS:
+        node = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), str):
+            node[key] = run_path(node[key], Path.cwd(), "")
+    return out
 
 
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:

@@ -300,6 +300,28 @@ def test_rerun_with_other_settings_is_refused(tmp_path) -> None:
         evaluation(0.5).check_run_dir()
 
 
+def test_a_run_folder_of_the_old_path_base_still_resumes(tmp_path, monkeypatch) -> None:
+    """Older prour stored router.calibration.* as written, relative to the working directory."""
+    from prour.eval.harness import RUN_FILE
+
+    monkeypatch.chdir(tmp_path)
+    router = {"calibration": {"dev_states": "calibration/dev.jsonl"}}
+    cfg = EvalConfig(methods=["oracle"], seeds=[0])
+    evaluation = Evaluation(Recipe(name="x", run_dir=".", router=router, eval=cfg), tmp_path / "ev",
+                            progress=False)
+    evaluation.check_run_dir()
+    record = json.loads((tmp_path / "ev" / RUN_FILE).read_text())
+    assert record["settings"]["router"]["calibration"]["dev_states"] == str(
+        tmp_path / "calibration" / "dev.jsonl")
+    record["settings"]["router"]["calibration"]["dev_states"] = "calibration/dev.jsonl"
+    (tmp_path / "ev" / RUN_FILE).write_text(json.dumps(record))
+    evaluation.check_run_dir()  # the same file, named the old way
+    record["settings"]["router"]["calibration"]["dev_states"] = "elsewhere/dev.jsonl"
+    (tmp_path / "ev" / RUN_FILE).write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="router.calibration.dev_states"):
+        evaluation.check_run_dir()
+
+
 def test_missing_model_role_is_reported_before_any_episode(tmp_path) -> None:
     cfg = EvalConfig(methods=["prour"], seeds=[0])
     router = RouterConfig(tau_au=0.2, tau_eu=0.2)
