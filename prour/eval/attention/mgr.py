@@ -144,10 +144,9 @@ def validate_review(data: dict[str, Any]) -> ReviewVerdict:
 class SelfReviewer:
     """Review discretionary drafts against bounded evidence and (optionally) memory."""
 
-    def __init__(self, llm: LLM, memory: str = "answers",
-                 evidence_tokens: int = EVIDENCE_WINDOW_TOKENS,
-                 memory_tokens: int = MEMORY_WINDOW_TOKENS, max_attempts: int = 3,
-                 count_tokens: TokenCounter = approx_tokens, cache: JsonCache | None = None):
+    def __init__(self, llm: LLM, memory: str, evidence_tokens: int, memory_tokens: int,
+                 max_attempts: int, count_tokens: TokenCounter = approx_tokens,
+                 cache: JsonCache | None = None):
         if memory not in MEMORY_KINDS:
             raise ValueError(f"unknown memory kind {memory!r}; valid: {', '.join(MEMORY_KINDS)}")
         self.llm, self.memory = llm, memory

@@ -155,7 +155,7 @@ class VoIGate(AttentionPolicy):
     name = "voi-gate"
 
     def __init__(self, classifier: RequestClassifier, llm: LLM, threshold: float,
-                 budget: int | None = None, max_attempts: int = 3, context_chars: int = 3000):
+                 budget: int | None = None, *, max_attempts: int, context_chars: int = 3000):
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"voi-gate threshold c must be in [0, 1], got {threshold}")
         super().__init__(classifier, budget, context_chars)
@@ -185,9 +185,9 @@ class ReviewedBudget(Budgeted):
     name = "budgeted+review"
     memory = "none"
 
-    def __init__(self, classifier: RequestClassifier, llm: LLM, budget: int,
-                 evidence_tokens: int = 6000, memory_tokens: int = 3072,
-                 max_attempts: int = 3, context_chars: int = 3000):
+    def __init__(self, classifier: RequestClassifier, llm: LLM, budget: int, *,
+                 evidence_tokens: int, memory_tokens: int, max_attempts: int,
+                 context_chars: int = 3000):
         super().__init__(classifier, budget, context_chars)
         self.reviewer = SelfReviewer(llm, self.memory, evidence_tokens, memory_tokens,
                                      max_attempts)

@@ -8,6 +8,7 @@ import pytest
 
 from prour.eval.attention import AttentionGate, RequestClassifier, build_policy
 from prour.eval.attention.classifier import count_atomic_questions
+from prour.eval.attention.config import AttentionConfig
 from prour.eval.attention.mgr import (
     SelfReviewer,
     answer_memory,
@@ -17,6 +18,11 @@ from prour.eval.attention.mgr import (
     take_recent,
 )
 from prour.llm.scripted import ScriptedLLM
+
+# The self-review settings of a default eval.attention section.
+REVIEW = {"evidence_tokens": AttentionConfig().evidence_window_tokens,
+          "memory_tokens": AttentionConfig().memory_window_tokens,
+          "max_attempts": AttentionConfig().review_attempts}
 
 LABELS = {"zip code": ("discretionary", 1), "Which color": ("discretionary", 1),
           "color and size": ("discretionary", 3), "Which power source": ("discretionary", 1)}
@@ -60,7 +66,8 @@ def setup(retail_task, labelling_llm, sections):
 
 def test_mgr_blocks_a_question_answered_in_memory(setup, sections):
     messages, classifier, llm = setup
-    policy = build_policy("budgeted+mgr", classifier, llm, budget=2, evidence_tokens=60)
+    policy = build_policy("budgeted+mgr", classifier, llm, budget=2,
+                          **{**REVIEW, "evidence_tokens": 60})
     state = policy.new_state(messages)
     outcome = AttentionGate(policy, max_redrafts=0).submit(
         "What is the zip code on your account?", state)
@@ -76,7 +83,8 @@ def test_mgr_blocks_a_question_answered_in_memory(setup, sections):
 
 def test_review_without_memory_cannot_see_the_old_answer(setup, sections):
     messages, classifier, llm = setup
-    policy = build_policy("budgeted+review", classifier, llm, budget=2, evidence_tokens=60)
+    policy = build_policy("budgeted+review", classifier, llm, budget=2,
+                          **{**REVIEW, "evidence_tokens": 60})
     state = policy.new_state(messages)
     outcome = AttentionGate(policy, max_redrafts=1).submit(
         "What is the zip code on your account?", state)
@@ -88,7 +96,7 @@ def test_review_without_memory_cannot_see_the_old_answer(setup, sections):
 
 def test_mgr_substitutes_a_bundled_question_with_a_single_ask(setup):
     messages, classifier, llm = setup
-    policy = build_policy("budgeted+mgr", classifier, llm, budget=1)
+    policy = build_policy("budgeted+mgr", classifier, llm, budget=1, **REVIEW)
     state = policy.new_state(messages)
     draft = "Which color and size do you want for the bottle, and which power source?"
     outcome = AttentionGate(policy, max_redrafts=1).submit(draft, state)
@@ -101,7 +109,7 @@ def test_mgr_substitutes_a_bundled_question_with_a_single_ask(setup):
 
 def test_summary_memory_is_written_once_per_dialogue_and_shown(setup, sections):
     messages, classifier, llm = setup
-    policy = build_policy("budgeted+review+summary", classifier, llm, budget=3)
+    policy = build_policy("budgeted+review+summary", classifier, llm, budget=3, **REVIEW)
     state = policy.new_state(messages)
     gate = AttentionGate(policy, max_redrafts=1)
     gate.submit("Which color do you want?", state)
@@ -115,8 +123,8 @@ def test_summary_memory_is_written_once_per_dialogue_and_shown(setup, sections):
 
 def test_failed_review_lets_the_draft_through_and_says_so(retail_task):
     llm = ScriptedLLM(default='{"decision": "maybe", "question": "", "reason": ""}')
-    verdict = SelfReviewer(llm, "answers", max_attempts=2).review("Which color?",
-                                                                  retail_task["messages"])
+    reviewer = SelfReviewer(llm, "answers", **{**REVIEW, "max_attempts": 2})
+    verdict = reviewer.review("Which color?", retail_task["messages"])
     assert verdict.failed and verdict.decision == "approve"
     assert "decision 'maybe' is not one of" in verdict.reason and llm.calls["chat"] == 2
 

@@ -154,7 +154,7 @@ def test_voi_gate_vetoes_below_its_threshold(retail_task, labelling_llm):
     for threshold, expected in [(0.5, ["fallback", "delivered", "delivered"]),
                                 (0.3, ["delivered", "delivered", "delivered"]),
                                 (0.9, ["fallback", "fallback", "delivered"])]:
-        policy = build_policy("voi-gate", classifier, voi, threshold=threshold)
+        policy = build_policy("voi-gate", classifier, voi, threshold=threshold, max_attempts=3)
         state, outcomes = run(policy, retail_task["messages"], drafts)
         assert [o.kind for o in outcomes] == expected, threshold
         assert state.reviews == 3  # every discretionary draft was reviewed
@@ -167,7 +167,7 @@ def test_voi_gate_vetoes_below_its_threshold(retail_task, labelling_llm):
 def test_voi_gate_respects_a_budget_before_reviewing(labelling_llm):
     voi = _voi_llm({"Which order": 0.9, "bigger bottle": 0.9})
     policy = build_policy("voi-gate", RequestClassifier(labelling_llm(LABELS), "", 3), voi,
-                          threshold=0.5, budget=1)
+                          threshold=0.5, budget=1, max_attempts=3)
     state, outcomes = run(policy, [], [DRAFTS[1], DRAFTS[2]])
     assert [o.kind for o in outcomes] == ["delivered", "fallback"]
     assert voi.calls["chat"] == 1 and state.reviews == 1
