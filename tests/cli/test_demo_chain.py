@@ -26,6 +26,7 @@ def test_the_demo_runs_the_smoke_chain_in_table_order(monkeypatch, tmp_path: Pat
     assert args["collect-retail"] == ["collect", "--recipe", recipe, *mine]
     assert args["train"] == ["train", "--recipe", recipe, "--resume", "--set",
                              "train.total_steps=1", *mine]  # the user's --set last: it wins
-    assert args["eval"] == ["eval", "--recipe", recipe, *mine, "--checkpoint", "checkpoints/smoke"]
+    assert args["eval"] == ["eval", "--recipe", recipe, *mine, "--checkpoint",
+                             str(tmp_path / "checkpoints")]  # train.output_dir: <run_dir>/checkpoints
     assert args["report"] == ["report", str(tmp_path / "eval"), "--out", str(tmp_path / "report")]
     assert args["dataset card"] == ["data", "stats", str(tmp_path / "data" / "dataset")]

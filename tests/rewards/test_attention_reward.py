@@ -146,6 +146,17 @@ def test_keys_live_under_reward_attention_and_judge_needs_a_judge_model():
         parse_recipe({"name": "r", "reward": {"attention": {"lambda": -1}}})
 
 
+def run_relative(value: object, run_dir: str) -> object:
+    """``value`` (a dumped section) with every path inside ``run_dir`` written as ``<run>/...``."""
+    if isinstance(value, dict):
+        return {key: run_relative(item, run_dir) for key, item in value.items()}
+    if isinstance(value, list):
+        return [run_relative(item, run_dir) for item in value]
+    if isinstance(value, str) and (value == run_dir or value.startswith(run_dir + "/")):
+        return "<run>" + value[len(run_dir):]
+    return value
+
+
 def test_paper_recipe_is_off_and_its_attention_variant_is_on():
     from pathlib import Path
 
@@ -154,9 +165,16 @@ def test_paper_recipe_is_off_and_its_attention_variant_is_on():
     assert paper.reward.attention.lam == 0.0
     assert variant.reward.attention.lam > 0 and variant.reward.attention.cost == "judge"
     assert "judge" in variant.models
-    # the variant is the paper recipe with the attention term: every other section is the same
-    same = ("data", "router", "env", "train", "eval")
-    assert all(getattr(paper, s) == getattr(variant, s) for s in same)
+    # the variant is the paper recipe with the attention term: every other section is the same,
+    # up to where each run keeps its files (paths are absolute under each recipe's own run_dir)
+    for section in ("data", "router", "env", "train", "eval"):
+        mine = run_relative(getattr(paper, section).model_dump(), paper.run_dir)
+        # (its calibration states are the paper run's own: see below)
+        theirs = run_relative(run_relative(getattr(variant, section).model_dump(),
+                                           variant.run_dir), paper.run_dir)
+        assert mine == theirs, section
+    # the variant reads the paper run's calibration states, not states of its own
+    assert variant.router.calibration.dev_states == paper.router.calibration.dev_states
     assert paper.reward.model_copy(update={"attention": variant.reward.attention}) == variant.reward
 
 
