@@ -19,16 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from prour.cluster.vllm_server import VLLMServer
 from prour.config import EnvConfig, ModelConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories
 from prour.data.config import DataConfig
+from prour.demo.tiny import build_tiny_model
 from prour.env.agents import LLMAgent
 from prour.env.domains import load_tasks
 from prour.env.users import LLMUser
 from prour.llm.openai import OpenAILLM
 from prour.llm.registry import build_llm
-from prour.demo.tiny import build_tiny_model
-from prour.cluster.vllm_server import VLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 16384

@@ -63,8 +63,8 @@ def endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if not args.start_server:
         yield args.base_url, args.model
         return
-    from prour.demo.tiny import build_tiny_model
     from prour.cluster.vllm_server import VLLMServer
+    from prour.demo.tiny import build_tiny_model
 
     python = os.environ.get("PROUR_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
     with tempfile.TemporaryDirectory(prefix="prour-episodes-bench-") as tmp:

@@ -33,9 +33,10 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -326,10 +327,11 @@ def hf_generate_baseline(
     """transformers' own ``generate`` on the same prompt and sample count: the reference rate."""
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]], device=device)
-    kwargs = dict(
-        do_sample=True, temperature=0.8, top_p=1.0, top_k=0, max_new_tokens=args.response,
-        min_new_tokens=args.response, num_return_sequences=args.gen_samples, pad_token_id=0,
-    )
+    kwargs = {
+        "do_sample": True, "temperature": 0.8, "top_p": 1.0, "top_k": 0,
+        "max_new_tokens": args.response, "min_new_tokens": args.response,
+        "num_return_sequences": args.gen_samples, "pad_token_id": 0,
+    }
     with torch.inference_mode():
         model.generate(ids, **{**kwargs, "max_new_tokens": 8, "min_new_tokens": 8})
         sync(device)

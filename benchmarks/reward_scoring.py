@@ -14,10 +14,10 @@ import statistics
 import time
 from pathlib import Path
 
+from prour.demo.tiny import default_tiny_dir
 from prour.llm.base import ScoreRequest
 from prour.llm.hf import HFLLM
 from prour.llm.scripted import ScriptedLLM
-from prour.demo.tiny import default_tiny_dir
 from prour.rewards import InfoGainReward, RewardConfig, RewardState, belief_prompt
 from prour.rollout import StrictUserSimulator
 

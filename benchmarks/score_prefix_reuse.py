@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from prour.demo.tiny import build_tiny_model
 from prour.llm import ScoreRequest
 from prour.llm.hf import HFLLM
-from prour.demo.tiny import build_tiny_model
 
 TOOLS = (
     "get_order_details",

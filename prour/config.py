@@ -73,7 +73,7 @@ class ModelConfig(Section):
             raise ValueError(unknown_name("backend", value, BACKENDS))
         return value
 
-    def model_post_init(self, __context: Any) -> None:
+    def model_post_init(self, context: Any, /) -> None:
         if self.backend == "hf" and not self.path:
             raise ValueError("backend 'hf' needs `path` (a local HF folder or a hub id)")
         if self.backend == "openai" and not self.model:

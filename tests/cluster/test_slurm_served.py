@@ -147,7 +147,7 @@ def test_paper_shaped_pipeline_served_through_slurm_then_a_killed_server_fails_e
     for stage in STAGES.split(","):
         name = "eval.0" if stage == "eval" else stage
         assert status_of(run_dir, name)["rc"] == "0", (stage, shown)
-        assert re.search(rf"^{re.escape(stage)}\S*\s.*\sCOMPLETED\s", shown, re.M), shown
+        assert re.search(rf"^{re.escape(stage)}\S*\s.*\sCOMPLETED\s", shown, re.MULTILINE), shown
     # every stage left its product
     assert (run_dir / "data" / "trajectories.jsonl").read_text().strip()
     assert (run_dir / "data" / "goals.jsonl").read_text().strip()
@@ -174,7 +174,7 @@ def test_paper_shaped_pipeline_served_through_slurm_then_a_killed_server_fails_e
     assert status_of(killed_dir, "eval.0")["rc"] != "0"
     code, shown = status_lines(killed_dir, slurm_cluster)
     assert code == 1, shown
-    assert re.search(r"^eval\[0\].*\sFAILED\s", shown, re.M), shown
+    assert re.search(r"^eval\[0\].*\sFAILED\s", shown, re.MULTILINE), shown
     failures = shown.split("failed stage: ")[1:]
     eval_failure = next(f for f in failures if f.startswith("eval "))
     cause = next(line for line in eval_failure.splitlines() if line.startswith("cause: "))

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from prour.llm.openai import OpenAILLM
     from prour.cluster.vllm_server import VLLMServer
+    from prour.llm.openai import OpenAILLM
 
 SERVED_NAME = "tiny"
 START_TIMEOUT_S = float(os.environ.get("PROUR_VLLM_START_TIMEOUT", "600"))

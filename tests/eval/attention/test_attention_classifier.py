@@ -105,8 +105,8 @@ WRITE_CONFIRMATIONS = [
     "I will cancel order #W123. Shall I proceed (yes/no)?",
     "I will exchange both items. Shall I proceed (yes)?",
     "Here are the details:\n- cancel order #W1\n- refund to the gift card\nShall I proceed (yes/no)?",
-    "I'll change flight HAT170 to economy; $120 will be charged to your card. "
-    "Do you want me to go ahead?",
+    ("I'll change flight HAT170 to economy; $120 will be charged to your card. "
+     "Do you want me to go ahead?"),
     "Please confirm (yes/no) that I should book the 10:00 flight to JFK for you.",
 ]
 
