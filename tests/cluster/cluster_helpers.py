@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tiny_finetune import learned_by_heart
 
 # Plays `python -m vllm.entrypoints.openai.api_server ...`: answers /health on --port after
 # FAKE_DELAY seconds, or exits with code 3 when the model folder holds a file named BROKEN.
@@ -88,19 +89,3 @@ def tool_calling_model(model_dir: Path, out_dir: Path, steps: int = 40) -> Path:
     reply = {"role": "assistant", "content": "", "tool_calls": [{"function": TOOL_CALL}]}
     example = SFTExample("agent", TOOL_PROMPT, reply, tools=[ORDER_TOOL])
     return learned_by_heart(model_dir, out_dir, [example], steps)
-
-
-def learned_by_heart(model_dir: Path, out_dir: Path, examples: list, steps: int,
-                     max_tokens: int = 512) -> Path:
-    """The tiny model fine-tuned (the demo's warm start) on ``examples`` (SFTExample), all of them
-    in each of ``steps`` steps, saved in ``out_dir``."""
-    from transformers import AutoTokenizer
-
-    from prour.demo.training import encode_example
-    from prour.demo.warmstart import fine_tune
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rows = [[encode_example(tokenizer, example, max_tokens)] for example in examples]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fine_tune(model_dir, out_dir, [rows] * steps, 5e-3, 0)
-    return out_dir

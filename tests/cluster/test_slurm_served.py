@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import learned_by_heart, write_recipe
+from cluster_helpers import write_recipe
 from test_slurm_local import REPO, prour, status_of, submit, wait_done
+from tiny_finetune import learned_by_heart
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 

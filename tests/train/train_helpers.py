@@ -81,13 +81,10 @@ def warm_start(
     """The demo's warm start (:func:`prour.demo.warmstart.fine_tune`) on one prompt answered by a
     mix of well-formed and broken outputs (about good_share : bad_share), all in every step, so
     the tiny model emits the format some of the time; RL then has something to reinforce."""
-    from transformers import AutoTokenizer
+    from tiny_finetune import learned_by_heart
 
     from prour.demo.corpus import SFTExample
-    from prour.demo.training import encode_example
-    from prour.demo.warmstart import fine_tune
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     targets = [GOOD[i % len(GOOD)] for i in range(good_share)] + [
         BAD[i % len(BAD)] for i in range(bad_share)
     ]
@@ -100,7 +97,5 @@ def warm_start(
         )
         for target in targets
     ]
-    batch = [[encode_example(tokenizer, example, 256)] for example in examples]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fine_tune(Path(model_dir), out_dir, [batch] * steps, lr, seed)
-    return out_dir
+    return learned_by_heart(Path(model_dir), out_dir, examples, steps, max_tokens=256, lr=lr,
+                            seed=seed)
