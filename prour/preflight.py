@@ -228,11 +228,10 @@ def check_thresholds(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> 
     if (writer is not EXTERNAL and stage_of(writer).name in set(stages)) \
             or not get_stage(stage).routes(recipe) or "decomposer" not in recipe.models:
         return []
-    from prour.router.thresholds import decomposer_model_id, router_thresholds
+    from prour.build import Builder
 
-    try:  # where the stage itself reads them (prour.build.Builder.thresholds)
-        model_id = decomposer_model_id(recipe.models["decomposer"])
-        router_thresholds(recipe.router, model_id, path)
+    try:  # read the way the stage itself reads them (no model is loaded for this)
+        Builder(recipe).thresholds()
     except ValueError as exc:
         return [Problem("thresholds", str(exc).replace("\n", " "))]
     return []
