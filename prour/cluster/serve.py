@@ -286,9 +286,10 @@ class ServerGroup:
         for model_id, server in self.servers.items():
             if not process_alive(server.pid):
                 plan = self.plans[model_id]
+                url = f"http://{plan.advertised_host}:{server.port}/v1"
                 return (
-                    f"server {model_id!r} (pid {server.pid}) exited while serving; last log "
-                    f"lines of {plan.log_path}:\n{log_tail(plan.log_path)}"
+                    f"server {model_id!r} at {url} (pid {server.pid}) exited while serving; "
+                    f"last log lines of {plan.log_path}:\n{log_tail(plan.log_path)}"
                 )
         return None
 
