@@ -8,6 +8,7 @@ code that uses them and collected into :class:`Recipe` here.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 
@@ -298,4 +299,11 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(key, f"cannot set below {part!r}: it is not a mapping")
-    node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        text = f"{key}='{raw.replace(chr(39), chr(39) * 2)}'"  # a YAML string, ' doubled
+        shell = f'"{text}"' if not set(text) & set('"$`\\!') else shlex.quote(text)
+        raise ConfigError(key, f"--set {item!r}: the value is not valid YAML ({problem}); "
+                          f"to pass it as text, quote it: --set {shell}") from None
