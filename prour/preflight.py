@@ -5,7 +5,8 @@ package and the fix); an empty list means the stage can start. The checks:
 
 - ``models``: the roles the stage uses are defined in the recipe;
 - ``weights``: ``hf`` roles (and the models ``serve`` loads, and extract's tokenizer) have local
-  weights (:func:`prour.llm.weights.local_weights`; nothing is downloaded);
+  weights (:func:`prour.llm.weights.local_weights`; nothing is downloaded), and a model folder
+  holds its weight files, not only ``config.json``;
 - ``endpoint``: ``openai`` roles answer ``GET <base_url>/models`` within a short timeout and list
   their model; without a ``base_url``, why the endpoints file gave none;
 - ``extra``: the optional packages the recipe uses import (verl, transfer_queue, ray, vllm for
@@ -37,6 +38,7 @@ from prour.config import Recipe
 from prour.stages import EXTERNAL, get_stage, required_roles, served_ids, stage_of, writer_of
 
 PROBE_TIMEOUT_S = 2.0
+TOKENIZER_KEYS = ("data.tokenizer",)  # keys naming a folder whose tokenizer alone is read
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,16 @@ def check_models(recipe: Recipe, roles_by_stage: dict[str, tuple[str, ...]]) -> 
 
 
 def _weights(name: str, recipe: Recipe, key: str) -> Problem | None:
-    from prour.llm.weights import ModelNotFound, local_weights
+    """The folder of ``name`` exists and, unless only its tokenizer is read, holds weights."""
+    from prour.llm.weights import ModelNotFound, local_weights, missing_weight_files
 
     try:
-        local_weights(name, recipe.models_dir, key)
+        folder = local_weights(name, recipe.models_dir, key)
     except ModelNotFound as exc:
         return Problem("weights", str(exc))
-    return None
+    tokenizer_only = all(k in TOKENIZER_KEYS for k in key.split(", "))
+    why = None if tokenizer_only else missing_weight_files(folder, key, name)
+    return Problem("weights", why) if why else None
 
 
 def _weights_wanted(recipe: Recipe, stage: str, roles: Sequence[str]) -> list[tuple[str, str]]:

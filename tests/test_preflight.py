@@ -46,6 +46,7 @@ def _clean_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def _model(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
     return folder
 
 

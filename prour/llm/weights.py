@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 
 MODELS_DIR_ENV = "PROUR_MODELS_DIR"
@@ -109,3 +110,42 @@ def local_weights(name: str, models_dir: str | None = None, key: str | None = No
     if cached is not None:
         return str(cached)
     raise ModelNotFound(missing_message(name, models_dir, key))
+
+
+# What transformers and vLLM load weights from: *.safetensors, pytorch_model*.bin, or an index
+# naming its shards.
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def missing_weight_files(folder: str | Path, key: str | None = None,
+                         name: str | None = None) -> str | None:
+    """Why the model folder ``folder`` holds no loadable weights (one line with the fix), or
+    ``None``: a ``*.safetensors`` / ``pytorch_model*.bin`` file, or an index whose shards are all
+    there. A folder with ``config.json`` and no weights passes :func:`local_weights` (tokenizers
+    need no more) but fails to load with an ``OSError`` later; preflight asks this first.
+    ``name``: the hub id the recipe named, for the download command."""
+    import json
+
+    folder = Path(folder)
+    label = repr(name or str(folder)) + (f" ({key})" if key else "")
+    fix = (f"download them with `hf download {name} --local-dir {shlex.quote(str(folder))}`"
+           if name and _HUB_ID.match(name) and not Path(name).expanduser().is_dir()
+           else "copy the model's weight files into it")
+    for index in WEIGHT_INDEXES:
+        if not (folder / index).is_file():
+            continue
+        try:
+            shards = set(json.loads((folder / index).read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"model {label}: {folder / index} is not a weight index (no weight_map); {fix}"
+        absent = sorted(shard for shard in shards if not (folder / shard).is_file())
+        if absent:
+            return (f"model {label}: {len(absent)} of {len(shards)} weight shard(s) named by "
+                    f"{index} are missing ({', '.join(absent[:3])}"
+                    f"{', ...' if len(absent) > 3 else ''}); {fix}")
+        return None
+    if any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin")):
+        return None
+    return (f"model {label}: folder {folder} holds no weight files (*.safetensors, "
+            f"pytorch_model*.bin or an index of shards); {fix}")
+

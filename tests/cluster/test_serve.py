@@ -42,6 +42,7 @@ def model_dir(tmp_path: Path, name: str, broken: bool = False) -> str:
     folder = tmp_path / name
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text("{}")  # what makes it a model folder (prour.llm.weights)
+    (folder / "model.safetensors").write_bytes(b"")  # and a weight file, as preflight asks
     if broken:
         (folder / "BROKEN").write_text("")
     return str(folder)

@@ -217,6 +217,7 @@ def test_a_model_folder_vllm_cannot_load_fails_fast(vllm_python: Path, tmp_path:
     empty = tmp_path / "not-a-model"
     empty.mkdir()
     (empty / "config.json").write_text("{}")  # passes preflight's look; vLLM finds no model in it
+    (empty / "model.safetensors").write_bytes(b"")
     serving, _ = recipes(tmp_path, vllm_python, {"broken": served(empty)}, {"judge": "broken"})
     started = time.monotonic()
     proc = start_serve(serving)

@@ -222,6 +222,7 @@ def test_serve_stage_holds_until_the_others_end(slurm_cluster: Any, tmp_path: Pa
     python.chmod(0o755)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")  # a model folder (prour.llm.weights)
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"")  # with a weight file (preflight)
     recipe = write_recipe(
         tmp_path / "serving.yaml",
         {
