@@ -96,8 +96,10 @@ def _qwen3(hidden: int, layers: int, heads: int, ffn: int, tied: bool) -> ModelS
 
 
 # The paper's models, from their config.json on the Hugging Face hub (Qwen/Qwen3-*): 1.72 B,
-# 8.19 B and 32.76 B parameters, matching the model cards' 1.7B / 8.2B / 32.8B.
+# 8.19 B and 32.76 B parameters, matching the model cards' 1.7B / 8.2B / 32.8B; and the model of
+# recipes/gpu-smoke.yaml, 0.60 B (card: 0.6B, 0.44B without the embeddings).
 KNOWN_MODELS: dict[str, ModelShape] = {
+    "Qwen/Qwen3-0.6B": _qwen3(1024, 28, 16, 3072, tied=True),
     "Qwen/Qwen3-1.7B": _qwen3(2048, 28, 16, 6144, tied=True),
     "Qwen/Qwen3-8B": _qwen3(4096, 36, 32, 12288, tied=False),
     "Qwen/Qwen3-32B": _qwen3(5120, 64, 64, 25600, tied=False),

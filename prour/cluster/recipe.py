@@ -22,10 +22,14 @@ def unserved_roles(recipe: Recipe) -> dict[str, str]:
 
 
 def served_models(recipe: Recipe) -> dict[str, ServedModel]:
-    """Model id -> server: ``serve.models``, or one default server per model id to serve."""
+    """Model id -> server: the ``serve.models`` entries some role uses, or one default server per
+    model id to serve. An entry no role names is not a server: a recipe that extends another and
+    changes its models (gpu-smoke, rehearsal) inherits the base's entries, merged key by key."""
+    used = dict.fromkeys(unserved_roles(recipe).values())
     if recipe.serve.models:
-        return dict(recipe.serve.models)
-    return {model_id: ServedModel() for model_id in dict.fromkeys(unserved_roles(recipe).values())}
+        return {model_id: spec for model_id, spec in recipe.serve.models.items()
+                if model_id in used}
+    return {model_id: ServedModel() for model_id in used}
 
 
 def served_roles(recipe: Recipe) -> dict[str, list[str]]:

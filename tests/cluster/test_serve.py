@@ -94,6 +94,19 @@ def test_roles_sharing_a_model_share_one_server(tmp_path: Path, fake_vllm_python
         plan_servers(loaded, ["agent"])
 
 
+def test_a_server_entry_no_role_uses_is_not_started(tmp_path: Path, fake_vllm_python: Path) -> None:
+    """An extending recipe that changes the models keeps its base's serve.models entries (merged
+    key by key); those no role names start nothing and take no GPU in any plan."""
+    models = {"big": {"path": model_dir(tmp_path, "big")},
+              "inherited": {"path": model_dir(tmp_path, "old"), "gpus": [0]}}
+    loaded = load_recipe(frozen_recipe(tmp_path, fake_vllm_python, models), cluster=True)
+    assert [(p.model_id, p.roles) for p in plan_servers(loaded)] == [
+        ("big", ("decomposer", "user", "verifier"))]
+    smoke = load_recipe(Path(__file__).parents[2] / "recipes" / "gpu-smoke.yaml", cluster=True)
+    assert set(smoke.serve.models) == {"Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "Qwen/Qwen3-0.6B"}
+    assert [p.model_id for p in plan_servers(smoke)] == ["Qwen/Qwen3-0.6B"]
+
+
 @pytest.mark.parametrize(
     ("serve_models", "key", "fragment"),
     [
