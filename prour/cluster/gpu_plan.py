@@ -48,6 +48,7 @@ TRAIN_STATE_BYTES = 16  # fp32 params (4) + fp32 grads (4) + AdamW exp_avg and e
 LOGIT_COPIES = 5
 VLLM_RESERVE_GIB = 1.5  # per vLLM instance and GPU: activations, sampler, CUDA graphs (estimate)
 CUDA_CONTEXT_GIB = 0.5  # per process and GPU (estimate)
+TIGHT_FRACTION = 0.05  # a plan within 5% of a GPU's memory fits, with a warning
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -134,6 +135,7 @@ class GpuPlan:
     uses: dict[int, list[tuple[str, float]]] = field(default_factory=lambda: defaultdict(list))
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # fits, but with little to spare
 
     def add(self, gpu: int, what: str, gib: float) -> None:
         self.uses[gpu].append((what, gib))
@@ -154,6 +156,7 @@ class GpuPlan:
                 f"  GPU {gpu}: {self.total(gpu):.1f} / {self.gpu_gib:g} GiB = {parts or 'nothing'}"
             )
         lines += [f"  note: {note}" for note in self.notes]
+        lines += [f"  warning: {warning}" for warning in self.warnings]
         lines += [f"  does not fit: {problem}" for problem in self.problems]
         return "\n".join(lines)
 
@@ -163,13 +166,14 @@ class GpuPlan:
             raise GpuPlanError(self.text())
 
 
-def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel) -> None:
-    """Add one vLLM server; a share too small for weights + one full-length sequence is a problem.
-    A server without ``gpus`` runs on whatever GPUs its job is given: checked, not placed."""
+def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel, running: bool = False) -> None:
+    """Add one vLLM server (``running``: one the endpoints files show on this node); a share too
+    small for weights + one full-length sequence is a problem. A server without ``gpus`` runs on
+    whatever GPUs its job is given: checked, not placed."""
     share = spec.gpu_memory_utilization or VLLM_DEFAULT_GPU_SHARE
     share_gib = share * plan.gpu_gib
     for gpu in spec.gpus or []:
-        plan.add(gpu, f"{model_id} vLLM ({share:g})", share_gib)
+        plan.add(gpu, f"{model_id} vLLM ({share:g}{', running' if running else ''})", share_gib)
         plan.add(gpu, "CUDA context", CUDA_CONTEXT_GIB)
     if spec.gpus is None:
         plan.notes.append(
@@ -253,6 +257,64 @@ def plan_in_process(plan: GpuPlan, recipe: Recipe, stage: str) -> None:
         plan.add(0, "CUDA context", CUDA_CONTEXT_GIB)
 
 
+def _flag(command: list[str], flag: str) -> str | None:
+    """The value after ``flag`` in a server's command line, or ``None``."""
+    return command[command.index(flag) + 1] if flag in command[:-1] else None
+
+
+def _running_spec(entry: dict[str, Any]) -> ServedModel | None:
+    """What one server of an endpoints record holds, read from the command it runs."""
+    command = [str(arg) for arg in entry.get("command") or []]
+    share, tp = _flag(command, "--gpu-memory-utilization"), _flag(command, "--tensor-parallel-size")
+    length, dtype = _flag(command, "--max-model-len"), _flag(command, "--dtype")
+    try:
+        return ServedModel(
+            path=entry.get("path"), gpus=entry.get("gpus"),
+            gpu_memory_utilization=float(share) if share else None,
+            tensor_parallel_size=int(tp) if tp else 1,
+            max_model_len=int(length) if length else ServedModel().max_model_len,
+            dtype=dtype if dtype in DTYPE_BYTES else "auto",
+        )
+    except ValueError:  # a record this version cannot read: not counted
+        return None
+
+
+def endpoints_files(recipe: Recipe) -> list[Path]:
+    """The endpoints files of this run folder: the recipe's (``endpoints_file``, else
+    ``<run_dir>/endpoints.json``) and those ``prour run`` writes per job under
+    ``<run_dir>/endpoints/``."""
+    from prour.cluster.endpoints import endpoints_path
+
+    folder = recipe.resolved_run_dir() / "endpoints"
+    found = [endpoints_path(recipe), *(sorted(folder.glob("*.json")) if folder.is_dir() else [])]
+    return list(dict.fromkeys(path.resolve() for path in found))
+
+
+def running_servers(recipe: Recipe) -> dict[str, ServedModel]:
+    """Model id -> the vLLM servers that run now on this node, by the run folder's endpoints files
+    (``starting`` or ``ready``, written on this host, server process alive): they hold their
+    GPU share whatever the stage calls."""
+    import socket
+
+    from prour.cluster.endpoints import EndpointsError, read_endpoints
+    from prour.cluster.serve import process_alive
+
+    running: dict[str, ServedModel] = {}
+    for path in endpoints_files(recipe):
+        try:
+            record = read_endpoints(path)
+        except (EndpointsError, OSError):
+            continue  # preflight and the stages name an unreadable file
+        if not record or record["status"] not in ("starting", "ready") \
+                or record.get("node") != socket.gethostname():
+            continue
+        for model_id, entry in (record.get("servers") or {}).items():
+            spec = _running_spec(entry) if isinstance(entry, dict) else None
+            if spec is not None and process_alive(entry.get("pid")):
+                running[model_id] = spec
+    return running
+
+
 def has_plan(stage: str) -> bool:
     """Whether the stage places anything on a node's GPUs (its table row's ``placement``)."""
     return get_stage(stage).placement != "none"
@@ -268,11 +330,13 @@ def stage_servers(recipe: Recipe, stage: str) -> dict[str, ServedModel]:
     return {m: specs[m] for m, roles in users.items() if wanted & set(roles)}
 
 
-def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None = None) -> GpuPlan:
+def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None = None,
+             running: dict[str, ServedModel] | None = None) -> GpuPlan:
     """The node's memory during ``stage`` (one that places something: :func:`has_plan`): its
-    servers (``servers`` when given, e.g. those of ``prour serve --roles``), the ``hf`` roles it
-    loads in process, and for the trainer's stage the verl trainer (beside its servers when
-    ``serve.colocate_train``, the paper's node)."""
+    servers (``servers`` when given, e.g. those of ``prour serve --roles``) and those that run on
+    this node already (``running``; default :func:`running_servers`, from the endpoints files),
+    each counted once, the ``hf`` roles it loads in process, and for the trainer's stage the verl
+    trainer (beside its servers when ``serve.colocate_train``, the paper's node)."""
     placement = get_stage(stage).placement
     if placement == "none":
         raise ValueError(f"stage {stage!r} places nothing on the GPUs: it has no memory plan")
@@ -280,6 +344,8 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
     trainer = placement == "trainer"
     if trainer and not recipe.serve.colocate_train:
         servers = {}
+    running = running_servers(recipe) if running is None else running
+    servers = {**{m: spec for m, spec in servers.items() if m not in running}, **running}
     verl = trainer and recipe.train is not None and recipe.train.backend == "verl"
     trainer_gpus = recipe.train.verl.n_gpus_per_node if verl and recipe.train else 0
     listed = [gpu for spec in servers.values() for gpu in spec.gpus or []]
@@ -287,7 +353,7 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
         stage, recipe.serve.gpu_memory_gib, max([trainer_gpus, *(g + 1 for g in listed)])
     )
     for model_id, spec in servers.items():
-        plan_server(plan, model_id, spec)
+        plan_server(plan, model_id, spec, running=model_id in running)
     if placement == "in_process":
         plan_in_process(plan, recipe, stage)
     if trainer:
@@ -299,6 +365,17 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
             parts = ", ".join(f"{what} {gib:.1f}" for what, gib in plan.uses[gpu])
             plan.problems.append(
                 f"GPU {gpu} needs {plan.total(gpu):.1f} GiB > {plan.gpu_gib:g} GiB ({parts})"
+            )
+        elif plan.total(gpu) > (1 - TIGHT_FRACTION) * plan.gpu_gib:
+            keys = [f"serve.models.{m}.gpu_memory_utilization" for m, spec in servers.items()
+                    if gpu in (spec.gpus or [])]
+            if trainer and verl:
+                keys.append("train.verl.gpu_memory_utilization")
+            plan.warnings.append(
+                f"GPU {gpu} is planned at {plan.total(gpu):.1f} of {plan.gpu_gib:g} GiB "
+                f"({plan.total(gpu) / plan.gpu_gib:.0%}), within {TIGHT_FRACTION:.0%} of its "
+                f"memory; the reserves are estimates, so a server may find too little for its "
+                f"KV cache: lower {' or '.join(keys) or 'what it holds'} for more headroom"
             )
     return plan
 

@@ -1,8 +1,9 @@
 """``prour serve``: one vLLM server per frozen model of a recipe, started and stopped together.
 
-Servers start in parallel and each waits for ``/health``. The first one that cannot start stops
-the others at once (their processes are signalled, so nobody waits for a slow start-up), and the
-endpoints file records the error. Once all are healthy the file says ``ready`` and the command
+Servers that share a GPU start one after another (each vLLM sizes its KV cache from the memory
+free when it starts), the others in parallel; each waits for ``/health``. The first one that
+cannot start stops the others at once (their processes are signalled, so nobody waits for a slow
+start-up), and the endpoints file records the error. Once all are healthy the file says ``ready`` and the command
 holds the foreground until SIGINT/SIGTERM or until a server dies, then stops every server by PID.
 """
 
@@ -187,6 +188,34 @@ def process_alive(pid: int | None) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def start_chains(plans: Sequence[ServerPlan], gpu_node: bool | None = None) -> list[list[str]]:
+    """The model ids in start order: servers that share a GPU (directly or through another) form
+    one chain that starts one after another, since each vLLM sizes its KV cache from the GPU
+    memory it finds free at start; separate chains start in parallel. A server without ``gpus``
+    sees every GPU of its job, so on a node with GPUs (``gpu_node``; default: any visible) it
+    shares with every server; on a node without, nothing is shared."""
+    if gpu_node is None:
+        from prour.preflight import visible_gpus
+
+        gpu_node = visible_gpus() > 0
+    order = {plan.model_id: i for i, plan in enumerate(plans)}
+    chains: list[tuple[set[int] | None, list[str]]] = []  # (GPUs held, None: all), model ids
+    for plan in plans:
+        gpus = None if plan.spec.gpus is None else set(plan.spec.gpus)
+        if gpus is None and not gpu_node:
+            chains.append((set(), [plan.model_id]))
+            continue
+        joined = [c for c in chains if gpus is None or c[0] is None or c[0] & gpus]
+        held: set[int] | None = None if gpus is None else set(gpus)
+        ids: list[str] = []
+        for chain in joined:
+            held = None if held is None or chain[0] is None else held | chain[0]
+            ids += chain[1]
+            chains.remove(chain)
+        chains.append((held, [*sorted(ids, key=order.__getitem__), plan.model_id]))
+    return sorted((ids for _, ids in chains), key=lambda ids: order[ids[0]])
+
+
 class ServerGroup:
     """The servers of one ``prour serve`` run; one failure stops them all."""
 
@@ -227,12 +256,14 @@ class ServerGroup:
         }
 
     def start(self, stop: threading.Event, on_change: Callable[[], None] = lambda: None) -> None:
-        """Start all servers in parallel; raise :class:`ServeError` as soon as one fails."""
+        """Start the servers, those sharing a GPU one after another (:func:`start_chains`) and
+        the chains in parallel; raise :class:`ServeError` as soon as one fails."""
+        chains = start_chains(list(self.plans.values()))
         threads = [
             threading.Thread(
-                target=self._start_one, args=(model_id, stop), daemon=True, name=f"serve-{model_id}"
+                target=self._start_chain, args=(chain, stop), daemon=True, name=f"serve-{chain[0]}"
             )
-            for model_id in self.servers
+            for chain in chains
         ]
         for thread in threads:
             thread.start()
@@ -251,6 +282,15 @@ class ServerGroup:
             raise ServeError(self.failure_message())
         if stop.is_set():
             self.stop()
+
+    def _start_chain(self, chain: Sequence[str], stop: threading.Event) -> None:
+        """Thread body: start the servers of one chain in turn, each once the one before is
+        healthy."""
+        for before, model_id in zip([None, *chain], chain):
+            if before is not None:
+                logger.info("starting %s once %s is up (they share a GPU: vLLM sizes its KV "
+                            "cache from the memory free when it starts)", model_id, before)
+            self._start_one(model_id, stop)
 
     def _start_one(self, model_id: str, stop: threading.Event) -> None:
         """Thread body: start one server unless the group is already giving up."""

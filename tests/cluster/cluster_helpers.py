@@ -21,6 +21,7 @@ if args[:1] == ["-c"]:  # preflight asks whether vllm imports: this stand-in "ha
 model = args[args.index("--model") + 1]
 print("fake vLLM for", model, "env CUDA_VISIBLE_DEVICES=", os.environ.get("CUDA_VISIBLE_DEVICES"),
       "args", " ".join(args), flush=True)
+print("started at", time.time(), flush=True)
 if os.path.exists(os.path.join(model, "BROKEN")):
     time.sleep(float(os.environ.get("FAKE_FAIL_AFTER", "0.5")))
     print("fatal: no model weights in", model, flush=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,80 @@ def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None
     assert "GPU memory plan, stage train: 2 x 80 GiB\n  GPU 0: 29.8 / 80 GiB" in out
     assert "  GPU 1: 29.8 / 80 GiB" in out  # no Qwen3-8B share beside the trainer
     assert "GPU memory plan, stage eval: 1 x 80 GiB\n  GPU 0: 3.7 / 80 GiB" in out
+
+
+def test_the_train_plan_counts_the_8b_server_already_running_on_the_node(
+    tmp_path: Path, fake_vllm_python: Path
+) -> None:
+    """`prour serve --roles strict_user,verifier` runs the 8B (a stand-in vLLM) on GPU 1; once its
+    endpoints file gives those roles their URLs they are no longer "to be served", yet the server
+    holds 0.45 x 80 + 0.5 GiB of GPU 1: the train plan shows 66.3 GiB there, not the trainer's
+    29.8 alone (what it showed before it read the endpoints file)."""
+    models = tmp_path / "models" / "Qwen" / "Qwen3-8B"
+    models.mkdir(parents=True)
+    (models / "config.json").write_text("{}")
+    sets = [f"run_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}",
+            "serve.host=127.0.0.1", f"serve.python={fake_vllm_python}"]
+    stop = threading.Event()
+    serving = threading.Thread(target=serve, daemon=True, args=(
+        load_recipe(PAPER, sets, cluster=True), stop, ["strict_user", "verifier"]))
+    serving.start()
+    try:
+        endpoints = tmp_path / "run" / "endpoints.json"
+        deadline = time.monotonic() + 30
+        while not (endpoints.exists() and json.loads(endpoints.read_text())["status"] == "ready"):
+            assert time.monotonic() < deadline and serving.is_alive(), "the 8B never got ready"
+            time.sleep(0.1)
+        resolved = load_recipe(PAPER, sets, cluster=True, endpoints=True)
+        assert resolved.models["strict_user"].base_url  # served, so no longer to be served
+        plan = gpu_plan(resolved, "train")
+        shard = 1_720_574_976 * 16 / 2 / GIB
+        assert plan.total(1) == pytest.approx(36 + 0.5 + shard + 16 + 1.0)
+        assert "GPU 1: 66.3 / 80 GiB = Qwen/Qwen3-8B vLLM (0.45, running) 36.0" in plan.text()
+        assert plan.total(0) == pytest.approx(shard + 16 + 1.0)
+        assert "GPU 1: 29.8 / 80 GiB" in gpu_plan(resolved, "train", running={}).text()
+    finally:
+        stop.set()
+        serving.join(30)
+    # stopped: nothing runs, and the roles are to be served again by the train stage's servers
+    after = gpu_plan(load_recipe(PAPER, sets, cluster=True, endpoints=True), "train")
+    assert "running" not in after.text() and after.total(1) == pytest.approx(plan.total(1))
+
+
+def test_an_endpoints_file_of_another_node_or_a_dead_server_is_not_counted(tmp_path: Path) -> None:
+    """A ready record written on another host, or naming a pid that is gone, holds nothing here."""
+    import socket
+    import subprocess
+
+    from prour.cluster.endpoints import write_endpoints
+    from prour.cluster.gpu_plan import running_servers
+
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}"], cluster=True)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    server = {"base_url": "http://127.0.0.1:9/v1", "path": "Qwen/Qwen3-8B", "gpus": [1],
+              "command": ["python", "--gpu-memory-utilization", "0.45", "--max-model-len", "32768",
+                          "--dtype", "bfloat16"]}
+    for node, pid, expected in (("elsewhere", os.getpid(), {}), (socket.gethostname(), int(gone), {}),
+                                (socket.gethostname(), os.getpid(), {"Qwen/Qwen3-8B"})):
+        write_endpoints(tmp_path / "endpoints" / "host-1.json",
+                        {"status": "ready", "node": node, "pid": pid,
+                         "servers": {"Qwen/Qwen3-8B": {**server, "pid": pid}}})
+        assert set(running_servers(recipe)) == set(expected)
+    spec = running_servers(recipe)["Qwen/Qwen3-8B"]
+    assert (spec.gpus, spec.gpu_memory_utilization, spec.max_model_len, spec.dtype) == (
+        [1], 0.45, 32768, "bfloat16")
+
+
+def test_a_plan_within_five_percent_of_a_gpu_warns_and_names_the_keys() -> None:
+    """The paper's serve stage puts 0.45 x 80 + 0.5 + 0.5 x 80 + 0.5 = 77.0 GiB on GPU 1: above
+    95% of 80 GiB (76), so it fits with a warning; with the 8B at 0.43 (75.4 GiB) there is none."""
+    plan = check_stage(load_recipe(PAPER, cluster=True), "serve")
+    assert plan.fits and len(plan.warnings) == 1
+    assert plan.warnings[0].startswith("GPU 1 is planned at 77.0 of 80 GiB (96%), within 5%")
+    assert ("lower serve.models.Qwen/Qwen3-8B.gpu_memory_utilization or "
+            "serve.models.Qwen/Qwen3-32B.gpu_memory_utilization") in plan.warnings[0]
+    assert "  warning: GPU 1 is planned at 77.0" in plan.text()
+    roomy = check_stage(load_recipe(
+        PAPER, ["serve.models.Qwen/Qwen3-8B.gpu_memory_utilization=0.43"], cluster=True), "serve")
+    assert roomy.fits and roomy.warnings == [] and roomy.total(1) == pytest.approx(75.4)

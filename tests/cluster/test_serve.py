@@ -490,3 +490,53 @@ def test_preflight_of_serve_roles_checks_only_the_servers_it_starts() -> None:
     assert len(weights) == 1 and "'Qwen/Qwen3-8B'" in weights[0], result.output
     full = CliRunner().invoke(app, ["serve", "--recipe", str(paper), "--dry-run"])
     assert sum(line.startswith("error: weights:") for line in full.output.splitlines()) == 2
+
+
+def _started_at(log: Path) -> float:
+    """When the stand-in server began (its log's "started at <epoch seconds>" line)."""
+    line = next(line for line in log.read_text().splitlines() if line.startswith("started at "))
+    return float(line.split()[-1])
+
+
+def test_servers_sharing_a_gpu_start_one_after_another(
+    tmp_path: Path, fake_vllm_python: Path
+) -> None:
+    """a and b share GPU 0: b starts only once a answers /health (after its 1.5 s start-up);
+    c, alone on GPU 1, starts beside a."""
+    delay = {"FAKE_DELAY": "1.5"}
+    models = {
+        "a": {"path": model_dir(tmp_path, "a"), "gpus": [0], "gpu_memory_utilization": 0.4,
+              "env": delay},
+        "b": {"path": model_dir(tmp_path, "b"), "gpus": [0], "gpu_memory_utilization": 0.4,
+              "env": delay},
+        "c": {"path": model_dir(tmp_path, "c"), "gpus": [1], "env": delay},
+    }
+    roles = {"user": "a", "judge": "b", "verifier": "c"}
+    loaded = load_recipe(frozen_recipe(tmp_path, fake_vllm_python, models, roles), cluster=True)
+    stop = threading.Event()
+    thread, outcome = run_in_thread(loaded, stop)
+    record = wait_status(tmp_path / "run" / "endpoints.json", "ready")
+    stop.set()
+    thread.join(30)
+    assert "error" not in outcome
+    start = {m: _started_at(Path(server["log"])) for m, server in record["servers"].items()}
+    assert start["b"] - start["a"] >= 1.5
+    assert abs(start["c"] - start["a"]) < 1.0
+
+
+def test_start_chains_join_servers_through_shared_gpus() -> None:
+    """GPU sets {0}, {1}, {1, 2}, {3}: the 2nd and 3rd share GPU 1; a server without ``gpus``
+    shares every GPU of a GPU node and none on a node without GPUs."""
+    from prour.cluster.config import ServedModel
+    from prour.cluster.serve import ServerPlan, start_chains
+
+    def plan(name: str, gpus: list[int] | None) -> ServerPlan:
+        return ServerPlan(name, ServedModel(gpus=gpus), (), "127.0.0.1", Path(f"{name}.log"))
+
+    plans = [plan("p", [0]), plan("q", [1]), plan("r", [1, 2]), plan("s", [3])]
+    assert start_chains(plans, gpu_node=True) == [["p"], ["q", "r"], ["s"]]
+    assert start_chains([*plans, plan("t", None)], gpu_node=True) == [["p", "q", "r", "s", "t"]]
+    assert start_chains([plan("t", None), *plans, plan("u", None)], gpu_node=False) == [
+        ["t"], ["p"], ["q", "r"], ["s"], ["u"]]
+    assert start_chains([plan("x", [0]), plan("y", [1]), plan("z", [0, 1])], gpu_node=True) == [
+        ["x", "y", "z"]]
