@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 # Stage sections live next to the code that uses them; they import their base from prour.section.
 from prour.cluster.config import ServeConfig, SlurmConfig
@@ -180,6 +180,9 @@ class Recipe(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)  # methods, seeds, attention protocol
     serve: ServeConfig = Field(default_factory=ServeConfig)  # vLLM servers for frozen models
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)  # sbatch resources per stage
+    # The recipe file and the `key=value` overrides it was loaded with (prour.recipes.load_recipe),
+    # so that a hint names the command on the same recipe as the user typed it.
+    _origin: tuple[str, tuple[str, ...]] | None = PrivateAttr(None)
 
     @field_validator("models")
     @classmethod
@@ -207,6 +210,10 @@ class Recipe(Section):
     def resolved_run_dir(self) -> Path:
         """The run folder (absolute: the path rule applied when the recipe validated)."""
         return Path(self.run_dir)
+
+    def origin(self) -> tuple[str, tuple[str, ...]] | None:
+        """(recipe file, ``key=value`` overrides) it was loaded from; None when built in code."""
+        return self._origin
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:

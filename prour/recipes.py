@@ -44,9 +44,11 @@ def load_recipe(
     raises :class:`~prour.cluster.endpoints.EndpointsError`.
     """
     data = read_recipe_data(Path(path))
-    for item in [*(overrides or []), *flag_overrides(flags or {})]:
+    items = [*(overrides or []), *flag_overrides(flags or {})]
+    for item in items:
         apply_override(data, item)
     recipe = parse_recipe(data, str(path))
+    recipe._origin = (str(path), tuple(items))
     if cluster:
         from prour.cluster.recipe import check_served_roles
 

@@ -29,9 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 GPU_EXTRA = "pip install -e '.[gpu]'"
 # The airline collection that yields the held-out calibration states (README, paper A.2.2: 240
-# airline decision states sampled from 60 episodes of the airline train split).
+# airline decision states sampled from router.calibration.test_episodes = 60 episodes of the
+# airline train split).
 AIRLINE_TRAJECTORIES = "data/airline_trajectories.jsonl"
-AIRLINE_EPISODES = 60
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class Step:
     stand for the run's values. ``None`` marks a gate: a person passes it, nothing runs.
     ``done`` reads the outputs (default: every written file exists); a gate has none.
     ``by_stage``: the stage's own command (its Slurm job, its preflight) runs this step; False
-    for a step run by hand before it (today: the airline collection, the calibration states and
-    the review of the labels)."""
+    for a step run by hand before it (today: the review of the labels). ``skip``: why a run of
+    this recipe leaves the step out (its stage's own ``skip`` holds too)."""
 
     name: str
     summary: str
@@ -82,6 +82,7 @@ class Step:
     tokenizers: Roles = _nothing  # roles whose tokenizer (not model) the step reads
     done: Callable[[Recipe], bool] | None = None
     by_stage: bool = True
+    skip: Callable[[Recipe], str | None] | None = None  # why a run leaves the step out
 
     def argv(self, recipe: Recipe, recipe_path: str | None = "{recipe}",
              extra: Iterable[str] = ()) -> list[str]:
@@ -101,12 +102,19 @@ class Step:
         return "--recipe" in (self.command or ())
 
     def hint(self, recipe: Recipe, recipe_path: str | None = None) -> str:
-        """``prour <command>`` as a person types it (a gate: what to do instead)."""
+        """``prour <command>`` as a person types it (a gate: what to do instead): on
+        ``recipe_path``, else on the file and ``--set`` items the recipe was loaded from (a
+        runner's endpoints file left out: the command serves or finds its own)."""
         if self.command is None:
             return self.summary
         import shlex
 
-        return shlex.join(["prour", *self.argv(recipe, recipe_path)])
+        extra: list[str] = []
+        if recipe_path is None and recipe.origin() is not None:
+            recipe_path, items = recipe.origin()
+            extra = [part for item in items if not item.startswith("endpoints_file=")
+                     for part in ("--set", item)]
+        return shlex.join(["prour", *self.argv(recipe, recipe_path, extra)])
 
     def is_done(self, recipe: Recipe) -> bool:
         """Whether the outputs say this step has run (a gate is never done by itself)."""
@@ -156,11 +164,13 @@ class Stage:
 
     def inputs(self, recipe: Recipe) -> list[tuple[File, Step]]:
         """Files its command reads that its own steps do not write first, with the step that
-        writes them (:data:`EXTERNAL` for files from outside the chain)."""
+        writes them (:data:`EXTERNAL` for files from outside the chain); a step whose outputs
+        are there already reads nothing (a rerun skips it)."""
         made: set[Path] = set()
         needed: list[tuple[File, Step]] = []
         for step in self.steps:
-            if not step.by_stage:
+            if not step.by_stage or _already_done(step, recipe):
+                made.update(out.path for out in step.writes(recipe))
                 continue
             for file in step.reads(recipe):
                 if file.path not in made:
@@ -168,6 +178,15 @@ class Stage:
                     made.add(file.path)  # named once, however many steps read it
             made.update(out.path for out in step.writes(recipe))
         return needed
+
+
+def _already_done(step: Step, recipe: Recipe) -> bool:
+    """Whether the step's outputs are there (a recipe its ``done`` cannot read: not done; the
+    step's own command names the problem)."""
+    try:
+        return step.is_done(recipe)
+    except (ValueError, LookupError, OSError):
+        return False
 
 
 def _union(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
@@ -196,6 +215,20 @@ def _states(recipe: Recipe, split: str) -> tuple[File, ...]:
     if not getattr(recipe.router.calibration, f"{split}_states"):
         return ()
     return (File(f"router.calibration.{split}_states", states_path(recipe, split)),)
+
+
+def _sampled_from(recipe: Recipe, split: str) -> tuple[File, ...]:
+    """The trajectories a split's states are sampled from: the retail training trajectories
+    (dev), the airline collection (test); none when the split has no states file."""
+    if not _states(recipe, split):
+        return ()
+    return (_data(recipe, "trajectories"),) if split == "dev" else (_airline(recipe),)
+
+
+def _no_states(recipe: Recipe, split: str) -> str | None:
+    if getattr(recipe.router.calibration, f"{split}_states"):
+        return None
+    return f"router.calibration.{split}_states is not set"
 
 
 def _calibration(recipe: Recipe, kind: str, split: str) -> File:
@@ -242,7 +275,7 @@ def command_values(recipe: Recipe) -> dict[str, str]:
         "trajectories": str(_data(recipe, "trajectories").path),
         "airline_trajectories": AIRLINE_TRAJECTORIES,
         "airline_path": str(_airline(recipe).path),
-        "airline_episodes": str(AIRLINE_EPISODES),
+        "airline_episodes": str(recipe.router.calibration.test_episodes),
         "checkpoints": str(_checkpoints(recipe)),
         "eval_dir": str(_eval_dir(recipe)),
     }
@@ -283,7 +316,7 @@ def _collected(recipe: Recipe) -> bool:
 
 
 def _airline_collected(recipe: Recipe) -> bool:
-    return _lines(_airline(recipe).path) >= AIRLINE_EPISODES
+    return _lines(_airline(recipe).path) >= recipe.router.calibration.test_episodes
 
 
 def _covers(outputs: Callable[[Recipe, str], File], splits: tuple[str, ...]) -> Callable:
@@ -536,6 +569,13 @@ def _thresholds_set(recipe: Recipe) -> str | None:
     return None
 
 
+def _no_calibration(recipe: Recipe) -> str | None:
+    """The airline collection only feeds the held-out calibration states."""
+    why = _thresholds_set(recipe) or (None if recipe.router.calibration.test_states
+                                      else "router.calibration.test_states is not set")
+    return f"{why} (the airline episodes feed only calibration)" if why else None
+
+
 def _no_train(recipe: Recipe) -> str | None:
     return None if recipe.train is not None else "the recipe has no `train` section"
 
@@ -559,7 +599,7 @@ STAGES: tuple[Stage, ...] = (
               "--set", "data.trajectories={airline_trajectories}",
               "--set", "data.num_trajectories={airline_episodes}"),
              writes=lambda r: (_airline(r),), roles=_collect_roles, done=_airline_collected,
-             by_stage=False),
+             skip=_no_calibration),
     ), placement="in_process", slurm_command=("collect", *_R, "--no-progress")),
     Stage("normalize", "each task's instruction as the first-person goal G*", (
         Step("normalize", "goals (G*) of the data split's tasks", ("normalize", *_R),
@@ -569,12 +609,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("calibrate", "labelled decision states, (τ_AU, τ_EU) and their held-out score", (
         Step("states-dev", "dev decision states from the training trajectories",
              ("calibrate", "states", *_R, "--split", "dev", "--from", "{trajectories}"),
-             reads=lambda r: (_data(r, "trajectories"),), writes=lambda r: _states(r, "dev"),
-             by_stage=False),
+             reads=lambda r: _sampled_from(r, "dev"), writes=lambda r: _states(r, "dev"),
+             skip=lambda r: _no_states(r, "dev")),
         Step("states-test", "held-out decision states from the airline trajectories",
              ("calibrate", "states", *_R, "--split", "test", "--from", "{airline_path}"),
-             reads=lambda r: (_airline(r),), writes=lambda r: _states(r, "test"),
-             by_stage=False),
+             reads=lambda r: _sampled_from(r, "test"), writes=lambda r: _states(r, "test"),
+             skip=lambda r: _no_states(r, "test")),
         Step("annotate", "the annotator's reviewable label of every state",
              ("calibrate", *_R, "--stage", "label"),
              reads=lambda r: (*_states(r, "dev"), *_states(r, "test")),
@@ -697,7 +737,8 @@ def run_steps(recipe: Recipe) -> list[Step]:
     """The steps that the stages' own commands run, of the stages this recipe keeps: what one
     pass over the chain runs without a person (no gate, no step run by hand)."""
     return [step for stage in STAGES if stage.skip(recipe) is None
-            for step in stage.steps if step.by_stage]
+            for step in stage.steps
+            if step.by_stage and (step.skip is None or step.skip(recipe) is None)]
 
 
 def run_stages(recipe: Recipe) -> list[str]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from prour.cli.data import BadLineOpt
 from prour.cli.recipe import RecipeOpt, RecipeOrNoneOpt, SetOpt
 from prour.stages import command_options
 
@@ -105,14 +106,17 @@ def states(
     split: str = typer.Option(..., "--split", help="dev or test."),
     trajectories: str = typer.Option(
         ..., "--from", help="Trajectories JSONL written by `prour collect`."),
-    n: int = typer.Option(240, "--n", min=1, help="States to sample (paper A.2.2: 240)."),
+    n: int | None = typer.Option(
+        None, "--n", min=1, help="States to sample (default: router.calibration.n_states)."),
     seed: int | None = typer.Option(None, "--seed", help="Sampling seed (default: the recipe's)."),
     out: str | None = typer.Option(
         None, "--out", help="Output JSONL (default: router.calibration.<split>_states)."),
+    on_bad_line: str | None = BadLineOpt,
     overrides: list[str] | None = SetOpt,
 ) -> None:
     """Sample --n decision states (the agent's view before one of its turns) into the JSONL that
-    `prour calibrate` labels; refuses, with the count, when there are fewer."""
+    `prour calibrate` labels; refuses, with the count, when there are fewer. Corrupt lines of
+    --from follow data.on_bad_line (--on-bad-line)."""
     from prour.cli.recipe import recipe_errors
     from prour.data.calibration_states import sample_states, write_states
     from prour.recipes import load_recipe
@@ -121,12 +125,14 @@ def states(
     if split not in SPLITS:
         _fail(f"--split must be one of {', '.join(SPLITS)}; got {split!r}")
     with recipe_errors():
-        loaded = load_recipe(recipe, overrides, endpoints=True)
+        loaded = load_recipe(recipe, overrides, flags={"data.on_bad_line": on_bad_line},
+                             endpoints=True)
     try:
         path = Path(out) if out else states_path(loaded, split)
-        records = sample_states(trajectories, loaded.data, n,
+        records = sample_states(trajectories, loaded.data,
+                                loaded.router.calibration.n_states if n is None else n,
                                 loaded.seed if seed is None else seed)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     write_states(path, records)
     spread = len({r["trajectory_id"] for r in records})

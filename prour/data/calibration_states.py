@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prour.data.collect import load_trajectories
 from prour.data.config import DataConfig
 from prour.data.extract import decision_states
 from prour.data.schema import decision_id_of
-from prour.env.trajectory import Trajectory, read_trajectories
+from prour.env.trajectory import Trajectory
 from prour.files import write_atomic
 
 
@@ -61,14 +62,17 @@ def sample_states(trajectories_path: str | Path, cfg: DataConfig, n: int,
     path = Path(trajectories_path)
     if not path.is_file():
         raise ValueError(f"trajectories file not found: {path}")
-    trajectories = [t for t in read_trajectories(path) if t.termination != "error"]
+    # one record per episode (a rerun's retry wins); corrupt lines as data.on_bad_line says
+    trajectories = [t for t in load_trajectories(path, cfg.on_bad_line)
+                    if t.termination != "error"]
     groups = [trajectory_states(t, cfg, str(path)) for t in trajectories]
     available = sum(map(len, groups))
     if available < n:
         raise ValueError(
             f"{path}: {len(trajectories)} usable trajectories hold {available} decision states "
             f"(first data.max_decisions={cfg.max_decisions} of each); asked for --n {n}: "
-            f"collect more trajectories or pass --n {available}")
+            f"collect more trajectories or pass --n {available} "
+            "(router.calibration.n_states)")
     return spread_sample(groups, n, seed)
 
 

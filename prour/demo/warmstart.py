@@ -201,3 +201,24 @@ def _base_digest(model_dir: Path) -> str:
         if path.is_file():
             digest.update(name.encode() + b"\x00" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+# The position limit of the tiny model the CPU recipes use: tau2's retail policy and tool schemas
+# alone are ~9k tiny-tokenizer tokens, so 16k leaves room for the dialogue (RoPE: only the limit
+# in config.json changes, no weights).
+TINY_MAX_POSITION = 16384
+
+
+def prepare_tiny_model(path: str | Path, *, warm: bool = True, seed: int = 0,
+                       steps: int = DEFAULT_STEPS) -> Path:
+    """The tiny Qwen3 at ``path`` (``prour tiny-model``) with :data:`TINY_MAX_POSITION`
+    positions: built beside it as ``<path>-base`` and warm-started into ``path``, or, without the
+    warm start, built into ``path`` itself. A folder built with the same arguments is reused."""
+    from prour.demo.tiny import build_tiny_model
+
+    path = Path(path).expanduser().resolve()
+    if not warm:
+        return build_tiny_model(path, seed=seed, max_position=TINY_MAX_POSITION)
+    base = build_tiny_model(path.parent / f"{path.name}-base", seed=seed,
+                            max_position=TINY_MAX_POSITION)
+    return warm_start(base, path, seed=seed, steps=steps)

@@ -17,6 +17,10 @@ class CalibrationConfig(Section):
     dev_states: str | None = None  # JSONL of decision states used to fit (τ_AU, τ_EU)
     test_states: str | None = None  # disjoint held-out JSONL, used only after the search
     out_dir: str | None = None  # labels and AU/EU caches; default <run_dir>/calibration
+    # `prour calibrate states`: decision states sampled per split (A.2.2: 240 dev, 240 test)
+    n_states: int = Field(240, ge=1)
+    # airline episodes the chain collects for the held-out states (A.2.2: 240 states from 60)
+    test_episodes: int = Field(60, ge=1)
     lo: float = Field(0.0, ge=0)  # grid start (both thresholds), nats
     hi: float = Field(0.8, gt=0)  # grid end, inclusive, nats
     step: float = Field(0.01, gt=0)  # grid spacing, nats

@@ -162,12 +162,47 @@ def test_calibrate_labels_and_measures_the_sampled_states(recipe: Path) -> None:
     assert sorted(r["state_id"] for r in read(cache_path(builder.recipe, "dev"))) == sorted(ids)
 
 
-def test_preflight_names_the_command_that_writes_missing_states(recipe: Path) -> None:
+def test_preflight_names_the_command_that_collects_the_missing_source_and_it_runs(
+    recipe: Path,
+) -> None:
+    """Held-out states not sampled yet, and no airline trajectories to sample them from: the
+    calibrate stage's preflight names the airline collection, with the recipe and its --set
+    items, and that command runs as printed (then the problem is gone)."""
+    import shlex
+
     from prour.preflight import check_paths
     from prour.recipes import load_recipe
 
     missing = f"router.calibration.test_states={recipe.parent}/no.jsonl"
-    loaded = load_recipe(str(recipe), [missing], endpoints=True)
-    [problem] = [p for p in check_paths(loaded, "calibrate", ["calibrate"])
-                 if "router.calibration.test_states" in p.message]
-    assert "run `prour calibrate states --split test --from" in problem.message
+    loaded = load_recipe(str(recipe), [missing, "router.calibration.test_episodes=1"],
+                         endpoints=True)
+    [problem] = [p for p in check_paths(loaded, "calibrate") if "airline" in p.message]
+    command = problem.message.split("run `")[1].split("` first")[0]
+    assert command.startswith(f"prour collect --recipe {recipe} --set {missing} ")
+    assert "--set data.domain=airline" in command and "data.num_trajectories=1" in command
+    result = invoke(*shlex.split(command)[1:], "--no-progress")
+    assert result.exit_code == 0, result.output
+    airline = recipe.parent / "run" / "data" / "airline_trajectories.jsonl"
+    assert [json.loads(x)["domain"] for x in airline.read_text().splitlines()] == ["airline"]
+    assert [p for p in check_paths(loaded, "calibrate") if "airline" in p.message] == []
+
+
+def test_a_torn_last_line_follows_data_on_bad_line(recipe: Path, tmp_path: Path) -> None:
+    """A crash's torn last line: refused by default naming the file and line, skipped with
+    data.on_bad_line=skip (the recipe key or --on-bad-line), the other states sampled as before."""
+    source = trajectories_of(recipe)
+    torn = tmp_path / "torn.jsonl"
+    lines = source.read_text().splitlines()
+    torn.write_text("\n".join(lines) + "\n" + lines[0][: len(lines[0]) // 2])
+    n = len(expected_prefixes(source))
+    args = ["calibrate", "states", "--recipe", str(recipe), "--split", "dev", "--n", str(n)]
+    refused = invoke(*args, "--from", str(torn), "--out", str(tmp_path / "a.jsonl"))
+    assert refused.exit_code == 2 and f"{torn}:{len(lines) + 1}" in refused.output
+    clean = tmp_path / "clean.jsonl"
+    assert invoke(*args, "--from", str(source), "--out", str(clean)).exit_code == 0
+    for how in (["--set", "data.on_bad_line=skip"], ["--on-bad-line", "skip"]):
+        out = tmp_path / f"skip{len(how[1])}.jsonl"
+        result = invoke(*args, "--from", str(torn), "--out", str(out), *how)
+        assert result.exit_code == 0, result.output
+        assert [(s["id"], s["messages"]) for s in read(out)] == \
+            [(s["id"], s["messages"]) for s in read(clean)]
