@@ -6,7 +6,9 @@ command tree that typer builds from ``prour.cli.main.app``: the subcommands are 
 leaf makes its context, which checks option names, required options, choices and value types
 without running anything. A span that only names a command (``prour calibrate``, as prose refers
 to it) must resolve to one; anything with arguments is a command a reader may paste, so it must
-parse whole. A failure names the README line.
+parse whole. A command that names one of
+this repository's recipes also loads it with its ``--set`` items, so a moved key fails too. A
+failure names the README line.
 
 Synopsis notation is read as a person reads it: ``[--n 240]`` is the option it encloses, an
 all-caps word (``R``, ``RUN_DIR``) or an ellipsis is a placeholder, and a placeholder given to a
@@ -216,11 +218,31 @@ def parse_error(argv: tuple[str, ...] | list[str]) -> str | None:
     return None
 
 
+def recipe_error(argv: tuple[str, ...] | list[str]) -> str | None:
+    """Why the recipe a command names (a file of this repository) refuses its ``--set`` items
+    (a key that moved or a value of the wrong type), or None."""
+    from prour.config import ConfigError
+    from prour.recipes import load_recipe
+
+    argv = list(argv)
+    paths = [argv[at + 1] for at, word in enumerate(argv[:-1]) if word in ("--recipe", "-r")]
+    recipe = README.parent / paths[0] if paths else None
+    if recipe is None or not recipe.is_file():
+        return None
+    sets = [argv[at + 1] for at, word in enumerate(argv[:-1]) if word == "--set"
+            and not PLACEHOLDER.match(argv[at + 1].partition("=")[2])]
+    try:
+        load_recipe(recipe, sets)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def test_the_readme_commands_parse() -> None:
     commands = readme_commands(README.read_text(encoding="utf-8"))
     assert len(commands) >= 40, f"found only {len(commands)} commands in README.md"
     refused = [f"{command.where()}: {error}" for command in commands
-               if (error := parse_error(command.argv)) is not None]
+               if (error := parse_error(command.argv) or recipe_error(command.argv))]
     assert not refused, "stale README commands:\n" + "\n".join(refused)
 
 
@@ -246,6 +268,15 @@ prour serve --recipe R & prour report RUN_DIR [RUN_DIR ...] > out.txt
 
 | `prour calibrate states --recipe R --split dev --from T.jsonl [--n 240] [--seed S]` | x |
 """
+
+
+def test_a_stale_recipe_key_in_a_command_fails() -> None:
+    assert recipe_error(["collect", "--recipe", "recipes/paper.yaml", "--set",
+                         "data.num_trajectories=60"]) is None
+    error = recipe_error(["collect", "--recipe", "recipes/paper.yaml", "--set",
+                          "data.num_trajectoriez=60"])
+    assert error is not None and "data.num_trajectoriez" in error, error
+    assert recipe_error(["run", "--recipe", "R", "--set", "data.nope=1"]) is None  # placeholder
 
 
 def test_commands_are_found_where_a_reader_sees_them() -> None:
