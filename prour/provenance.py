@@ -3,7 +3,8 @@
 Every stage that writes a run folder calls :func:`write_provenance` once at start with the
 resolved :class:`~prour.config.Recipe` (command-line flags are overrides applied before
 validation, so the recipe already holds them), so a result can be traced back to the exact code,
-packages and settings that produced it.
+packages and settings that produced it. A stage run more than once into different files (collect:
+retail, then airline) writes one record per file (:func:`output_provenance_dir`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def output_provenance_dir(run_dir: str | Path, stage: str, output: str | Path) -> Path:
+    """Where the provenance of one output file of a stage goes, so that two runs of the stage
+    into two files (retail and airline trajectories) keep a record each:
+    ``<run_dir>/provenance/<stage>/<output's path under run_dir>/`` (an output outside the run
+    folder keeps its whole path there)."""
+    run_dir, output = Path(run_dir).resolve(), Path(output).resolve()
+    relative = output.relative_to(run_dir) if output.is_relative_to(run_dir) else output
+    return run_dir / "provenance" / stage / Path(*relative.parts[relative.is_absolute():])
 
 
 def write_provenance(

@@ -58,10 +58,18 @@ def _report_skipped(path: Path, skipped: list[int]) -> None:
 
 def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             progress: bool = ProgressOpt) -> None:
-    """Run task agent + teacher + user episodes on the data split; resumable (reruns skip done)."""
+    """Run task agent + teacher + user episodes on the data split; resumable (reruns skip done
+    episodes and retry errored ones). Exits 1 when more than data.max_error_fraction of the
+    episodes ended in an error."""
     from prour.cli.recipe import hold_run_folder, preflight_or_exit, resumable, saved_lines
-    from prour.data.collect import EpisodeFactories, collect_trajectories, teacher_exchanges
+    from prour.data.collect import (
+        EpisodeFactories,
+        check_collection,
+        collect_trajectories,
+        teacher_exchanges,
+    )
     from prour.data.pipeline import record_provenance
+    from prour.env.runner import TooManyErrors
 
     loaded = _recipe(recipe, overrides)
     cfg, env = loaded.data, loaded.env
@@ -74,15 +82,20 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     saved = lambda: (f"{saved_lines(out, 'trajectories')}; rerun `prour collect` with the same "
                      "recipe to collect only the missing ones")
     with hold_run_folder(out.parent), resumable(saved):  # one collector per trajectories folder
-        record_provenance(loaded, "collect")
+        record_provenance(loaded, "collect", output=out)
         trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,
-                                     limits=env)
+                                     limits=env, notify=lambda line: typer.echo(line, err=True))
     rewards = [t.reward for t in trajs if t.reward is not None]
     errored = sum(t.termination == "error" for t in trajs)
     asked = sum(len(teacher_exchanges(t)) for t in trajs)
     mean = sum(rewards) / len(rewards) if rewards else float("nan")
     typer.echo(f"{len(trajs)} trajectories in {out}: mean reward {mean:.3f}, {errored} errored, "
                f"{asked} teacher question(s)")
+    try:
+        check_collection(trajs, cfg)
+    except TooManyErrors as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,

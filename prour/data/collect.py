@@ -8,13 +8,16 @@ on the answer). The teacher only enriches the histories: its questions are never
 
 The teacher is a wrapper around the runner's agent hook (``Agent.act``) plus a thin user wrapper
 that labels the answer; both share one :class:`TeacherSession` per episode. Episodes run through
-:func:`prour.env.runner.run_episodes`: concurrent, appended one JSONL line each as they finish,
-and a rerun skips the (domain, task, seed, agent) keys already stored.
+:func:`prour.env.runner.run_episodes`: concurrent, appended one JSONL line each as they finish.
+A rerun skips the (domain, task, seed, agent) keys already stored and runs the errored ones again;
+before and after a run the file is compacted to one line per key (a retry's record in place of
+the errored one) and a last line torn by a crash is repaired (:func:`compact_trajectories`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 from prour.config import EnvConfig
 from prour.data.config import DataConfig
 from prour.env.agents import Agent, AgentTurn, TaskView
-from prour.env.runner import EpisodeJob, run_episodes
+from prour.env.runner import EpisodeJob, check_error_share, run_episodes
 from prour.env.trajectory import JsonlRecords, Trajectory, read_trajectories
 from prour.env.users import UserSimulator, UserTurn
+from prour.files import write_atomic
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
 from prour.rollout.query import PROMPTS_VERSION as QUERY_PROMPTS_VERSION
 from prour.rollout.query import parse_query, query_prompt
@@ -179,9 +183,14 @@ def collect_trajectories(
     *,
     limits: EnvConfig,
     progress: bool = True,
+    notify: Callable[[str], None] = log.warning,
 ) -> list[Trajectory]:
-    """Run the planned episodes (skipping those already in ``out_path``) and return them all;
-    the recipe's ``env`` section (``limits``) cuts each episode."""
+    """Run the planned episodes missing from ``out_path`` or errored there, and return them all;
+    the recipe's ``env`` section (``limits``) cuts each episode. What resuming repaired in the
+    file (a torn last line) is told to ``notify``."""
+    out_path = Path(out_path)
+    for note in compact_trajectories(out_path).notes:
+        notify(note)
     jobs = []
     for task, seed in plan_episodes(tasks, cfg):
         make_agent, make_user = factories.pair()
@@ -189,8 +198,72 @@ def collect_trajectories(
                                make_agent=make_agent, make_user=make_user, seed=seed,
                                split=cfg.split))
     log.info("collect: %d episode(s) planned into %s", len(jobs), out_path)
-    return run_episodes(jobs, cfg.concurrency, out_path, progress, limits=limits,
-                        retry_errors=False)
+    trajectories = run_episodes(jobs, cfg.concurrency, out_path, progress, limits=limits,
+                                retry_errors=True)
+    replaced = compact_trajectories(out_path).superseded
+    if replaced:
+        log.info("collect: %d errored record(s) in %s replaced by their retries", replaced, out_path)
+    return trajectories
+
+
+def check_collection(trajectories: Sequence[Trajectory], cfg: DataConfig) -> None:
+    """Raise :class:`~prour.env.runner.TooManyErrors` when more than ``data.max_error_fraction``
+    of the planned episodes ended in an error (eval's rule, shared)."""
+    errors = [t.errors if t.termination == "error" else None for t in trajectories]
+    check_error_share(errors, cfg.max_error_fraction, "data.max_error_fraction",
+                      "it runs the errored episodes again and keeps the others")
+
+
+@dataclass
+class Compaction:
+    """What :func:`compact_trajectories` did: lines to tell the user, records replaced."""
+
+    notes: list[str] = field(default_factory=list)
+    superseded: int = 0  # earlier records of a key dropped for its later one
+
+
+def _record_key(raw: bytes) -> tuple[str, str, int, str] | None:
+    """The resume key of a stored episode line (None when the line is not one)."""
+    try:
+        record = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(record, dict) or not {"domain", "task_id", "agent"} <= record.keys():
+        return None
+    return (record["domain"], str(record["task_id"]), record.get("seed", 0), record["agent"])
+
+
+def compact_trajectories(path: str | Path) -> Compaction:
+    """Rewrite ``path`` atomically with one line per episode key, or leave it when it has one.
+
+    A key's last record replaces its first in that first one's place (a retry stands where the
+    errored episode stood). A last line without its newline was torn by a crash mid-write: it is
+    removed (its episode runs again), or given its newline when it is a whole record. Other
+    unreadable lines are kept as they are, for the readers to report (``data.on_bad_line``)."""
+    path, out = Path(path), Compaction()
+    if not path.is_file():
+        return out
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # what follows the last newline: empty unless the last line is torn
+    if tail.strip():
+        where = f"{path}:{len(lines) + 1}"
+        if _record_key(tail) is not None:
+            lines.append(tail)
+            out.notes.append(f"repaired {where}: the last record lacked its newline; added it")
+        else:
+            out.notes.append(f"repaired {where}: removed the torn last line ({len(tail)} bytes "
+                             "cut by a crash mid-write); its episode runs again")
+    kept: dict[Any, bytes] = {}
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip():
+            key = _record_key(raw)
+            out.superseded += key is not None and key in kept
+            kept[key if key is not None else number] = raw
+    compacted = b"".join(raw + b"\n" for raw in kept.values())
+    if compacted != data:
+        write_atomic(path, compacted, fsync=True)
+    return out
 
 
 def trajectory_id(traj: Trajectory) -> str:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from prour.env.domains import DomainName, SplitName
+from prour.eval.config import MAX_ERROR_FRACTION
 from prour.section import Section
 
 
@@ -30,6 +31,10 @@ class DataConfig(Section):
     teacher_temperature: float = Field(0.0, ge=0)
     teacher_max_tokens: int = Field(512, ge=1)
     teacher_thinking: bool = False  # Qwen3 <think> for the teacher's decision
+    # `prour collect` exits non-zero, naming the most common error, when more than this share of
+    # its planned episodes ended in an error (as eval.max_error_fraction); a rerun runs the
+    # errored episodes again.
+    max_error_fraction: float = Field(MAX_ERROR_FRACTION, ge=0, le=1)
     # --- normalize ---
     normalizer_max_tokens: int = Field(768, ge=16)
     # --- extract ---

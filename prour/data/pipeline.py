@@ -82,10 +82,16 @@ def run_extract(recipe: Recipe, builder: Builder | None = None,
     return ExtractResult(out_dir, source, card, check_dataset(out_dir), list(trajectories.skipped))
 
 
-def record_provenance(recipe: Recipe, stage: str, folder: Path | None = None) -> Path:
+def record_provenance(recipe: Recipe, stage: str, folder: Path | None = None, *,
+                      output: Path | None = None) -> Path:
     """Resolved recipe, git commit, versions and seed of a data stage, in ``folder`` (default
-    ``<run_dir>/provenance/<stage>``)."""
-    from prour.provenance import write_provenance
+    ``<run_dir>/provenance/<stage>``, or the folder of ``output`` there when a stage writes one
+    of several files: each collection keeps its own)."""
+    from prour.provenance import output_provenance_dir, write_provenance
 
-    target = folder or recipe.resolved_run_dir() / "provenance" / stage
-    return write_provenance(target, recipe, extra={"stage": stage})
+    run_dir = recipe.resolved_run_dir()
+    if folder is None:
+        folder = (run_dir / "provenance" / stage if output is None
+                  else output_provenance_dir(run_dir, stage, output))
+    return write_provenance(folder, recipe, extra={"stage": stage, **(
+        {"output": str(output)} if output is not None else {})})

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -440,6 +441,35 @@ def run_episodes(
                 future.cancel()
             raise
     return [results[job.key] for job in jobs]
+
+
+class TooManyErrors(RuntimeError):
+    """More than the allowed share of a run's episodes ended in an error (``eval`` and
+    ``collect`` alike: such a run measured or collected nothing worth keeping)."""
+
+
+def first_error(errors: Sequence[str] | None) -> str:
+    """The first error of an errored episode, on one line (what the episode died of)."""
+    text = " ".join(str((errors or ["(no message recorded)"])[0]).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def check_error_share(errors: Sequence[Sequence[str] | None], max_fraction: float, key: str,
+                      rerun: str) -> None:
+    """Raise :class:`TooManyErrors` when more than ``max_fraction`` of the episodes errored.
+
+    ``errors`` has one entry per episode of the run: its error messages when it errored, None
+    when it did not. The message names the share, the setting (``key``), the most common error
+    and what a rerun of the same command does (``rerun``)."""
+    errored = [first_error(found) for found in errors if found is not None]
+    if not errors or len(errored) <= max_fraction * len(errors):
+        return
+    cause, count = Counter(errored).most_common(1)[0]
+    raise TooManyErrors(
+        f"{len(errored)} of {len(errors)} episodes ended in an error "
+        f"({len(errored) / len(errors):.0%}, more than {key}={max_fraction:g}); "
+        f"most common ({count} of {len(errored)}): {cause}. Fix the cause and rerun the same "
+        f"command: {rerun}")
 
 
 class _Progress:

@@ -59,6 +59,11 @@ def parse_variant(text: str) -> tuple[str, int | None]:
     return name, budget
 
 
+# The share of errored episodes past which a run of episodes failed (eval.max_error_fraction and
+# data.max_error_fraction: the same rule for evaluation and collection).
+MAX_ERROR_FRACTION = 0.1
+
+
 class SaberConfig(Section):
     """The ``saber`` baseline (prour.eval.baselines.saber): confirmation gate on tau2's WRITE tools,
     targeted reflection, context cleaning."""
@@ -97,7 +102,7 @@ class EvalConfig(Section):
     # `prour eval` exits non-zero, naming the most common error, when more than this share of its
     # episodes ended in an error (an unreachable server, a missing model): such a run measures
     # nothing. 0.1 lets an odd timeout through; the report still marks its cell.
-    max_error_fraction: float = Field(0.1, ge=0, le=1)
+    max_error_fraction: float = Field(MAX_ERROR_FRACTION, ge=0, le=1)
     # Attention protocol: None runs without a gate. ``attention_policies`` lists variants
     # ("no-ask", "budgeted@2", ...) run in turn, each under attention's other settings.
     attention: AttentionConfig | None = None

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prour.build import Builder
 from prour.config import ModelConfig, Recipe, run_path
+from prour.env import runner as episode_runner
 from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
 from prour.eval.methods import MethodKit, check_method, checkpoint_model, variant_name
 from prour.files import append_jsonl, write_atomic
@@ -324,30 +324,16 @@ class Evaluation:
         self.kit.close()
 
 
-class TooManyErrors(RuntimeError):
-    """More than ``eval.max_error_fraction`` of an evaluation's episodes ended in an error."""
-
-
-def first_error(line: dict[str, Any]) -> str:
-    """The first error of an errored result line, on one line (what the episode died of)."""
-    errors = line.get("errors") or ["(no message recorded)"]
-    text = " ".join(str(errors[0]).split())
-    return text if len(text) <= 300 else text[:297] + "..."
+TooManyErrors = episode_runner.TooManyErrors  # what check_errors raises (collect shares it)
 
 
 def check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:
     """Raise :class:`TooManyErrors` when more than ``max_fraction`` of the episodes errored; the
     message names the share, the most common error and how a rerun retries them."""
-    errored = [line for line in results if line["error"]]
-    if not results or len(errored) <= max_fraction * len(results):
-        return
-    causes = Counter(first_error(line) for line in errored)
-    cause, count = causes.most_common(1)[0]
-    raise TooManyErrors(
-        f"{len(errored)} of {len(results)} episodes ended in an error "
-        f"({len(errored) / len(results):.0%}, more than eval.max_error_fraction={max_fraction:g}); "
-        f"most common ({count} of {len(errored)}): {cause}. Fix the cause and rerun the same "
-        f"command: it runs the errored episodes again (eval.retry_errors=true)")
+    errors = [line.get("errors") or [] if line["error"] else None for line in results]
+    episode_runner.check_error_share(
+        errors, max_fraction, "eval.max_error_fraction",
+        "it runs the errored episodes again (eval.retry_errors=true)")
 
 
 def same_model(a: ModelConfig | None, b: ModelConfig | None) -> bool:

@@ -68,7 +68,8 @@ def test_the_data_stage_from_the_command_line(recipe: Path) -> None:
     assert "| retail | 1 | 1 | 2 |" in result.output and (run / "dataset" / "card.md").is_file()
     provenance = json.loads((run / "dataset" / "provenance.json").read_text())
     assert provenance["stage"] == "extract" and provenance["seed"] == 0
-    assert (recipe.parent / "run" / "provenance" / "collect" / "recipe.resolved.yaml").is_file()
+    collected = recipe.parent / "run" / "provenance" / "collect" / "data" / "trajectories.jsonl"
+    assert (collected / "recipe.resolved.yaml").is_file()
 
 
 def test_normalize_reports_flags(recipe: Path) -> None:
