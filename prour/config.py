@@ -207,6 +207,13 @@ class Recipe(Section):
                 self.__dict__[head] = fix(value) if not rest else _with_path(value, rest, fix)
         return self
 
+    def recipe_args(self) -> list[str]:
+        """``--recipe PATH`` and the ``--set`` items this recipe was loaded with (a hint's tail)."""
+        if self._origin is None:  # built in code, not from a file
+            return ["--recipe", "RECIPE"]
+        path, items = self._origin
+        return ["--recipe", path, *(part for item in items for part in ("--set", item))]
+
     def resolved_run_dir(self) -> Path:
         """The run folder (absolute: the path rule applied when the recipe validated)."""
         return Path(self.run_dir)

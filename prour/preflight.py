@@ -130,22 +130,27 @@ def probe_endpoint(base_url: str, model: str | None, api_key: str | None = None,
 
 def _no_base_url(recipe: Recipe, role: str) -> str:
     from prour.cluster.endpoints import EndpointsError, endpoints_path, read_endpoints
+    from prour.recipes import prour_command
 
     path = endpoints_path(recipe)
     model = recipe.models[role].model
+    serve = f"start the servers with `{prour_command(recipe, 'serve')}`"
     try:
         record = read_endpoints(path)
     except EndpointsError as exc:
         return f"models.{role} ({model}) has no base_url and {exc}"
     if record is None:
         state = f"the endpoints file {path} does not exist"
+    elif record["status"] == "starting":  # a serve is on its way: wait for it, start no other
+        wait = prour_command(recipe, "endpoints", "--wait", f"{recipe.serve.startup_timeout_s:g}")
+        return (f"models.{role} ({model}) has no base_url yet: the endpoints file {path} says "
+                f"starting (the servers are loading); wait for them with `{wait}`, then rerun")
     elif record["status"] != "ready":
         error = f": {record['error']}" if record.get("error") else ""
         state = f"the endpoints file {path} says {record['status']}{error}"
     else:
         state = f"the endpoints file {path} serves no {model!r}"
-    return (f"models.{role} ({model}) has no base_url and {state}; start `prour serve` for this "
-            f"recipe or set models.{role}.base_url")
+    return f"models.{role} ({model}) has no base_url and {state}; {serve} or set models.{role}.base_url"
 
 
 def check_endpoints(recipe: Recipe, roles: Sequence[str], served_later: bool = False,
@@ -167,8 +172,8 @@ def check_endpoints(recipe: Recipe, roles: Sequence[str], served_later: bool = F
         why = probe_endpoint(base_url, model, os.environ.get(key_env), timeout_s)
         if why:
             keys = ", ".join(f"models.{role}" for role in users)
-            problems.append(Problem("endpoint", f"{keys}: {why}; start the server (`prour serve`)"
-                                    f" or fix {keys.split(', ')[0]}.base_url"))
+            problems.append(Problem("endpoint", f"{keys}: {why}; start the server or fix "
+                                    f"{keys.split(', ')[0]}.base_url"))
     return problems
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from prour.config import Recipe, apply_override, parse_recipe, read_recipe_data
 
-__all__ = ["flag_overrides", "load_recipe"]
+__all__ = ["flag_overrides", "load_recipe", "prour_command"]
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
@@ -58,3 +58,11 @@ def load_recipe(
 
         recipe = resolve_endpoints(recipe)
     return recipe
+
+
+def prour_command(recipe: Recipe, *argv: str) -> str:
+    """``prour <argv> --recipe PATH [--set K=V ...]`` for the recipe as it was loaded: a hint that
+    runs as printed, on the same recipe and overrides."""
+    import shlex
+
+    return shlex.join(["prour", *argv, *recipe.recipe_args()])

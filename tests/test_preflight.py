@@ -149,7 +149,7 @@ def test_a_healthy_endpoint_passes_and_a_wrong_model_is_named(tmp_path, healthy_
     problems = check_endpoints(_openai_recipe(tmp_path, healthy_url, "Qwen/Qwen3-8B"), ["agent"])
     assert [p.line() for p in problems] == [
         (f"endpoint: models.agent: {healthy_url}/models serves ['tiny'], not 'Qwen/Qwen3-8B'; "
-         "start the server (`prour serve`) or fix models.agent.base_url")]
+         "start the server or fix models.agent.base_url")]
 
 
 def test_an_unreachable_endpoint_is_one_line_for_all_its_roles_and_fast(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,23 @@ def wait_for_endpoints(path: Path, timeout_s: float, poll_s: float = 1.0) -> dic
                 f"is `prour serve` running for this recipe?"
             )
         time.sleep(poll_s)
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    if pid is None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:  # no /proc: fall back to signal 0
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def apply_endpoints(recipe: Recipe, record: dict[str, Any]) -> Recipe:

@@ -296,8 +296,7 @@ def running_servers(recipe: Recipe) -> dict[str, ServedModel]:
     GPU share whatever the stage calls."""
     import socket
 
-    from prour.cluster.endpoints import EndpointsError, read_endpoints
-    from prour.cluster.serve import process_alive
+    from prour.cluster.endpoints import EndpointsError, process_alive, read_endpoints
 
     running: dict[str, ServedModel] = {}
     for path in endpoints_files(recipe):
@@ -385,6 +384,8 @@ def _note_other_servers(
 ) -> None:
     """The trainer's node serves only its stage's models: say which others to stop, and how to
     serve just the roles it calls."""
+    from prour.recipes import prour_command
+
     every = {m for m, roles in served_roles(recipe).items() if roles}
     others = sorted(every - set(servers))
     if others and servers:
@@ -392,7 +393,7 @@ def _note_other_servers(
         roles = [role for role in stage_roles(recipe, stage) if role in served]
         plan.notes.append(
             f"counts only the {stage} stage's servers; stop {', '.join(others)} on this node "
-            f"while training (`prour serve --roles {','.join(roles)}`)"
+            f"while training (`{prour_command(recipe, 'serve', '--roles', ','.join(roles))}`)"
         )
 
 

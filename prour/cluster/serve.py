@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from prour.cluster.config import ServedModel
-from prour.cluster.endpoints import endpoints_path, read_endpoints, write_endpoints
+from prour.cluster.endpoints import (
+    endpoints_path,
+    process_alive,
+    read_endpoints,
+    write_endpoints,
+)
 from prour.cluster.gpu_plan import GpuPlan, GpuPlanError, gpu_plan
 from prour.cluster.recipe import nothing_to_serve, served_models, served_roles
 from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
@@ -169,23 +174,6 @@ def vllm_server(plan: ServerPlan, python: str | None, models_dir: str | None = N
         log_path=plan.log_path,
         enforce_eager=spec.enforce_eager,
     )
-
-
-def process_alive(pid: int | None) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    if pid is None:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:  # no /proc: fall back to signal 0
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def start_chains(plans: Sequence[ServerPlan], gpu_node: bool | None = None) -> list[list[str]]:

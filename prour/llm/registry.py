@@ -21,9 +21,10 @@ def _build_openai(cfg: ModelConfig, models_dir: str | None, key: str | None) -> 
     from prour.llm.openai import OpenAILLM
 
     if not cfg.base_url:
+        where = f"{key.removesuffix('.path')}.base_url" if key else "its base_url"
         raise ValueError(
-            f"openai model {cfg.model!r} has no base_url: set it in the recipe, or start "
-            f"`prour serve --recipe R` (it writes the endpoints file the recipe reads)"
+            f"openai model {cfg.model!r} has no base_url: set {where} in the recipe, or serve "
+            f"it (prour serve, run on this recipe, writes the endpoints file the recipe reads)"
         )
     return OpenAILLM(
         base_url=cfg.base_url,

@@ -540,3 +540,38 @@ def test_start_chains_join_servers_through_shared_gpus() -> None:
         ["t"], ["p"], ["q", "r"], ["s"], ["u"]]
     assert start_chains([plan("x", [0]), plan("y", [1]), plan("z", [0, 1])], gpu_node=True) == [
         ["x", "y", "z"]]
+
+
+def test_a_starting_endpoints_file_says_wait_with_a_command_that_waits(
+    tmp_path: Path, fake_vllm_python: Path
+) -> None:
+    """While `prour serve` is still loading (the stand-in takes 3 s), a stage's preflight says
+    to wait, not to start another serve; the `prour endpoints --wait` command it prints, run as
+    printed, returns once the servers are ready."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from prour.cli.main import app
+    from prour.preflight import check_endpoints
+
+    models = {"big": {"path": model_dir(tmp_path, "big"), "env": {"FAKE_DELAY": "3"}}}
+    path = frozen_recipe(tmp_path, fake_vllm_python, models, {"normalizer": "big"})
+    stop = threading.Event()
+    thread, outcome = run_in_thread(load_recipe(path, cluster=True), stop)
+    try:
+        wait_status(tmp_path / "run" / "endpoints.json", "starting")
+        problems = check_endpoints(load_recipe(path, ["seed=1"], endpoints=True), ["normalizer"])
+        assert len(problems) == 1
+        line = problems[0].line()
+        assert "says starting" in line and "prour serve" not in line, line
+        command = shlex.split(line.split("wait for them with `")[1].split("`")[0])
+        assert command == ["prour", "endpoints", "--wait", "30", "--recipe", str(path),
+                           "--set", "seed=1"]
+        result = CliRunner().invoke(app, command[1:])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["status"] == "ready"
+    finally:
+        stop.set()
+        thread.join(30)
+    assert "error" not in outcome
