@@ -70,7 +70,14 @@ class Step:
     stand for the run's values. ``None`` marks a gate: a person passes it, nothing runs.
     ``done`` reads the outputs (default: every written file exists); a gate has none.
     ``by_stage``: the stage's own command (its Slurm job, its preflight) runs this step; False
-    for a step run by hand before it (today: the review of the labels). ``skip``: why a run of
+    for a step run by hand before it (today: the review of the labels). ``prour run`` walks
+    every row, by_stage or not.
+
+    ``keys``: the dotted recipe key prefixes its outputs depend on (``data.teacher*`` matches by
+    string prefix, ``-router.thresholds_file`` leaves a key out); ``prour run`` stamps their
+    values and calls the step stale when they change. ``clears``: what ``--rerun-stale`` moves
+    aside before running it again, and what shows a partial run (default: ``writes``).
+    ``resume``: arguments its command takes to continue a partial run. ``skip``: why a run of
     this recipe leaves the step out (its stage's own ``skip`` holds too)."""
 
     name: str
@@ -82,7 +89,19 @@ class Step:
     tokenizers: Roles = _nothing  # roles whose tokenizer (not model) the step reads
     done: Callable[[Recipe], bool] | None = None
     by_stage: bool = True
-    skip: Callable[[Recipe], str | None] | None = None  # why a run leaves the step out
+    keys: tuple[str, ...] = ()
+    clears: Files | None = None
+    resume: tuple[str, ...] = ()
+    skip: Callable[[Recipe], str | None] | None = None
+
+    @property
+    def is_gate(self) -> bool:
+        """A person passes it; nothing runs (its ``done`` reads the approval)."""
+        return self.command is None
+
+    def cleared(self, recipe: Recipe) -> tuple[File, ...]:
+        """What a rerun of this step replaces (``clears``, else ``writes``)."""
+        return (self.clears or self.writes)(recipe)
 
     def argv(self, recipe: Recipe, recipe_path: str | None = "{recipe}",
              extra: Iterable[str] = ()) -> list[str]:
@@ -117,9 +136,9 @@ class Step:
         return shlex.join(["prour", *self.argv(recipe, recipe_path, extra)])
 
     def is_done(self, recipe: Recipe) -> bool:
-        """Whether the outputs say this step has run (a gate is never done by itself)."""
+        """Whether the outputs say this step has run (a gate: whether its ``done`` says passed)."""
         if self.command is None:
-            return False
+            return self.done(recipe) if self.done is not None else False
         if self.done is not None:
             return self.done(recipe)
         outputs = self.writes(recipe)
@@ -576,6 +595,12 @@ def _no_calibration(recipe: Recipe) -> str | None:
     return f"{why} (the airline episodes feed only calibration)" if why else None
 
 
+def _approved(recipe: Recipe) -> bool:
+    from prour.router.review import is_approved
+
+    return is_approved(recipe)
+
+
 def _no_train(recipe: Recipe) -> str | None:
     return None if recipe.train is not None else "the recipe has no `train` section"
 
@@ -583,6 +608,29 @@ def _no_train(recipe: Recipe) -> str | None:
 # ---- the table ----------------------------------------------------------------------------------
 
 _R = ("--recipe", "{recipe}")
+
+# ---- the recipe keys each step's outputs depend on (Step.keys) ---------------------------------
+# A change of one of them makes the step stale, and with it every later step that reads what it
+# wrote. Keys that change how fast, not what, a step writes (concurrency, logging) are left out.
+_EPISODES = ("models.agent", "models.user", "models.teacher", "env", "data.teacher*",
+             "data.trial_seeds", "data.max_tasks")
+_COLLECT_KEYS = (*_EPISODES, "data.domain", "data.split", "data.num_trajectories")
+_AIRLINE_KEYS = (*_EPISODES, "router.calibration.test_episodes")
+_NORMALIZE_KEYS = ("models.normalizer", "data.domain", "data.split", "data.max_tasks",
+                   "data.normalizer*")
+_DECOMPOSER = ("models.decomposer", "router", "-router.thresholds_file", "-router.calibration",
+               "-router.llm_router*", "-router.budget", "-router.every_n", "-router.tau_au",
+               "-router.tau_eu")
+_SEARCH_KEYS = (*_DECOMPOSER, "router.calibration.lo", "router.calibration.hi",
+                "router.calibration.step")
+_HELDOUT_KEYS = (*_SEARCH_KEYS, "models.router", "router.llm_router*")
+_EXTRACT_KEYS = (*_DECOMPOSER, "router.tau_au", "router.tau_eu", "data", "-data.concurrency",
+                 "-data.teacher*", "-data.normalizer*", "data.tokenizer", "models.generator",
+                 "seed")
+_TRAIN_KEYS = ("train", "-train.wandb", "-train.keep_checkpoints", "models.generator",
+               "models.strict_user", "models.verifier", "models.judge", "reward", "seed")
+_EVAL_KEYS = ("eval", "-eval.concurrency", "models", "env", "router", "-router.calibration",
+              "-router.thresholds_file", "reward", "seed")
 
 STAGES: tuple[Stage, ...] = (
     Stage("serve", "vLLM servers for the recipe's frozen models", (
@@ -593,56 +641,65 @@ STAGES: tuple[Stage, ...] = (
     Stage("collect", "task agent + teacher + user episodes on tau2", (
         Step("collect-retail", "training trajectories (data.domain, data.split)",
              ("collect", *_R), writes=lambda r: (_data(r, "trajectories"),),
-             roles=_collect_roles, done=_collected),
+             roles=_collect_roles, done=_collected, keys=_COLLECT_KEYS),
         Step("collect-airline", "airline trajectories for the held-out calibration states",
              ("collect", *_R, "--set", "data.domain=airline",
               "--set", "data.trajectories={airline_trajectories}",
               "--set", "data.num_trajectories={airline_episodes}"),
              writes=lambda r: (_airline(r),), roles=_collect_roles, done=_airline_collected,
-             skip=_no_calibration),
+             keys=_AIRLINE_KEYS, skip=_no_calibration),
     ), placement="in_process", slurm_command=("collect", *_R, "--no-progress")),
     Stage("normalize", "each task's instruction as the first-person goal G*", (
         Step("normalize", "goals (G*) of the data split's tasks", ("normalize", *_R),
              writes=lambda r: (_data(r, "goals"),), roles=lambda r: ("normalizer",),
-             done=_normalized),
+             done=_normalized, keys=_NORMALIZE_KEYS),
     ), placement="in_process", slurm_command=("normalize", *_R)),
     Stage("calibrate", "labelled decision states, (τ_AU, τ_EU) and their held-out score", (
         Step("states-dev", "dev decision states from the training trajectories",
              ("calibrate", "states", *_R, "--split", "dev", "--from", "{trajectories}"),
              reads=lambda r: _sampled_from(r, "dev"), writes=lambda r: _states(r, "dev"),
-             skip=lambda r: _no_states(r, "dev")),
+             skip=lambda r: _no_states(r, "dev"),
+             keys=("router.calibration.dev*", "router.calibration.n_states", "seed",
+                   "data.on_bad_line")),
         Step("states-test", "held-out decision states from the airline trajectories",
              ("calibrate", "states", *_R, "--split", "test", "--from", "{airline_path}"),
              reads=lambda r: _sampled_from(r, "test"), writes=lambda r: _states(r, "test"),
-             skip=lambda r: _no_states(r, "test")),
+             skip=lambda r: _no_states(r, "test"),
+             keys=("router.calibration.test_states", "router.calibration.n_states", "seed",
+                   "data.on_bad_line")),
         Step("annotate", "the annotator's reviewable label of every state",
              ("calibrate", *_R, "--stage", "label"),
              reads=lambda r: (*_states(r, "dev"), *_states(r, "test")),
              writes=lambda r: (_labels(r, "dev"), _labels(r, "test")),
-             roles=lambda r: ("annotator",), done=_covers(_labels, ("dev", "test"))),
+             roles=lambda r: ("annotator",), done=_covers(_labels, ("dev", "test")),
+             keys=("models.annotator", "router.calibration.annotator*",
+                   "router.calibration.excerpt_chars")),
         Step("review", "review the labels by hand (fix a wrong one in its labels file)", None,
-             reads=lambda r: (_labels(r, "dev"), _labels(r, "test")), by_stage=False),
+             reads=lambda r: (_labels(r, "dev"), _labels(r, "test")), by_stage=False,
+             done=_approved),
         Step("search", "grid search of (τ_AU, τ_EU) on the dev states",
              ("calibrate", *_R, "--stage", "search"),
              reads=lambda r: (*_states(r, "dev"), _labels(r, "dev")),
              writes=lambda r: (_measured(r, "dev"), _thresholds(r)),
-             roles=lambda r: ("decomposer",), done=_thresholds_stored),
+             roles=lambda r: ("decomposer",), done=_thresholds_stored, keys=_SEARCH_KEYS),
         Step("heldout", "the thresholds (and the prompted router) on the held-out states",
              ("calibrate", *_R, "--stage", "evaluate"),
              reads=lambda r: (*_states(r, "test"), _labels(r, "test"), _thresholds(r)),
              writes=lambda r: (_measured(r, "test"),), roles=_heldout_roles,
-             done=_covers(_measured, ("test",))),
+             done=_covers(_measured, ("test",)), keys=_HELDOUT_KEYS),
     ), placement="in_process", slurm_command=("calibrate", *_R), skip=_thresholds_set),
     Stage("extract", "route every state; clarify/verify states as train/validation parquet", (
         Step("extract", "train/validation parquet and the dataset card", ("extract", *_R),
              reads=lambda r: (_data(r, "trajectories"), _data(r, "goals"), _thresholds(r)),
-             writes=_dataset, roles=lambda r: ("decomposer",), tokenizers=_extract_tokenizer),
+             writes=_dataset, roles=lambda r: ("decomposer",), tokenizers=_extract_tokenizer,
+             keys=_EXTRACT_KEYS),
     ), placement="in_process", slurm_command=("extract", *_R, "--no-progress"),
         weights=_tokenizer_weights, routes=lambda r: True),
     Stage("train", "DAPO on the information-gain reward", (
         Step("train", "checkpoints every train.save_every steps, metrics.jsonl", ("train", *_R),
              reads=_train_files, writes=lambda r: (File("train.output_dir", _final_step(r)),),
-             roles=_train_roles, done=_trained),
+             roles=_train_roles, done=_trained, keys=_TRAIN_KEYS,
+             clears=lambda r: (File("train.output_dir", _checkpoints(r)),), resume=("--resume",)),
     ), placement="trainer", slurm="train", extras=_train_extras, weights=_verl_policy,
         gpus=_trainer_gpus, skip=_no_train),
     Stage("export", "the saved steps as Hugging Face folders", (
@@ -650,19 +707,21 @@ STAGES: tuple[Stage, ...] = (
              ("train", "export", *_R),
              reads=lambda r: (File("train.output_dir", _final_step(r)),),
              writes=lambda r: (File("train.output_dir", _exported(r) / "config.json"),),
-             done=_exported_done),
+             done=_exported_done, keys=("train.output_dir", "train.total_steps",
+                                        "train.backend")),
     ), placement="none", slurm_command=("train", "export", *_R), skip=_no_train,
         preflight=False),
     Stage("eval", "every method of eval.methods on tau2, with the final checkpoint", (
         Step("eval", "one result line per episode", ("eval", *_R, "--checkpoint", "{checkpoints}"),
              reads=lambda r: (File("--checkpoint", _exported(r) / "config.json", checked=False),),
              writes=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
-             roles=_eval_roles, done=_evaluated),
+             roles=_eval_roles, done=_evaluated, keys=_EVAL_KEYS),
     ), placement="in_process", slurm="eval", routes=_eval_routes),
     Stage("report", "Pass@1 tables with intervals, steps by mode, plots", (
         Step("report", "the report of the eval run", ("report", "{eval_dir}"),
              reads=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
-             writes=lambda r: (File("eval (run_dir/eval/report)", _eval_dir(r) / "report"),)),
+             writes=lambda r: (File("eval (run_dir/eval/report)", _eval_dir(r) / "report"),),
+             keys=("eval.methods", "eval.seeds", "eval.domains")),
     ), placement="none", slurm_command=("report", "{eval_dir}"), preflight=False),
 )
 

@@ -933,7 +933,8 @@ WRITER_EXCEPTIONS = {
         ("prour/runlock.py", "_create", "json.dump")],
     "the log a server or daemon subprocess appends to while it runs": [
         ("prour/cluster/vllm_server.py", "VLLMServer._open_log", "open"),
-        ("prour/cluster/local.py", "LocalSlurm._spawn", "open")],
+        ("prour/cluster/local.py", "LocalSlurm._spawn", "open"),
+        ("prour/runner.py", "_open_log", "open")],
     STAGED: [
         ("prour/train/checkpoint.py", "save_checkpoint", "save_pretrained"),
         ("prour/train/checkpoint.py", "save_checkpoint", "torch.save"),

@@ -139,6 +139,26 @@ def states(
     typer.echo(f"{len(records)} {split} decision states from {spread} trajectories -> {path}")
 
 
+@calibrate_app.command("approve")
+def approve(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt) -> None:
+    """Approve the annotator's labels (after reviewing them) so the threshold search may read
+    them; prints the labels per class of each split."""
+    from prour.cli.recipe import recipe_errors
+    from prour.recipes import load_recipe
+    from prour.router.review import approval_path, approve, describe_counts, labels_files
+
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides)
+    try:
+        counts = approve(loaded, "prour calibrate approve")
+    except ValueError as exc:
+        _fail(str(exc))
+    files = labels_files(loaded)
+    for split, count in counts.items():
+        typer.echo(f"{files[split]}: {describe_counts(count)}")
+    typer.echo(f"approved -> {approval_path(loaded)}")
+
+
 @calibrate_app.callback()
 def calibrate(
     ctx: typer.Context,

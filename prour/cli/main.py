@@ -43,10 +43,10 @@ def validate(
 
 def _register_subcommands() -> None:
     """Each stage module adds its commands; their heavy imports stay inside the commands."""
-    from prour.cli import calibrate, data, demo, env, eval, reward, serve, slurm, tiny, train
+    from prour.cli import calibrate, data, demo, env, eval, reward, run, serve, slurm, tiny, train
 
-    for module in (env, data, train, eval, serve, demo, tiny):
-        module.register(app)  # env/episode, collect/normalize/extract/data, train, eval/report, ...
+    for module in (env, data, train, eval, serve, demo, tiny, run):
+        module.register(app)  # env/episode, collect/.../data, train, eval/report, ..., run/status
     app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")
     app.add_typer(slurm.slurm_app, name="slurm")

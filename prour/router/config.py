@@ -27,6 +27,9 @@ class CalibrationConfig(Section):
     annotator_temperature: float = Field(0.0, ge=0)
     annotator_max_tokens: int = Field(16, ge=1)  # a label is one word
     excerpt_chars: int = Field(1500, ge=100)  # tail of the history shown to reviewers
+    # Unattended runs: approve the annotator's labels at the review gate without a person
+    # (`prour run` / `prour slurm submit` stop there otherwise; `--approve-labels` does it once).
+    approve_labels: bool = False
 
     def model_post_init(self, context: Any, /) -> None:
         if self.hi <= self.lo:

@@ -1,0 +1,671 @@
+"""``prour run``: the recipe's whole chain on one node, from the table of stages (DESIGN.md §6).
+
+Each step of :mod:`prour.stages` gets a state from its outputs and its stamp
+(``<run_dir>/.prour/steps/<step>.json``: the values of the recipe keys it depends on,
+:attr:`~prour.stages.Step.keys`, its command and times):
+
+- ``done``: its outputs are complete and were made with the recipe's values (a step done by its
+  outputs but never stamped, run by hand, is adopted: stamped with the current values);
+- ``stale``: done, but with other values, or it reads what a stale step wrote, or what a step
+  that ran after it wrote; ``--rerun-stale`` moves its outputs aside and runs it again;
+- ``partial``: some of its outputs exist (its command resumes); ``pending``: none do;
+- ``skipped``: the recipe leaves it out (say why); ``gate``: the review gate waits for a person.
+
+Pending and partial steps run in order, each as a child ``prour`` process whose output goes to
+the terminal and to ``<run_dir>/logs/<step>.log``; before a step the runner starts the vLLM
+servers it calls and stops those it does not (:class:`StepServers`). The first failure stops the
+run, naming the step, its exit code and its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prour.files import write_atomic
+from prour.stages import STAGES, Stage, Step, stage_names, stage_of, steps, writer_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.cluster.serve import ServerGroup
+    from prour.config import Recipe
+
+DONE, STALE, PARTIAL, PENDING, SKIPPED, GATE = "done", "stale", "partial", "pending", "skipped", \
+    "gate"
+STAMP_SCHEMA = "prour.step-stamp/1"
+RUN_RECORD = "run.json"  # <run_dir>/.prour/run.json: the recipe and --set items of the last run
+FAILED_EXIT, USAGE_EXIT = 1, 2
+INTERRUPTED_EXIT = 130
+POLL_S = 0.5
+
+
+class RunError(RuntimeError):
+    """A setup or usage error of ``prour run`` (exit 2): an unknown name, a bad recipe."""
+
+
+# ---- stamps: the recipe values a step's outputs were made with ---------------------------------
+
+
+def flat_values(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as dotted key -> leaf value, paths under ``run_dir`` written relative to it (a
+    copied run folder keeps its stamps)."""
+    run_dir = str(recipe.resolved_run_dir())
+
+    def relative(value: Any) -> Any:
+        if isinstance(value, str) and (value == run_dir or value.startswith(run_dir + os.sep)):
+            return "${run_dir}" + value[len(run_dir):]
+        if isinstance(value, list):
+            return [relative(item) for item in value]
+        return value
+
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), value)
+        else:
+            flat[prefix] = relative(node)
+
+    walk("", recipe.model_dump(mode="json"))
+    return flat
+
+
+def _matches(key: str, pattern: str) -> bool:
+    if pattern.endswith("*"):
+        return key.startswith(pattern[:-1])
+    return key == pattern or key.startswith(pattern + ".")
+
+
+def step_values(recipe: Recipe, step: Step, flat: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The values of the keys ``step`` depends on (:attr:`Step.keys`; ``-key`` leaves one out)."""
+    flat = flat_values(recipe) if flat is None else flat
+    wanted = [k for k in step.keys if not k.startswith("-")]
+    left_out = [k[1:] for k in step.keys if k.startswith("-")]
+    return {key: value for key, value in flat.items()
+            if any(_matches(key, k) for k in wanted) and not any(_matches(key, k) for k in left_out)}
+
+
+def stamp_path(recipe: Recipe, step: Step) -> Path:
+    return recipe.resolved_run_dir() / ".prour" / "steps" / f"{step.name}.json"
+
+
+def read_stamp(recipe: Recipe, step: Step) -> dict[str, Any] | None:
+    try:
+        stamp = json.loads(stamp_path(recipe, step).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return stamp if isinstance(stamp, dict) and stamp.get("schema") == STAMP_SCHEMA else None
+
+
+def write_stamp(recipe: Recipe, step: Step, command: str | None, started: float, ended: float,
+                adopted: bool = False, failed: int | None = None) -> Path:
+    """Record that ``step``'s outputs were made with the recipe's current values (``failed``: the
+    exit code of a run that failed, so its outputs are not taken as done)."""
+    record = {"schema": STAMP_SCHEMA, "step": step.name, "values": step_values(recipe, step),
+              "command": command, "started": started, "ended": ended, "adopted": adopted,
+              "failed": failed, "host": socket.gethostname()}
+    return write_atomic(stamp_path(recipe, step), json.dumps(record, indent=2) + "\n")
+
+
+def changed_values(stamp: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for each value the stamp holds differently (or lacks)."""
+    old = stamp.get("values", {})
+    keys = sorted(set(old) | set(now))
+    missing = object()
+    return [f"{key}: {json.dumps(old.get(key, None))} -> {json.dumps(now.get(key, None))}"
+            for key in keys if old.get(key, missing) != now.get(key, missing)]
+
+
+# ---- the table: each step's state ----------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One step of the chain and how it stands for this recipe and run folder."""
+
+    step: Step
+    stage: Stage
+    state: str
+    why: str = ""
+    upstream: str | None = None  # stale because of this step (None: its own values changed)
+
+
+def _nonempty(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.iterdir())
+    return path.exists()
+
+
+def skip_reason(recipe: Recipe, step: Step) -> str | None:
+    """Why a run of this recipe leaves ``step`` out, or None."""
+    stage = stage_of(step)
+    if stage.long_running:
+        return "prour run serves each step's models itself"
+    return stage.skip(recipe) or (step.skip(recipe) if step.skip else None)
+
+
+def _made_at(recipe: Recipe, step: Step) -> float:
+    """When the step's outputs were made: the oldest modification time among them."""
+    times = [f.path.stat().st_mtime for f in step.writes(recipe) if f.path.exists()]
+    return min(times, default=0.0)
+
+
+def _upstreams(recipe: Recipe, step: Step) -> list[Step]:
+    """The steps that write what ``step`` reads, once each, in chain order."""
+    found = {writer_of(recipe, file.path).name for file in step.reads(recipe)}
+    return [other for other in steps() if other.name in found]
+
+
+def step_row(recipe: Recipe, step: Step, rows: dict[str, Row],
+             flat: dict[str, Any] | None = None) -> Row:
+    """The state of one step, given the rows of the steps before it."""
+    stage = stage_of(step)
+    why = skip_reason(recipe, step)
+    if why:
+        return Row(step, stage, SKIPPED, why)
+    if step.is_gate:
+        if step.is_done(recipe):
+            return Row(step, stage, DONE, "labels approved")
+        return Row(step, stage, GATE, "the labels wait for a person's review")
+    stamp = read_stamp(recipe, step)
+    failed = stamp is not None and stamp.get("failed") is not None
+    if failed or not step.is_done(recipe):
+        made = [f.path for f in step.cleared(recipe) if _nonempty(f.path)]
+        if failed:
+            return Row(step, stage, PARTIAL if made else PENDING,
+                       f"its last run failed (exit code {stamp['failed']})")
+        if made:
+            return Row(step, stage, PARTIAL, f"resumes ({', '.join(p.name for p in made)} exist)")
+        return Row(step, stage, PENDING)
+    if stamp is None:
+        made = _made_at(recipe, step)
+        for other in _upstreams(recipe, step):
+            theirs = read_stamp(recipe, other)
+            if theirs is not None and not theirs.get("failed") and theirs.get("ended", 0) > made:
+                return Row(step, stage, STALE, f"{other.name} ran again after its outputs were "
+                           "made", other.name)
+        return Row(step, stage, DONE, "outputs complete, not stamped yet (made by hand)")
+    changed = changed_values(stamp, step_values(recipe, step, flat))
+    if changed:
+        return Row(step, stage, STALE, "made with other values: " + "; ".join(changed))
+    for other in _upstreams(recipe, step):
+        before = rows.get(other.name)
+        if before is not None and before.state == STALE:
+            return Row(step, stage, STALE, f"reads what stale step {other.name} wrote", other.name)
+        theirs = read_stamp(recipe, other)
+        if theirs is not None and not theirs.get("failed") \
+                and theirs.get("ended", 0) > stamp.get("started", 0):
+            return Row(step, stage, STALE, f"{other.name} ran again after it", other.name)
+    return Row(step, stage, DONE)
+
+
+def table(recipe: Recipe) -> list[Row]:
+    """Every step of the chain with its state, in order."""
+    flat = flat_values(recipe)
+    rows: dict[str, Row] = {}
+    for step in steps():
+        rows[step.name] = step_row(recipe, step, rows, flat)
+    return list(rows.values())
+
+
+def affected_steps(made_with: Recipe, now: Recipe) -> list[str]:
+    """The steps a change from ``made_with`` to ``now`` makes stale, in chain order: those whose
+    key values differ, and every later one that reads what a stale one writes (what the table
+    says of a finished run when the recipe changes so)."""
+    before, after = flat_values(made_with), flat_values(now)
+    stale: list[str] = []
+    for step in steps():
+        if skip_reason(now, step) or step.is_gate:
+            continue
+        if step_values(made_with, step, before) != step_values(now, step, after) or any(
+                other.name in stale for other in _upstreams(now, step)):
+            stale.append(step.name)
+    return stale
+
+
+def valid_names() -> list[str]:
+    return [*stage_names(), *(step.name for step in steps() if step.name not in stage_names())]
+
+
+def _expand(name: str) -> list[str]:
+    """The step names a stage or step name stands for; an unknown name lists the valid ones."""
+    name = name.strip()
+    for stage in STAGES:
+        if stage.name == name:
+            return [step.name for step in stage.steps]
+    if any(step.name == name for step in steps()):
+        return [name]
+    from prour.registry import unknown_name
+
+    raise RunError(unknown_name("stage or step", name, valid_names()))
+
+
+def select(first: str | None = None, last: str | None = None,
+           only: Iterable[str] | None = None) -> list[str]:
+    """The step names ``--from``/``--to``/``--only`` ask for, in chain order."""
+    order = [step.name for step in steps()]
+    if only:
+        wanted = {name for item in only for part in item.split(",") if part.strip()
+                  for name in _expand(part)}
+        return [name for name in order if name in wanted]
+    start = order.index(_expand(first)[0]) if first else 0
+    end = order.index(_expand(last)[-1]) if last else len(order) - 1
+    if start > end:
+        raise RunError(f"--from {first} comes after --to {last} in the chain: "
+                       f"{' -> '.join(order)}")
+    return order[start:end + 1]
+
+
+# ---- serving: the servers a step calls, started and stopped around it ----------------------------
+
+
+def served_models_of(recipe: Recipe, step: Step) -> dict[str, list[str]]:
+    """Model id -> the roles of ``step`` it serves (roles with a fixed base_url are not served)."""
+    from prour.cluster.recipe import served_roles
+
+    called = set(step.roles(recipe))
+    return {model_id: [r for r in roles if r in called]
+            for model_id, roles in served_roles(recipe).items() if called & set(roles)}
+
+
+def runner_endpoints(recipe: Recipe) -> Path:
+    """This runner's endpoints file: ``<run_dir>/endpoints/<host>-<pid>.json``."""
+    return recipe.resolved_run_dir() / "endpoints" / f"{socket.gethostname()}-{os.getpid()}.json"
+
+
+class StepServers:
+    """The vLLM servers of one ``prour run``: before each step, those it calls are started (in
+    parallel, by :class:`~prour.cluster.serve.ServerGroup`) and the others stopped; the endpoints
+    file lists the live ones."""
+
+    def __init__(self, recipe: Recipe, path: Path, say: Callable[[str], None]):
+        self.recipe, self.path, self.say = recipe, path, say
+        self.groups: dict[str, ServerGroup] = {}  # model id -> the group that started it
+        self.stop_event = threading.Event()
+
+    def ensure(self, step: Step) -> None:
+        """Serve exactly what ``step`` calls; raises ServeError when a server cannot start."""
+        from prour.cluster.serve import ServeError, ServerGroup, check_memory, plan_servers
+        from prour.llm.weights import ModelNotFound
+
+        wanted = served_models_of(self.recipe, step)
+        for model_id in [m for m in self.groups if m not in wanted]:
+            self._stop(model_id)
+        missing = [m for m in wanted if m not in self.groups]
+        if not missing:
+            return
+        roles = sorted({role for m in missing for role in wanted[m]})
+        plans = [plan for plan in plan_servers(self.recipe, roles) if plan.model_id in missing]
+        check_memory(self.recipe, [*plans, *(g.plans[m] for m, g in self.groups.items())])
+        try:
+            group = ServerGroup(plans, self.recipe.serve.python,
+                                self.recipe.serve.startup_timeout_s, self.recipe.models_dir)
+        except ModelNotFound as exc:
+            raise ServeError(str(exc)) from None
+        self.say(f"   serving for {step.name}: {', '.join(missing)} (roles {', '.join(roles)})")
+        started = time.monotonic()
+        group.start(self.stop_event)
+        if self.stop_event.is_set():
+            group.stop()
+            raise KeyboardInterrupt
+        self.groups.update({model_id: group for model_id in missing})
+        self.say(f"   ready after {time.monotonic() - started:.0f} s: "
+                 + ", ".join(f"{m} at {self._url(m)}" for m in missing))
+        self.publish("ready")
+
+    def _url(self, model_id: str) -> str:
+        return self.groups[model_id].record("ready")["servers"][model_id]["base_url"]
+
+    def _stop(self, model_id: str) -> None:
+        group = self.groups.pop(model_id)
+        group.servers[model_id].stop()
+        self.say(f"   stopped server {model_id} (the next step does not call it)")
+        self.publish("ready" if self.groups else "stopped")
+
+    def publish(self, status: str, error: str | None = None) -> None:
+        """Write the endpoints file for the live servers (what children read)."""
+        from prour.cluster.endpoints import write_endpoints
+
+        servers: dict[str, Any] = {}
+        for model_id, group in self.groups.items():
+            servers[model_id] = group.record(status)["servers"][model_id]
+        roles = {role: entry["base_url"] for entry in servers.values() for role in entry["roles"]}
+        write_endpoints(self.path, {"status": status, "error": error, "pid": os.getpid(),
+                                    "node": socket.gethostname(), "servers": servers,
+                                    "roles": roles})
+
+    def dead(self) -> str | None:
+        """Why a live server exited, or None."""
+        from prour.cluster.serve import process_alive
+        from prour.cluster.vllm_server import log_tail
+
+        for model_id, group in self.groups.items():
+            server = group.servers[model_id]
+            if not process_alive(server.pid):
+                log = group.plans[model_id].log_path
+                return (f"server {model_id!r} at {self._url(model_id)} (pid {server.pid}) "
+                        f"exited while serving; last log lines of {log}:\n{log_tail(log)}")
+        return None
+
+    def stop_all(self, error: str | None = None) -> None:
+        if not self.groups:
+            return
+        for group in {id(g): g for g in self.groups.values()}.values():
+            group.stop()
+        names = ", ".join(self.groups)
+        self.groups.clear()
+        self.publish("failed" if error else "stopped", error)
+        self.say(f"   stopped server(s) {names}")
+
+
+# ---- running the chain ------------------------------------------------------------------------------
+
+
+Hook = Callable[["Recipe"], Any]
+
+
+@dataclass
+class RunOptions:
+    """What ``prour run`` was asked (``continue_command``: the command the gate message prints
+    with ``--approve-labels``; ``hooks``: step name -> (before, after), before returning extra
+    arguments for the step's command, as ``prour demo`` adds its own steps)."""
+
+    recipe_path: str
+    overrides: list[str] = field(default_factory=list)
+    names: list[str] | None = None  # selected step names (None: all)
+    dry_run: bool = False
+    rerun_stale: bool = False
+    approve_labels: bool = False
+    continue_command: list[str] | None = None
+    hooks: dict[str, tuple[Hook | None, Hook | None]] = field(default_factory=dict)
+    python: str = sys.executable
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+class Runner:
+    """One pass over the chain for one recipe (see the module docstring)."""
+
+    def __init__(self, recipe: Recipe, options: RunOptions, say: Callable[[str], None] = _say):
+        self.recipe, self.options, self.say = recipe, options, say
+        self.run_dir = recipe.resolved_run_dir()
+        self.servers = StepServers(recipe, runner_endpoints(recipe), say)
+        self.ran: set[str] = set()
+        self.child: subprocess.Popen | None = None
+
+    # -- what to run --
+    def selected(self, rows: Sequence[Row]) -> list[Row]:
+        names = self.options.names
+        return [row for row in rows if names is None or row.step.name in names]
+
+    def command(self, step: Step, partial: bool = False, extra: Sequence[str] = ()) -> list[str]:
+        """The step's ``prour`` arguments as this run gives them."""
+        sets = [part for item in self.options.overrides for part in ("--set", item)]
+        added = [*extra, *(step.resume if partial else ())]
+        if step.takes_recipe:
+            if served_models_of(self.recipe, step):
+                sets += ["--set", f"endpoints_file={self.servers.path}"]
+            return step.argv(self.recipe, self.options.recipe_path, [*added, *sets])
+        return step.argv(self.recipe, self.options.recipe_path, added)
+
+    def dry_run(self, rows: Sequence[Row]) -> int:
+        for row in self.selected(rows):
+            self.say(_row_line(row))
+            if row.state in (PENDING, PARTIAL, STALE) and not row.step.is_gate:
+                self.say(f"      prour {shlex.join(self.command(row.step, row.state == PARTIAL))}")
+                served = served_models_of(self.recipe, row.step)
+                for model_id, roles in served.items():
+                    self.say(f"      serves {model_id} (roles {', '.join(roles)})")
+        return 0
+
+    def run(self) -> int:
+        """Walk the selected steps; the exit code of ``prour run``."""
+        rows = table(self.recipe)
+        if self.options.dry_run:
+            return self.dry_run(rows)
+        self._record_run()
+        stale = [row for row in self.selected(rows) if row.state == STALE]
+        if stale and not self.options.rerun_stale:
+            for row in stale:
+                self.say(f"== {row.step.name}: stale ({row.why})")
+            again = [*(self.options.continue_command or _argv()), "--rerun-stale"]
+            self.say(f"{len(stale)} step(s) were made with other recipe values and were not "
+                     f"rerun: {', '.join(r.step.name for r in stale)}; rerun them (their outputs "
+                     f"are moved to {self.run_dir / '.prour' / 'stale'}):\n  {shlex.join(again)}")
+            return FAILED_EXIT
+        try:
+            return self._walk()
+        finally:
+            self.servers.stop_all()
+
+    def _walk(self) -> int:
+        done_rows: dict[str, Row] = {}
+        flat = flat_values(self.recipe)
+        names = self.options.names
+        for step in steps():
+            row = step_row(self.recipe, step, done_rows, flat)
+            done_rows[step.name] = row
+            if names is not None and step.name not in names:
+                continue
+            code = self._one(row)
+            if code is not None:
+                return code
+            done_rows[step.name] = step_row(self.recipe, step, done_rows, flat)
+        self.say(f"prour run: every step asked for is done ({self.run_dir})")
+        return 0
+
+    def _one(self, row: Row) -> int | None:
+        """Do what ``row`` needs; an exit code stops the run (None: go on)."""
+        step = row.step
+        if row.state == SKIPPED:
+            self.say(f"== {step.name}: skipped ({row.why})")
+            return None
+        if row.state == DONE:
+            if read_stamp(self.recipe, step) is None and not step.is_gate:
+                write_stamp(self.recipe, step, None, time.time(), time.time(), adopted=True)
+            self.say(f"== {step.name}: skipped (done{': ' + row.why if row.why else ''})")
+            return None
+        if row.state == GATE:
+            return self._gate(step)
+        if row.state == STALE:
+            if not (self.options.rerun_stale or row.upstream in self.ran):
+                self.say(f"== {step.name}: stale ({row.why}); rerun with --rerun-stale")
+                return FAILED_EXIT
+            self._move_aside(step)
+        return self._execute(step, partial=row.state == PARTIAL)
+
+    def _gate(self, step: Step) -> int | None:
+        from prour.router.review import approve, describe_counts, label_counts, labels_files
+
+        calibration = self.recipe.router.calibration
+        by = ("--approve-labels" if self.options.approve_labels else
+              "router.calibration.approve_labels" if calibration.approve_labels else None)
+        if by:
+            counts = approve(self.recipe, by)
+            self.say(f"== {step.name}: labels approved by {by}: "
+                     + "; ".join(f"{split} {describe_counts(c)}" for split, c in counts.items()))
+            return None
+        self.servers.stop_all()
+        again = [*(self.options.continue_command or _argv()), "--approve-labels"]
+        lines = [(f"== {step.name}: the chain stops at the review gate; review the annotator's "
+                  "labels (a wrong one: set its `corrected` field to act, clarify or verify):")]
+        for path in labels_files(self.recipe).values():
+            counts = label_counts(path) if path.is_file() else None
+            lines.append(f"   {path}: {describe_counts(counts) if counts else 'missing'}")
+        lines.append(f"   then approve them and continue:\n   {shlex.join(again)}")
+        self.say("\n".join(lines))
+        return 0
+
+    def _move_aside(self, step: Step) -> None:
+        """Move a stale step's outputs under ``.prour/stale/<time>/`` (nothing is deleted)."""
+        aside = self.run_dir / ".prour" / "stale" / time.strftime("%Y%m%dT%H%M%S")
+        for out in step.cleared(self.recipe):
+            if out.path.exists():
+                try:
+                    target = aside / out.path.relative_to(self.run_dir)
+                except ValueError:
+                    target = aside / out.path.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(out.path, target)
+                self.say(f"   moved stale {out.path} -> {target}")
+
+    def _execute(self, step: Step, partial: bool) -> int | None:
+        from prour.cluster.serve import ServeError
+
+        before, after = self.options.hooks.get(step.name, (None, None))
+        extra = list(before(self.recipe) or []) if before else []
+        argv = self.command(step, partial, extra)
+        printed = shlex.join(["prour", *argv])
+        log = self.run_dir / "logs" / f"{step.name}.log"
+        started = time.time()
+        self.say(f"== {step.name}: start{' (resumes)' if partial else ''}: {printed}")
+        try:
+            self.servers.ensure(step)
+        except ServeError as exc:
+            self.say(f"== {step.name}: failed after {time.time() - started:.0f} s: {exc}")
+            return FAILED_EXIT
+        code, cause = self._child(argv, log)
+        seconds = time.time() - started
+        if code != 0 or cause:
+            if code == INTERRUPTED_EXIT:
+                self.say(f"== {step.name}: interrupted after {seconds:.0f} s (log {log}); "
+                         "a rerun resumes")
+                return INTERRUPTED_EXIT
+            write_stamp(self.recipe, step, printed, started, time.time(), failed=code or 1)
+            self.say(f"== {step.name}: failed after {seconds:.0f} s, exit code {code}"
+                     f"{': ' + cause if cause else ''}; log {log}")
+            return FAILED_EXIT
+        if not step.is_done(self.recipe):
+            write_stamp(self.recipe, step, printed, started, time.time(), failed=0)
+            missing = [str(f.path) for f in step.writes(self.recipe)]
+            self.say(f"== {step.name}: failed after {seconds:.0f} s: its command exited 0 but "
+                     f"its outputs are not complete ({', '.join(missing)}); log {log}")
+            return FAILED_EXIT
+        write_stamp(self.recipe, step, printed, started, time.time())
+        self.ran.add(step.name)
+        self.say(f"== {step.name}: done in {seconds:.0f} s")
+        if after:
+            after(self.recipe)
+        return None
+
+    def _child(self, argv: list[str], log: Path) -> tuple[int, str | None]:
+        """Run ``prour argv``, its output to the terminal and ``log``; a server that dies
+        meanwhile stops it (the cause is returned)."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with _open_log(log) as sink:
+            sink.write(f"$ prour {shlex.join(argv)}\n".encode())
+            sink.flush()
+            self.child = subprocess.Popen([self.options.python, "-m", "prour.cli.main", *argv],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+            tee = threading.Thread(target=_tee, args=(self.child.stdout, sink), daemon=True)
+            tee.start()
+            cause = None
+            try:
+                while self.child.poll() is None:
+                    cause = self.servers.dead()
+                    if cause:
+                        _stop_child(self.child, signal.SIGTERM)
+                        break
+                    time.sleep(POLL_S)
+            except KeyboardInterrupt:
+                _stop_child(self.child, signal.SIGINT)
+                tee.join(5)
+                raise
+            code = self.child.wait()
+            tee.join(5)
+        return code, cause
+
+    def _record_run(self) -> None:
+        """``.prour/run.json``: how to reload this recipe (``prour status`` reads it)."""
+        record = {"recipe": str(Path(self.options.recipe_path).resolve()),
+                  "overrides": self.options.overrides, "run_dir": str(self.run_dir),
+                  "cwd": os.getcwd(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        write_atomic(self.run_dir / ".prour" / RUN_RECORD, json.dumps(record, indent=2) + "\n")
+
+    def interrupt(self) -> None:
+        """Stop the running child (SIGINT) and the servers."""
+        self.servers.stop_event.set()
+        if self.child is not None and self.child.poll() is None:
+            _stop_child(self.child, signal.SIGINT)
+        self.servers.stop_all()
+
+
+def _open_log(path: Path):
+    """The step's log, appended to while its child runs."""
+    return open(path, "ab")  # the child's output is appended until it exits
+
+
+def _tee(stream: Any, sink: Any) -> None:
+    out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
+    for line in iter(stream.readline, b""):
+        sink.write(line)
+        sink.flush()
+        if out is not None:
+            out.write(line)
+            out.flush()
+        else:
+            sys.stdout.write(line.decode(errors="replace"))
+            sys.stdout.flush()
+
+
+def _stop_child(child: subprocess.Popen, signum: int, grace_s: float = 30.0) -> None:
+    """Signal the child's process group; KILL it after ``grace_s``."""
+    try:
+        os.killpg(child.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        return
+    try:
+        child.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child.wait()
+
+
+def _argv() -> list[str]:
+    return ["prour", *sys.argv[1:]]
+
+
+def _row_line(row: Row) -> str:
+    why = f"  ({row.why})" if row.why else ""
+    return f"  {row.stage.name + '/' + row.step.name:<28} {row.state:<8}{why}"
+
+
+def table_text(rows: Sequence[Row]) -> str:
+    """The step table as ``prour run --dry-run`` and ``prour status`` print it."""
+    return "\n".join(_row_line(row) for row in rows)
+
+
+def status_recipe(run_dir: Path) -> tuple[str, list[str]]:
+    """The recipe path and ``--set`` items a run folder was made with: ``.prour/run.json`` of
+    ``prour run``, else ``slurm_jobs.json`` of ``prour slurm submit``."""
+    record_path = run_dir / ".prour" / RUN_RECORD
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        return record["recipe"], [*record.get("overrides", []), f"run_dir={record['run_dir']}"]
+    from prour.cluster.jobs import load_manifest
+
+    try:
+        manifest = load_manifest(run_dir)
+    except (FileNotFoundError, ValueError):
+        raise RunError(f"{run_dir} has neither {record_path} nor slurm_jobs.json: not a run "
+                       "folder of `prour run` or `prour slurm submit` (or give the recipe: "
+                       "prour run --recipe RECIPE --dry-run)") from None
+    return manifest["recipe"], [*manifest.get("overrides", []),
+                                f"run_dir={manifest['run_dir']}"]
