@@ -529,7 +529,6 @@ class Runner:
         extra = list(before(self.recipe) or []) if before else []
         argv = self.command(step, partial, extra)
         printed = shlex.join(["prour", *argv])
-        log = self.run_dir / "logs" / f"{step.name}.log"
         started = time.time()
         self.say(f"== {step.name}: start{' (resumes)' if partial else ''}: {printed}")
         try:
@@ -537,6 +536,14 @@ class Runner:
         except ServeError as exc:
             self.say(f"== {step.name}: failed after {time.time() - started:.0f} s: {exc}")
             return FAILED_EXIT
+        code = self._launch(step, argv, printed, started)
+        if code is None and after:
+            after(self.recipe)
+        return code
+
+    def _launch(self, step: Step, argv: list[str], printed: str, started: float) -> int | None:
+        """Run the step's child, check its outputs and stamp it; an exit code stops the run."""
+        log = self.run_dir / "logs" / f"{step.name}.log"
         code, cause = self._child(argv, log)
         seconds = time.time() - started
         if code != 0 or cause:
@@ -557,8 +564,6 @@ class Runner:
         write_stamp(self.recipe, step, printed, started, time.time())
         self.ran.add(step.name)
         self.say(f"== {step.name}: done in {seconds:.0f} s")
-        if after:
-            after(self.recipe)
         return None
 
     def _child(self, argv: list[str], log: Path) -> tuple[int, str | None]:

@@ -1,11 +1,12 @@
 """``prour demo``: the whole pipeline on the embedded smoke recipe, on CPU, with tiny local models.
 
-tiny model (+ warm start), then the steps of the chain the recipe keeps, in the order of the table
-of stages (:func:`prour.stages.run_steps`; for smoke.yaml: collect → normalize → extract → train
-→ export → eval → report), with the demo's additions around them: data stats after extract, the
+tiny model (+ warm start), then the chain as ``prour run`` walks it (:mod:`prour.runner`; for
+smoke.yaml: collect → normalize → extract → train → export → eval → report, the rest skipped),
+with the demo's additions as the runner's hooks around steps: data stats after extract, the
 learning states and query-format pass before train, the training report after it. Each step is
 the same ``prour`` command a user would type, run in a child process so that the demo shows
-exactly what the commands print; the demo stops at the first one that fails. Training runs on the oracle-replay
+exactly what the commands print; the demo stops at the first one that fails, and a second demo
+skips what is done. Training runs on the oracle-replay
 states, a named fallback for what the tiny model cannot do (:mod:`prour.demo.learning`); the
 summary prints the first and last mean reward and says what a tiny model cannot do.
 """
@@ -21,7 +22,9 @@ from typing import Any
 import typer
 
 from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
-from prour.stages import command_values, run_steps
+from prour.cli.run import run_chain
+from prour.runner import RunOptions
+from prour.stages import command_values
 
 DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "smoke.yaml"
 
@@ -90,12 +93,13 @@ def demo(
     dataset = Path(loaded.data.dataset_dir)
     checkpoints = Path(command_values(loaded)["checkpoints"])
     eval_dir = Path(command_values(loaded)["eval_dir"])
-    for step in run_steps(loaded):  # the table's order; the demo's own additions around it
-        before, after = DEMO_ADDITIONS.get(step.name, (None, None))
-        extra = before(loaded) if before else []
-        _stage(step.name, step.argv(loaded, recipe, [*extra, *(sets if step.takes_recipe else [])]))
-        if after:
-            after(loaded)
+    code = run_chain(RunOptions(  # the chain as `prour run` walks it, the demo's additions around
+        recipe_path=recipe, overrides=list(overrides or []), hooks=DEMO_ADDITIONS,
+        continue_command=["prour", "demo", "--recipe", recipe, *sets]))
+    if code != 0:
+        typer.secho(f"demo stopped (exit {code}); rerun `prour demo` to resume", fg="red",
+                    err=True)
+        raise typer.Exit(code)
     _summary(checkpoints)
     typer.secho("\nprour demo finished", bold=True)
     typer.echo(f"  trajectories: {loaded.data.trajectories}")

@@ -1,16 +1,20 @@
-"""``prour demo`` walks the table of stages: the smoke recipe's steps in table order, with the
-demo's additions around them (no command runs here: the runner is recorded)."""
+"""``prour demo`` walks the chain through ``prour run``'s runner: the smoke recipe's steps in table
+order, with the demo's additions as hooks around them (no command runs here: the runner's launch
+of each child is recorded)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from prour import runner as runner_module
 from prour.cli import demo as demo_cli
 
 
 def test_the_demo_runs_the_smoke_chain_in_table_order(monkeypatch, tmp_path: Path) -> None:
     ran: list[tuple[str, list[str]]] = []
     monkeypatch.setattr(demo_cli, "_stage", lambda title, args: ran.append((title, args)) or 0.0)
+    monkeypatch.setattr(runner_module.Runner, "_launch",
+                        lambda self, step, argv, printed, started: ran.append((step.name, argv)))
     monkeypatch.setattr(demo_cli, "_tiny_model", lambda *args: None)
     monkeypatch.setattr(demo_cli, "_summary", lambda *args: None)
     monkeypatch.setitem(demo_cli.DEMO_ADDITIONS, "train",
