@@ -1,7 +1,9 @@
 """One writer per run folder: ``<folder>/.prour.lock`` holds the PID, host, command and start time
 of the command writing there. A second command on the folder refuses, naming the holder; a lock
 whose process is gone (same host, PID not alive) is taken over with a log line. The lock is
-released when the command ends, normally, on an error or on Ctrl-C.
+released when the command ends, normally, on an error or on SIGINT/SIGTERM. A lock whose holder
+ran on another host cannot be checked from here: the refusal names ``prour unlock FOLDER
+--force`` (:func:`unlock`), which clears it after checking what it can (the holder's Slurm job).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -34,20 +38,29 @@ class Holder:
     command: str
     since: str
     started: str | None = None
+    job: str | None = None  # SLURM_JOB_ID of the holder, when it ran in a Slurm job
 
     def describe(self) -> str:
-        return f"pid {self.pid} on {self.host} since {self.since}: {self.command}"
+        job = f" (Slurm job {self.job})" if self.job else ""
+        return f"pid {self.pid} on {self.host}{job} since {self.since}: {self.command}"
 
 
 class RunLocked(RuntimeError):
-    """The folder is held by another live command."""
+    """The folder is held by another live command (or one on another host, unknown)."""
 
     def __init__(self, folder: Path, holder: Holder):
         self.folder, self.holder = folder, holder
-        super().__init__(
-            f"{folder} is in use by {holder.describe()} (lock {folder / LOCK_FILE}; "
-            "wait for that command to end, or stop it)"
-        )
+        if holder.host != socket.gethostname():
+            fix = ("if that command has ended, clear the lock with "
+                   f"`prour unlock {shlex.quote(str(folder))} --force`")
+        else:
+            fix = f"wait for that command to end, or stop it: kill -INT {holder.pid}"
+        super().__init__(f"{folder} is in use by {holder.describe()} (lock {folder / LOCK_FILE}; "
+                         f"{fix})")
+
+
+class UnlockRefused(RuntimeError):
+    """``prour unlock`` would remove the lock of a command that may still run."""
 
 
 def _process_start(pid: int) -> str | None:
@@ -71,7 +84,8 @@ def current_holder() -> Holder:
     """This process as a lock holder."""
     pid = os.getpid()
     return Holder(pid=pid, host=socket.gethostname(), command=shlex.join(["prour", *sys.argv[1:]]),
-                  since=time.strftime("%Y-%m-%dT%H:%M:%S%z"), started=_process_start(pid))
+                  since=time.strftime("%Y-%m-%dT%H:%M:%S%z"), started=_process_start(pid),
+                  job=os.environ.get("SLURM_JOB_ID") or None)
 
 
 def holder_alive(holder: Holder) -> bool:
@@ -177,3 +191,60 @@ def run_lock(folder: str | Path) -> Iterator[Holder]:
         yield holder
     finally:
         release(folder, holder)
+
+
+def slurm_job_state(job: str) -> str | None:
+    """The job's state as ``squeue`` lists it (``RUNNING``, ``PENDING`` ...); ``""`` when squeue
+    no longer lists it (ended); None when squeue is not available here."""
+    squeue = shutil.which("squeue")
+    if squeue is None:
+        return None
+    try:
+        done = subprocess.run([squeue, "-h", "-j", job, "-o", "%T"], capture_output=True,
+                              text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:  # "Invalid job id specified": long gone from the controller
+        return ""
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+
+
+def unlock(folder: str | Path, *, force: bool = False) -> str:
+    """Remove ``folder``'s lock when its holder cannot be running; returns what was checked.
+
+    On this host the holder's PID (and start time) is checked: a live holder is refused. On
+    another host the PID cannot be checked, so ``force`` is needed; a Slurm job recorded in the
+    lock is still looked up with ``squeue`` and refused while listed. Raises
+    :class:`UnlockRefused` naming what to do."""
+    folder = Path(folder)
+    path = folder / LOCK_FILE
+    holder = read_holder(path)
+    if holder is None:
+        return f"{folder} is not locked (no {path})"
+    here = socket.gethostname()
+    checked = []
+    if holder.host == here:
+        if holder.pid > 0 and holder_alive(holder):
+            raise UnlockRefused(f"{folder} is held by {holder.describe()}, which is running on "
+                                f"this host; stop it (kill -INT {holder.pid}) instead of unlocking")
+        checked.append(f"pid {holder.pid} is not running on {here}")
+    else:
+        if not force:
+            raise UnlockRefused(
+                f"{folder} is held by {holder.describe()}; {here} cannot check a process on "
+                f"{holder.host}: make sure it has ended, then run "
+                f"`prour unlock {shlex.quote(str(folder))} --force`")
+        checked.append(f"pid {holder.pid} on {holder.host} not checked (another host; --force)")
+    if holder.job:
+        state = slurm_job_state(holder.job)
+        if state:
+            raise UnlockRefused(f"{folder} is held by {holder.describe()} and Slurm job "
+                                f"{holder.job} is {state}; cancel it (scancel {holder.job}) or "
+                                "wait for it to end")
+        checked.append(f"Slurm job {holder.job} " + (
+            "not checked (no squeue here)" if state is None else "has ended (not in squeue)"))
+    _remove_stale(path, holder)
+    newer = read_holder(path)
+    if newer is not None:
+        raise UnlockRefused(f"{folder} was locked again meanwhile by {newer.describe()}")
+    return f"removed {path} of {holder.describe()}: " + "; ".join(checked)

@@ -116,3 +116,68 @@ def test_release_leaves_a_lock_taken_over_by_another_process(tmp_path):
     _write_lock(tmp_path, newer)
     release(tmp_path, holder)
     assert read_holder(tmp_path / LOCK_FILE) == newer
+
+
+def _run_unlock(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "prour.cli.main", "unlock", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_lock_from_another_host_names_the_unlock_command_which_clears_it(tmp_path):
+    folder = tmp_path / "run dir"
+    remote = Holder(pid=4242, host="node-elsewhere", command="prour collect -r paper.yaml",
+                    since="2026-12-01T00:00:00+0000")
+    _write_lock(folder, remote)
+    with pytest.raises(RunLocked) as refused:
+        acquire(folder)
+    hint = f"prour unlock '{folder}' --force"
+    assert f"clear the lock with `{hint}`" in str(refused.value)
+
+    without_force = _run_unlock(str(folder))
+    assert without_force.returncode == 1
+    assert "cannot check a process on node-elsewhere" in without_force.stderr
+    assert hint in without_force.stderr and read_holder(folder / LOCK_FILE) == remote
+
+    cleared = _run_unlock(str(folder), "--force")  # the hint, as printed, with its arguments
+    assert cleared.returncode == 0, cleared.stderr
+    assert "pid 4242 on node-elsewhere not checked (another host; --force)" in cleared.stdout
+    assert not (folder / LOCK_FILE).exists()
+    with run_lock(folder):  # free again
+        pass
+
+
+def test_unlock_refuses_a_live_holder_on_this_host_and_clears_a_dead_one(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = Holder(pid=sleeper.pid, host=socket.gethostname(), command="prour train",
+                      since="now", started=runlock._process_start(sleeper.pid))
+        _write_lock(tmp_path, live)
+        with pytest.raises(runlock.UnlockRefused, match=f"kill -INT {sleeper.pid}"):
+            runlock.unlock(tmp_path, force=True)  # --force does not override a visible process
+        assert read_holder(tmp_path / LOCK_FILE) == live
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    message = runlock.unlock(tmp_path)
+    assert message.endswith(f"pid {sleeper.pid} is not running on {socket.gethostname()}")
+    assert not (tmp_path / LOCK_FILE).exists()
+    assert runlock.unlock(tmp_path).endswith(f"is not locked (no {tmp_path / LOCK_FILE})")
+
+
+def test_unlock_looks_up_the_holders_slurm_job(tmp_path, monkeypatch):
+    """A holder's recorded Slurm job is asked of squeue: listed refuses, gone clears."""
+    remote = Holder(pid=7, host="node-elsewhere", command="prour eval", since="then", job="812")
+    states = {"812": "RUNNING"}
+    monkeypatch.setattr(runlock, "slurm_job_state", lambda job: states.get(job, ""))
+    _write_lock(tmp_path, remote)
+    with pytest.raises(runlock.UnlockRefused, match="Slurm job 812 is RUNNING; cancel it"):
+        runlock.unlock(tmp_path, force=True)
+    states.clear()
+    assert "Slurm job 812 has ended (not in squeue)" in runlock.unlock(tmp_path, force=True)
+
+
+def test_the_lock_records_the_slurm_job_it_runs_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "9031")
+    with run_lock(tmp_path) as holder:
+        assert read_holder(tmp_path / LOCK_FILE).job == "9031" == holder.job
+        assert "(Slurm job 9031)" in holder.describe()

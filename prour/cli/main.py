@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from prour import interrupt
+
+interrupt.install_for_command()  # before the imports below: Ctrl-C from here on is one line
+
 import typer
 
 from prour.cli.recipe import SetOpt
@@ -39,6 +43,25 @@ def validate(
                    f"{', '.join(stages)}")
         return
     typer.echo(f"ok: {recipe} (recipe {loaded.name!r})")
+
+
+@app.command()
+def unlock(
+    run_dir: str = typer.Argument(..., metavar="RUN_DIR",
+                                  help="The folder whose .prour.lock to clear."),
+    force: bool = typer.Option(
+        False, "--force", help="Clear a lock held from another host, whose process cannot be "
+        "checked from here (its Slurm job still is, with squeue)."),
+) -> None:
+    """Clear a run folder's lock left by a command that has ended (refused while it runs)."""
+    from prour.runlock import UnlockRefused
+    from prour.runlock import unlock as clear
+
+    try:
+        typer.echo(clear(run_dir, force=force))
+    except UnlockRefused as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _register_subcommands() -> None:

@@ -4,7 +4,7 @@ app to hold that), and a recipe that does not load exiting 2 with its one error 
 loads through :func:`prour.recipes.load_recipe`, its ``--set`` overrides and then its own flags as
 overrides of the keys they stand for (``prour eval --max-tasks 3`` is ``--set eval.max_tasks=3``),
 validated once. Stages get that one resolved recipe, and provenance records it as it is. Also here:
-the run-folder lock, preflight and Ctrl-C handling.
+the run-folder lock, preflight and SIGINT/SIGTERM handling.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ def recipe_errors() -> Iterator[None]:
 @contextmanager
 def hold_run_folder(folder: str | Path) -> Iterator[None]:
     """One writer per run folder (:mod:`prour.runlock`): a folder held by another live command
-    exits 2 with one line naming it (pid, host, since, command)."""
-    from prour.runlock import RunLocked, acquire, release
+    exits 2 with one line naming it (pid, host, since, command). An interrupted command releases
+    it before its report says so (:func:`prour.interrupt.on_stop`)."""
+    from prour import interrupt
+    from prour.runlock import LOCK_FILE, RunLocked, acquire, release
 
     try:
         holder = acquire(folder)
@@ -53,7 +55,9 @@ def hold_run_folder(folder: str | Path) -> Iterator[None]:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
-        yield
+        with interrupt.on_stop(f"the lock {Path(folder) / LOCK_FILE}",
+                               lambda: release(folder, holder)):
+            yield
     finally:
         release(folder, holder)
 
@@ -78,12 +82,12 @@ def preflight_or_exit(recipe: Recipe, *stages: str) -> None:
 
 @contextmanager
 def resumable(saved: Callable[[], str]) -> Iterator[None]:
-    """Ctrl-C: say what ``saved()`` reports was kept and that a rerun resumes; exit 130."""
-    try:
+    """SIGINT or SIGTERM (:mod:`prour.interrupt`): say what ``saved()`` reports was kept and that a
+    rerun resumes, release the run lock, exit 130."""
+    from prour import interrupt
+
+    with interrupt.interruptible(saved):
         yield
-    except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted: {saved()}", err=True)
-        raise typer.Exit(130) from None
 
 
 def saved_lines(path: Path, what: str) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from prour import interrupt
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.domains import domain_policy, task_split
 from prour.env.environment import (
@@ -364,7 +365,9 @@ class EpisodeJob:
 
 
 def _run_job(job: EpisodeJob, limits: EnvConfig) -> Trajectory:
-    """Run a job; even a failure to build its agent or user comes back as a trajectory."""
+    """Run a job; even a failure to build its agent or user comes back as a trajectory. After a
+    SIGINT/SIGTERM a queued job does not start (:class:`prour.interrupt.Stopping`)."""
+    interrupt.check()
     try:
         agent, user = job.make_agent(), job.make_user()
     except Exception as exc:  # noqa: BLE001
@@ -436,7 +439,8 @@ def run_episodes(
                     append_jsonl(path, traj)
                 results[traj.key] = traj
                 bar.advance(traj)
-        except BaseException:  # Ctrl-C: drop queued episodes, let running ones finish
+        except BaseException:  # a signal: drop queued episodes; running ones end at their next
+            # request (prour.interrupt.Stopping), their partial work is not saved
             for future in futures:
                 future.cancel()
             raise

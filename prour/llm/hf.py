@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
+from prour import interrupt
 from prour.llm import chat as chat_rules
 from prour.llm.base import ChatRequest, Completion, SamplingParams, ScoreRequest, ScoreResult
 from prour.llm.token_tree import MAX_TREE_QUERIES, TokenTree, runs_within, supports_token_tree
@@ -253,7 +254,7 @@ class HFLLM:
 
     def chat(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
         """Generate ``n`` completions per request; batched, each sample on its own seeded stream."""
-        with self._lock:
+        with self._lock, interrupt.request():  # none starts after a SIGINT/SIGTERM
             prompts, memo = [], {}
             for i, request in enumerate(requests):
                 ids = self._encode_once(
@@ -399,7 +400,7 @@ class HFLLM:
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """Per-token log-probs of each target; shared prefixes and contexts are encoded once."""
-        with self._lock:
+        with self._lock, interrupt.request():
             pairs, memo = [], {}
             for i, request in enumerate(requests):
                 ctx = self._context_ids(i, request, memo)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from prour import interrupt
 from prour.llm import chat as chat_rules
 from prour.llm.base import (
     BackendError,
@@ -250,16 +251,18 @@ class OpenAILLM:
     # ---- HTTP with retries -------------------------------------------------------------------
 
     async def _attempt(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """One POST under the concurrency limit and a hard time limit; classifies failures."""
+        """One POST under the concurrency limit and a hard time limit; classifies failures. None
+        starts after a SIGINT/SIGTERM; those in flight are counted (:mod:`prour.interrupt`)."""
         async with self._semaphore:
-            try:
-                response = await asyncio.wait_for(
-                    self._client.post(url, json=payload), self.timeout_s
-                )
-            except (TimeoutError, httpx.TimeoutException):
-                raise _TransientError(f"timed out after {self.timeout_s:g} s") from None
-            except httpx.TransportError as exc:
-                raise _TransientError(f"{type(exc).__name__}: {exc}") from None
+            with interrupt.request():
+                try:
+                    response = await asyncio.wait_for(
+                        self._client.post(url, json=payload), self.timeout_s
+                    )
+                except (TimeoutError, httpx.TimeoutException):
+                    raise _TransientError(f"timed out after {self.timeout_s:g} s") from None
+                except httpx.TransportError as exc:
+                    raise _TransientError(f"{type(exc).__name__}: {exc}") from None
         status = response.status_code
         if status >= 500 or status in RETRY_STATUS:
             retry_after = _retry_after(response)

@@ -1,0 +1,301 @@
+"""How every long ``prour`` command stops on SIGINT (Ctrl-C) and SIGTERM (``scancel``, a Slurm time
+limit, preemption): both are handled alike.
+
+- **Start-up** (imports, recipe, model load; no :func:`interruptible` block yet): one line, exit
+  :data:`INTERRUPTED_EXIT`; no traceback.
+- **First signal** inside an :func:`interruptible` block: the command says what it waits for (the
+  requests in flight, the child processes it passed the signal on to) and that a second signal
+  stops at once. New requests refuse to start (:class:`Stopping`), ``KeyboardInterrupt`` unwinds
+  the block (or its ``stop`` event is set), then the block says what was saved, that a rerun
+  resumes, releases what was registered with :func:`on_stop` (the run lock) and exits 130.
+- **Second signal**: the same report, the child processes killed by PID, exit 130 at once.
+
+Signals arriving within :data:`SAME_SIGNAL_S` of the first count as that one: Slurm signals every
+process of a job and a parent passes the signal on too, so a child may receive both.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+INTERRUPTED_EXIT = 130
+SAME_SIGNAL_S = 1.0
+CHILD_GRACE_S = 3.0  # a child's time to stop on its own after a second signal, then SIGKILL
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopping(BaseException):
+    """Raised where new work (an HTTP request, an episode) would start after the first signal; a
+    ``BaseException`` so that episode and retry handlers, which catch ``Exception``, let it by."""
+
+
+@dataclass
+class _Phase:
+    saved: Callable[[], str]
+    stop: threading.Event | None = None
+
+
+@dataclass
+class _Child:
+    name: str
+    kill: bool  # SIGKILL at a second signal (a server) rather than pass the signal on again
+    process: subprocess.Popen | None = None
+
+    def alive(self, pid: int) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return _state_of(pid) != "Z"  # a zombie has ended
+
+
+@dataclass
+class _State:
+    installed: bool = False
+    signals: int = 0
+    first_at: float = 0.0
+    signum: int = 0
+    phases: list[_Phase] = field(default_factory=list)
+    cleanups: dict[int, tuple[str, Callable[[], None]]] = field(default_factory=dict)
+    children: dict[int, _Child] = field(default_factory=dict)
+    in_flight: int = 0
+    last: _Phase | None = None  # the block that ended last: what it saved is still the report
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_state = _State()
+
+
+def install() -> None:
+    """Handle SIGINT and SIGTERM in this process as this module says (main thread only;
+    idempotent). ``prour``'s entry point calls it before anything heavy is imported."""
+    if _state.installed or threading.current_thread() is not threading.main_thread():
+        return
+    for signum in HANDLED:
+        if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+            continue  # ignored by whoever started us (nohup, a shell's background job): keep it
+        signal.signal(signum, _on_signal)
+    _state.installed = True
+
+
+def install_for_command() -> None:
+    """:func:`install` when this process is the ``prour`` command itself (its console script or
+    ``python -m prour.cli.main``), not a program that merely imports the CLI (a test runner)."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is not None and (argv0.name == "prour" or argv0.parts[-3:] == ("prour", "cli",
+                                                                          "main.py")):
+        install()
+
+
+def stopping() -> bool:
+    """Whether a stop was asked for (first signal received)."""
+    return _state.signals > 0
+
+
+def check() -> None:
+    """Raise :class:`Stopping` after the first signal: call before starting a new piece of work."""
+    if _state.signals > 0:
+        raise Stopping(signal.Signals(_state.signum).name)
+
+
+@contextmanager
+def request() -> Iterator[None]:
+    """One request to a server (or one model call) in flight; refuses to start once stopping."""
+    check()
+    with _state.lock:
+        _state.in_flight += 1
+    try:
+        yield
+    finally:
+        with _state.lock:
+            _state.in_flight -= 1
+
+
+def in_flight() -> int:
+    """Requests started through :func:`request` and not yet ended."""
+    return _state.in_flight
+
+
+@contextmanager
+def interruptible(saved: Callable[[], str], *, stop: threading.Event | None = None
+                  ) -> Iterator[None]:
+    """The long part of a command. ``saved()`` says what is on disk and how a rerun resumes (e.g.
+    ``12 trajectories saved in run/x.jsonl; rerun `prour collect` ...``). A signal raises
+    ``KeyboardInterrupt`` inside the block, which then ends with the report and
+    ``SystemExit(130)``. With ``stop`` (a command whose normal end is a signal, ``prour serve``)
+    the first signal only sets the event and the block ends as its loop returns."""
+    install()
+    phase = _Phase(saved=saved, stop=stop)
+    _state.phases.append(phase)
+    try:
+        yield
+    except (KeyboardInterrupt, Stopping):
+        _finish("interrupted")
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    finally:
+        _state.phases.remove(phase)
+        _state.last = phase
+
+
+@contextmanager
+def on_stop(what: str, release: Callable[[], None]) -> Iterator[None]:
+    """Run ``release`` (idempotent; e.g. the run lock) when an interrupted command ends, before its
+    report names ``what`` as released; the caller still releases it on a normal end."""
+    key = id(release)
+    _state.cleanups[key] = (what, release)
+    try:
+        yield
+    finally:
+        _state.cleanups.pop(key, None)
+
+
+@contextmanager
+def child(process: subprocess.Popen, name: str, *, kill: bool = False) -> Iterator[None]:
+    """A child process that gets the signal passed on (to its process group when it leads one,
+    as with ``start_new_session=True``, so a terminal's Ctrl-C reaches it once, through us). When
+    the block is left after a signal, it first waits for the child to end (the child reports and
+    releases its own lock; a second signal cuts that short). At a second signal a ``kill`` child
+    (a vLLM server) is killed at once; another (a ``prour`` step) gets the signal again and
+    :data:`CHILD_GRACE_S` to report before it is killed."""
+    track_child(process.pid, name, kill=kill, process=process)
+    try:
+        yield
+    finally:
+        if stopping():
+            process.wait()
+        untrack_child(process.pid)
+
+
+def track_child(pid: int, name: str, *, kill: bool = False,
+                process: subprocess.Popen | None = None) -> None:
+    """:func:`child` for a process whose life does not fit one block (untrack when it is gone)."""
+    _state.children[pid] = _Child(name=name, kill=kill, process=process)
+
+
+def untrack_child(pid: int) -> None:
+    _state.children.pop(pid, None)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    now = time.monotonic()
+    if _state.signals and now - _state.first_at < SAME_SIGNAL_S:
+        return  # the same stop, delivered twice (Slurm and a parent both signal us)
+    _state.signals += 1
+    name = signal.Signals(signum).name
+    if _state.signals > 1:
+        _stop_at_once(name)
+    _state.first_at, _state.signum = now, signum
+    _send_children(signum)
+    if not _state.phases:
+        when = ("after its work was saved" if _state.last
+                else "during start-up: stopped before any work began")
+        _say(f"{name} received {when}; exit {INTERRUPTED_EXIT}")
+        raise SystemExit(INTERRUPTED_EXIT)
+    _say(f"{name} received: stopping; {_waiting()}; send it again (or Ctrl-C) to stop at once")
+    phase = _state.phases[-1]
+    if phase.stop is not None:
+        phase.stop.set()
+        return
+    raise KeyboardInterrupt
+
+
+def _waiting() -> str:
+    parts = []
+    if _state.in_flight:
+        parts.append(f"{_state.in_flight} request(s) in flight")
+    if _state.children:
+        names = ", ".join(f"{c.name} (pid {pid})" for pid, c in _state.children.items())
+        parts.append(f"{len(_state.children)} child process(es) to stop: {names}")
+    if not parts:
+        return "nothing in flight"
+    return "waiting for " + " and ".join(parts)
+
+
+def _stop_at_once(name: str) -> None:
+    """Second signal: release, report, kill what is left of the children, exit 130 now."""
+    _finish(f"stopped at once ({name} again)")
+    _end_children()
+    sys.stderr.flush()
+    os._exit(INTERRUPTED_EXIT)
+
+
+def _finish(how: str) -> None:
+    """Release what :func:`on_stop` registered, then say what was saved and what was released."""
+    released = []
+    for what, release in list(_state.cleanups.values()):
+        try:
+            release()
+        except Exception as exc:  # noqa: BLE001 - the report must still come out
+            _say(f"could not release {what}: {exc}")
+            continue
+        released.append(what)
+    _state.cleanups.clear()
+    phase = _state.phases[-1] if _state.phases else _state.last
+    try:
+        saved = phase.saved() if phase else "nothing saved yet"
+    except Exception as exc:  # noqa: BLE001
+        saved = f"(could not count what was saved: {exc})"
+    tail = f"; released {', '.join(released)}" if released else ""
+    _say(f"{how}: {saved}{tail}; exit {INTERRUPTED_EXIT}")
+
+
+def _send_children(signum: int) -> None:
+    for pid in list(_state.children):
+        _signal(pid, signum)
+
+
+def _end_children() -> None:
+    """Kill servers now; give ``prour`` children the signal again and a moment to report."""
+    others = []
+    for pid, entry in list(_state.children.items()):
+        if entry.kill:
+            _signal(pid, signal.SIGKILL)
+        else:
+            _signal(pid, _state.signum or signal.SIGTERM)
+            others.append(pid)
+    deadline = time.monotonic() + CHILD_GRACE_S
+    while others and time.monotonic() < deadline:
+        others = [pid for pid in others if _state.children[pid].alive(pid)]
+        time.sleep(0.05)
+    for pid in others:
+        _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Signal ``pid``'s process group when it leads one (``start_new_session``), else ``pid``."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _state_of(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(f"\n{line}\n" if line else "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr closed: nothing to tell
