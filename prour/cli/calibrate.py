@@ -67,15 +67,21 @@ def _measure(builder: Builder, split: str, console) -> None:
 
 def _stage_search(builder: Builder, console) -> None:
     from prour.router.calibration import RoutingScores
-    from prour.router.pipeline import search_thresholds
+    from prour.router.pipeline import labels_path, search_thresholds
     from prour.router.thresholds import thresholds_path
 
     _measure(builder, "dev", console)
     result, stored, joined = search_thresholds(builder)
     scores = RoutingScores(result.macro_f1, result.per_class_f1, result.confusion)
-    console.print(scores_table(f"dev ({result.n_states} states)", scores))
+    if result.n_states:
+        console.print(scores_table(f"dev ({result.n_states} states)", scores))
     if joined.empty:
         console.print(f"{len(joined.empty)} dev states had no valid candidate (left out)")
+    for line in joined.lacking("dev", labels_path(builder.recipe, "dev")):
+        console.print(f"lacking: {line}")
+    if not result.n_states:
+        console.print("lacking: no dev state has both a usable label and AU/EU (a valid "
+                      "candidate action): the pair below is the grid's first, not fitted")
     console.print(
         f"τ_AU = {stored.tau_au:.2f}, τ_EU = {stored.tau_eu:.2f} ({result.n_ties} tied pairs) "
         f"stored for {stored.model_id} in {thresholds_path(builder.recipe)}"
@@ -83,15 +89,22 @@ def _stage_search(builder: Builder, console) -> None:
 
 
 def _stage_evaluate(builder: Builder, console) -> None:
-    from prour.router.pipeline import evaluate_llm_router, evaluate_split
+    from prour.router.pipeline import evaluate_llm_router, evaluate_split, labels_path
 
     _measure(builder, "test", console)
-    scores, stored = evaluate_split(builder, "test")
+    scores, stored, joined = evaluate_split(builder, "test")
     title = f"held-out, τ_AU={stored.tau_au:.2f} τ_EU={stored.tau_eu:.2f}"
+    for line in joined.lacking("test", labels_path(builder.recipe, "test")):
+        console.print(f"lacking: {line}")
+    if scores is None:
+        console.print(f"lacking: no held-out state has a usable label: {title} is not scored")
+        return
     console.print(scores_table(title, scores))
     if "router" in builder.recipe.models:
         llm_scores, invalid = evaluate_llm_router(builder, "test")
-        console.print(scores_table(f"held-out, LLM router ({invalid} invalid replies)", llm_scores))
+        if llm_scores is not None:
+            console.print(scores_table(f"held-out, LLM router ({invalid} invalid replies)",
+                                       llm_scores))
 
 
 calibrate_app = typer.Typer(

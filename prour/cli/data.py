@@ -143,6 +143,12 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     rows = result.card["extraction"]["rows"]
     typer.echo(f"train {rows['train']} rows, validation {rows['validation']} rows in "
                f"{result.dataset_dir}")
+    if not any(rows.values()):
+        from prour.data.extract import empty_reason
+
+        typer.echo(f"lacking: {empty_reason(result.card['extraction'])}; the dataset is empty, "
+                   "so `prour train` saves the initial policy as its final step, untrained "
+                   "(check the thresholds and the decomposer model)")
 
 
 @data_app.command("stats")

@@ -115,10 +115,16 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
     from prour.train.local import LocalTrainer
 
     try:
-        last = LocalTrainer(recipe).run(resume=resume)
+        trainer = LocalTrainer(recipe)
+        last = trainer.run(resume=resume)
     except (FileExistsError, FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if trainer.untrained:
+        typer.echo(f"lacking: {cfg.train_file} holds no training state (extract routed none to "
+                   f"clarify or verify): no update was made; {last} is the initial policy, "
+                   "untrained, so that export and eval still run")
+        return
     typer.echo(f"checkpoint: {last}\nmetrics: {out / 'metrics.jsonl'}\n"
                f"training curves: prour train report {out}")
 

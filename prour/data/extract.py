@@ -450,5 +450,17 @@ def write_dataset(instances: dict[str, list[Instance]], summary: ExtractSummary,
         summary.rows[split] = len(rows)
     write_atomic(out_dir / EXTRACT_SUMMARY,
                  json.dumps(summary.to_dict(extra), indent=2, sort_keys=True) + "\n")
+    if not any(summary.rows.values()):  # nothing to describe: the summary says what was dropped
+        return {"dataset_dir": str(out_dir), "splits": {split: {"rows": 0} for split in SPLITS},
+                "extraction": summary.to_dict(extra)}
     card, _, _ = write_card(out_dir)
     return card
+
+
+def empty_reason(extraction: dict[str, Any]) -> str:
+    """Why a dataset holds no row, from its extraction summary: the routes and drops counted."""
+    routes = ", ".join(f"{n} {route}" for route, n in sorted(extraction["routes"].items()))
+    dropped = ", ".join(f"{n} {why}" for why, n in sorted(extraction["dropped"].items()))
+    return (f"no clarify or verify state among {extraction['states']} decision states "
+            f"(routes: {routes or 'none'}; {extraction['empty_decisions']} decisions had no "
+            f"valid candidate; dropped: {dropped or 'none'})")

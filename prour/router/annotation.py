@@ -156,8 +156,10 @@ def annotate(
     return records
 
 
-def read_labels(path: str | Path) -> dict[str, str]:
-    """state id -> route, ``corrected`` winning over ``label``; an unusable label raises."""
+def read_labels(path: str | Path, unusable: list[str] | None = None) -> dict[str, str]:
+    """state id -> route, ``corrected`` winning over ``label``. A state with no usable label
+    (the annotator's reply was not one and nobody corrected it) raises, or, given the list
+    ``unusable``, is left out and its id appended there."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"labels file not found: {path} (run `prour calibrate --stage label`)")
@@ -166,6 +168,9 @@ def read_labels(path: str | Path) -> dict[str, str]:
         value = obj.get("corrected") or obj.get("label")
         value = LABEL_TO_ROUTE.get(value, value)  # reviewers may write the rubric's names
         if value not in ROUTES:
+            if unusable is not None:
+                unusable.append(str(obj.get("state_id")))
+                continue
             raise ValueError(
                 f"{path}: state {obj.get('state_id')!r} has no usable label "
                 f"(label={obj.get('label')!r}, corrected={obj.get('corrected')!r}); set "

@@ -13,7 +13,7 @@ import functools
 import logging
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from prour.env.trajectory import read_jsonl
 from prour.files import append_jsonl
 from prour.router.annotation import annotate, read_labels, read_states
 from prour.router.calibration import Calibration, RoutingScores, calibrate, score_routes
-from prour.router.routing import route_many
+from prour.router.routing import ROUTES, route_many
 from prour.router.thresholds import (
     calibration_dir,
     decomposer_model_id,
@@ -109,29 +109,49 @@ def measure_split(
 
 @dataclass
 class Joined:
-    """Labelled states with their AU/EU, plus states whose decision had no candidate."""
+    """Labelled states with their AU/EU, plus states whose decision had no candidate and states
+    left out for want of a usable label."""
 
     state_ids: list[str]
     au: list[float]
     eu: list[float]
     labels: list[str]
     empty: list[tuple[str, str]]  # (state id, label) of decisions without AU/EU
+    unlabelled: list[str] = field(default_factory=list)  # no usable label: left out
+
+    def lacking(self, split: str, path: Path) -> list[str]:
+        """What this split lacked, one sentence each (nothing: an empty list)."""
+        lines = []
+        if self.unlabelled:
+            lines.append(f"{len(self.unlabelled)} {split} states have no usable label and were "
+                         f"left out (set `corrected` in {path}), e.g. {self.unlabelled[:3]}")
+        classes = set(self.labels) | {label for _, label in self.empty}
+        absent = [name for name in ROUTES if name not in classes]
+        if absent and len(absent) < len(ROUTES):
+            lines.append(f"the {split} labels hold no {', '.join(absent)} state: macro-F1 "
+                         f"averages {', '.join(n for n in ROUTES if n in classes)} only")
+        return lines
 
 
 def join_split(recipe: Recipe, split: str) -> Joined:
-    """Match labels to cached AU/EU by state id; a missing one is an error naming the files."""
-    labels = read_labels(labels_path(recipe, split))
+    """Match labels to cached AU/EU by state id; a missing one is an error naming the files;
+    a state whose label is unusable is left out (:attr:`Joined.unlabelled`)."""
+    unusable: list[str] = []
+    labels = read_labels(labels_path(recipe, split), unusable)
     cache = read_cache(cache_path(recipe, split))
     states = [s.state_id for s in read_states(states_path(recipe, split))]
-    missing = [s for s in states if s not in labels or s not in cache]
+    skipped = set(unusable)
+    missing = [s for s in states if s not in skipped and (s not in labels or s not in cache)]
     if missing:
         raise ValueError(
             f"{len(missing)} {split} states lack a label ({labels_path(recipe, split)}) or AU/EU "
             f"({cache_path(recipe, split)}), e.g. {missing[:3]}; run the label and search stages "
             "first"
         )
-    joined = Joined([], [], [], [], [])
+    joined = Joined([], [], [], [], [], [s for s in states if s in skipped])
     for state_id in states:
+        if state_id in skipped:
+            continue
         record = cache[state_id]
         if record.get("au") is None:
             joined.empty.append((state_id, labels[state_id]))
@@ -155,28 +175,46 @@ def search_thresholds(builder: Builder) -> tuple[Calibration, Thresholds, Joined
             "%d dev states had no valid candidate; left out of the search", len(joined.empty)
         )
     cfg = recipe.router.calibration
-    result = calibrate(joined.au, joined.eu, joined.labels, cfg)
+    if joined.labels:
+        result = calibrate(joined.au, joined.eu, joined.labels, cfg)
+    else:  # every pair ties on nothing: the tie rule's pick, the grid's first pair
+        result = unfitted(cfg)
     stored = save_thresholds(
         thresholds_path(recipe), _model_id(builder), result, dataset=str(states_path(recipe, "dev"))
     )
     return result, stored, joined
 
 
-def evaluate_split(builder: Builder, split: str = "test") -> tuple[RoutingScores, Thresholds]:
-    """Score the stored thresholds on a split; empty decisions take ``router.empty_route``."""
+def unfitted(cfg: Any) -> Calibration:
+    """The search's result when no dev state has both a label and AU/EU: every threshold pair
+    ties (on nothing), so the tie rule picks the grid's first pair; macro-F1 0 over 0 states."""
+    return Calibration(tau_au=float(cfg.lo), tau_eu=float(cfg.lo), macro_f1=0.0,
+                       per_class_f1=dict.fromkeys(ROUTES, 0.0), confusion=[[0] * 3] * 3,
+                       n_states=0, grid=(float(cfg.lo), float(cfg.hi), float(cfg.step)),
+                       n_ties=0)
+
+
+def evaluate_split(
+    builder: Builder, split: str = "test"
+) -> tuple[RoutingScores | None, Thresholds, Joined]:
+    """Score the stored thresholds on a split; empty decisions take ``router.empty_route``.
+    No state with a usable label: no scores (None)."""
     recipe = builder.recipe
     stored = load_thresholds(thresholds_path(recipe), _model_id(builder))
     joined = join_split(recipe, split)
     routed = list(route_many(joined.au, joined.eu, stored.tau_au, stored.tau_eu))
     predicted = routed + [recipe.router.empty_route] * len(joined.empty)
     labels = joined.labels + [label for _, label in joined.empty]
-    return score_routes(predicted, labels), stored
+    return (score_routes(predicted, labels) if labels else None), stored, joined
 
 
-def evaluate_llm_router(builder: Builder, split: str = "test") -> tuple[RoutingScores, int]:
-    """The prompted LLM router (ablation) on the same labelled states; also its invalid count."""
+def evaluate_llm_router(
+    builder: Builder, split: str = "test"
+) -> tuple[RoutingScores | None, int]:
+    """The prompted LLM router (ablation) on the same labelled states (None: none has a usable
+    label); also its invalid count."""
     recipe = builder.recipe
-    labels = read_labels(labels_path(recipe, split))
+    labels = read_labels(labels_path(recipe, split), [])  # unusable labels: left out
     states = read_states(states_path(recipe, split))
     predicted: dict[str, str] = {}
     invalid = 0
@@ -186,5 +224,7 @@ def evaluate_llm_router(builder: Builder, split: str = "test") -> tuple[RoutingS
         for state, decision in zip(group, router.decide_many([s.messages for s in group])):
             predicted[state.state_id] = decision.mode
         invalid += sum(router.invalid.values())
-    ids = [s.state_id for s in states]
+    ids = [s.state_id for s in states if s.state_id in labels]
+    if not ids:
+        return None, invalid
     return score_routes([predicted[i] for i in ids], [labels[i] for i in ids]), invalid

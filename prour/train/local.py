@@ -164,8 +164,9 @@ class LocalTrainer:
             self._rows = read_instances(self._train_file())
         self._setup_model(start or self._policy_path())
         self._setup_optimizer()
-        self._setup_data()
-        self._setup_reward()
+        if self._rows:  # an empty train file: nothing to order or score (see run)
+            self._setup_data()
+            self._setup_reward()
         self._setup_metrics()
         if start is not None:
             self._restore(start)
@@ -205,11 +206,37 @@ class LocalTrainer:
         self.setup(resume=resume)
         last = ckpt.latest_checkpoint(self.output_dir)
         try:
+            if not self._rows:
+                return self._save_untrained()
             with StepProgress(self.cfg.total_steps, self.step, enabled=progress) as bar:
                 last = self._loop(bar) or last
         finally:
             self.metrics.close()
         return last
+
+    @property
+    def untrained(self) -> bool:
+        """Whether the train file holds no state (run saves the initial policy, untrained)."""
+        return not self._rows
+
+    def _save_untrained(self) -> Path:
+        """An empty train file (extract routed no state to clarify or verify): no update can be
+        made, so the initial policy is saved as the final step, its trainer state saying why,
+        and export and eval still run (the checkpoint then equals the initial policy)."""
+        logger.warning(
+            "lacking: %s holds no training state: no update was made; the initial policy is saved "
+            "as step %d, untrained", self._train_file(), self.cfg.total_steps,
+        )
+        self.step = self.cfg.total_steps
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": ckpt.rng_state(),
+            "data": {"seed": self.recipe.seed, "n_rows": 0, "position": (0, 0)},
+            "untrained": f"{self._train_file()} holds no training state",
+        }
+        return ckpt.save_checkpoint(self.output_dir, self.step, self.model, self.tokenizer, state)
 
     def _loop(self, bar: Any) -> Path | None:
         """Steps up to ``total_steps``: metrics line, log line, bar, checkpoint when due."""

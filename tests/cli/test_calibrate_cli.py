@@ -167,3 +167,42 @@ def test_bad_router_key_is_reported_with_its_dotted_path(recipe: Path) -> None:
     recipe.write_text(yaml.safe_dump(data))
     result = CliRunner().invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "search"])
     assert result.exit_code == 2 and "router.n_actoins" in result.output
+
+
+def _annotate_with(recipe: Path, tmp_path: Path, rules: list[dict], default: str) -> None:
+    annotator = tmp_path / "annotator.yaml"
+    annotator.write_text(yaml.safe_dump({"rules": rules, "default": default}))
+
+
+def test_labels_of_one_class_and_unusable_labels_still_calibrate(recipe: Path,
+                                                                  tmp_path: Path) -> None:
+    """What a tiny annotator writes: one class, and replies that are no label. The search leaves
+    the unlabelled states out, fits on the rest and names the missing classes; the held-out run
+    does the same. With no usable label at all the grid's first pair is stored, said unfitted."""
+    _annotate_with(recipe, tmp_path, [{"pattern": "(?i)user: [^\\n]*refund",
+                                       "reply": "aleatoric"}], "hmm")
+    result = CliRunner().invoke(app, ["calibrate", "--recipe", str(recipe)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    # dev: d2, d5 are refund dialogues (clarify); the 4 others are unlabelled
+    assert "lacking: 4 dev states have no usable label and were left out" in text
+    assert "the dev labels hold no act, verify state: macro-F1 averages clarify only" in text
+    stored = load_thresholds(tmp_path / "run" / "calibration" / "thresholds.json",
+                             "scripted:router-test-decomposer")
+    assert stored.n_states == 2 and stored.macro_f1 == 1.0  # clarify has AU ~ 1.0: any τ_AU < 1
+    assert "lacking: 2 test states have no usable label" in text  # t1, t3
+    assert "held-out, τ_AU=" in text
+
+    _annotate_with(recipe, tmp_path, [], "hmm")
+    for name in ("labels_dev.jsonl", "labels_test.jsonl", "thresholds.json"):
+        (tmp_path / "run" / "calibration" / name).unlink()
+    result = CliRunner().invoke(app, ["calibrate", "--recipe", str(recipe)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "lacking: 6 dev states have no usable label" in text
+    assert "the pair below is the grid's first, not fitted" in text
+    assert "τ_AU = 0.00, τ_EU = 0.00 (0 tied pairs)" in text
+    stored = load_thresholds(tmp_path / "run" / "calibration" / "thresholds.json",
+                             "scripted:router-test-decomposer")
+    assert (stored.tau_au, stored.tau_eu, stored.n_states, stored.macro_f1) == (0.0, 0.0, 0, 0.0)
+    assert "no held-out state has a usable label" in text and "is not scored" in text

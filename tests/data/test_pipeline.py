@@ -223,3 +223,25 @@ def test_only_successful_drops_verify_of_failed_episodes(run: Run) -> None:
     assert summary["dropped"] == {"verify_unsuccessful": 4}
     modes = {r["extra_info"]["mode"] for r in all_rows(run.folder / "dataset_successful")}
     assert modes == {"clarify"}
+
+
+def test_no_clarify_or_verify_state_writes_an_empty_dataset_and_says_why(run: Run) -> None:
+    """Thresholds no state reaches: every state routes to act. Both splits are written empty
+    (what train then reads), the summary counts the routes, and the reason names them."""
+    from prour.data.extract import empty_reason
+
+    before = run.models["decomposer"].calls.copy()
+    never = make_router(run.models["decomposer"], thresholds=(50.0, 50.0))
+    trajectories = load_trajectories(run.folder / "traj.jsonl", "error")
+    goals = load_goals(run.folder / "goals.jsonl", "error")
+    cache = DecisionCache(run.folder / "decisions.jsonl", "error")
+    instances, summary = extract_instances(trajectories, goals, never, cache, run.tokens, run.cfg,
+                                           progress=False)
+    card = write_dataset(instances, summary, run.folder / "dataset_empty", {})
+    assert run.models["decomposer"].calls == before  # rerouted from the cache
+    assert card["extraction"]["rows"] == {"train": 0, "validation": 0}
+    for split in ("train", "validation"):
+        assert read_rows(split_path(run.folder / "dataset_empty", split)) == []
+    assert empty_reason(card["extraction"]) == (
+        "no clarify or verify state among 12 decision states (routes: 12 act; 0 decisions had "
+        "no valid candidate; dropped: none)")

@@ -326,3 +326,25 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
     assert trainer._reward_fn.question_cost is not None  # the recipe's attention term is on
     cost = logged["attention_cost_mean"]  # None when no clarify question was answered this step
     assert cost is None or cost >= 1.0  # a question asks at least one thing
+
+
+def test_an_empty_train_file_saves_the_initial_policy_untrained(tiny_model_dir, fresh_dir):
+    """Extract routed no state to clarify or verify: nothing to learn from. The final step is
+    saved with the initial weights, its trainer state says why, export and eval can load it."""
+    from prour.train.checkpoint import complete_checkpoints, load_trainer_state
+
+    trainer = LocalTrainer(_recipe(tiny_model_dir), _train(fresh_dir, total_steps=3), rows=[])
+    last = trainer.run()
+    assert trainer.untrained and last == fresh_dir / "step_3"
+    assert [step for step, _ in complete_checkpoints(fresh_dir)] == [3]
+    assert "holds no training state" in load_trainer_state(last)["untrained"]
+    saved = _weights(last)
+    assert saved and saved == _weights(tiny_model_dir)  # not one parameter moved
+
+
+def _weights(folder: Path) -> dict[str, str]:
+    from safetensors.torch import load_file
+
+    tensors = load_file(next(Path(folder).glob("*.safetensors")))
+    return {name: hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+            for name, t in tensors.items()}
