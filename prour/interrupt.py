@@ -48,7 +48,8 @@ class _Phase:
 @dataclass
 class _Child:
     name: str
-    kill: bool  # SIGKILL at a second signal (a server) rather than pass the signal on again
+    kill: bool  # a server: not signalled at the first signal (its clients finish), SIGKILL at a
+    # second; otherwise (a ``prour`` step) the signal is passed on each time
     process: subprocess.Popen | None = None
 
     def alive(self, pid: int) -> bool:
@@ -137,8 +138,9 @@ def interruptible(saved: Callable[[], str], *, stop: threading.Event | None = No
     ``12 trajectories saved in run/x.jsonl; rerun `prour collect` ...``). A signal raises
     ``KeyboardInterrupt`` inside the block, which then ends with the report and
     ``SystemExit(130)``. With ``stop`` (a command whose normal end is a signal, ``prour serve``)
-    the first signal only sets the event and the block ends as its loop returns."""
-    install()
+    the first signal only sets the event and the block ends as its loop returns. The handlers
+    are those :func:`install` put in place (the CLI does); elsewhere (a test calling a command in
+    process) Python's own ``KeyboardInterrupt`` on SIGINT ends the block the same way."""
     phase = _Phase(saved=saved, stop=stop)
     _state.phases.append(phase)
     try:
@@ -168,9 +170,10 @@ def child(process: subprocess.Popen, name: str, *, kill: bool = False) -> Iterat
     """A child process that gets the signal passed on (to its process group when it leads one,
     as with ``start_new_session=True``, so a terminal's Ctrl-C reaches it once, through us). When
     the block is left after a signal, it first waits for the child to end (the child reports and
-    releases its own lock; a second signal cuts that short). At a second signal a ``kill`` child
-    (a vLLM server) is killed at once; another (a ``prour`` step) gets the signal again and
-    :data:`CHILD_GRACE_S` to report before it is killed."""
+    releases its own lock; a second signal cuts that short). A ``kill`` child (a vLLM server) is
+    not signalled at the first signal, so the requests in flight can end, and is killed at a
+    second; another (a ``prour`` step) gets the second signal too and :data:`CHILD_GRACE_S` to
+    report before it is killed."""
     track_child(process.pid, name, kill=kill, process=process)
     try:
         yield
@@ -217,9 +220,10 @@ def _waiting() -> str:
     parts = []
     if _state.in_flight:
         parts.append(f"{_state.in_flight} request(s) in flight")
-    if _state.children:
-        names = ", ".join(f"{c.name} (pid {pid})" for pid, c in _state.children.items())
-        parts.append(f"{len(_state.children)} child process(es) to stop: {names}")
+    steps = {pid: c for pid, c in _state.children.items() if not c.kill}
+    if steps:
+        names = ", ".join(f"{c.name} (pid {pid})" for pid, c in steps.items())
+        parts.append(f"{len(steps)} child process(es) to stop: {names}")
     if not parts:
         return "nothing in flight"
     return "waiting for " + " and ".join(parts)
@@ -254,8 +258,11 @@ def _finish(how: str) -> None:
 
 
 def _send_children(signum: int) -> None:
-    for pid in list(_state.children):
-        _signal(pid, signum)
+    """Pass the first signal on to the ``prour`` children; servers keep serving them meanwhile
+    (their owner stops them as its block unwinds)."""
+    for pid, entry in list(_state.children.items()):
+        if not entry.kill:
+            _signal(pid, signum)
 
 
 def _end_children() -> None:

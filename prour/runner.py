@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prour import interrupt
 from prour.files import write_atomic
 from prour.stages import STAGES, Stage, Step, stage_names, stage_of, steps, writer_of
 
@@ -579,6 +580,9 @@ class Runner:
             tee = threading.Thread(target=_tee, args=(self.child.stdout, sink), daemon=True)
             tee.start()
             cause = None
+            # a signal is passed on to the step (its own session: a terminal's Ctrl-C reaches it
+            # once, through us); a second one stops it by PID (prour.interrupt)
+            interrupt.track_child(self.child.pid, f"prour {argv[0]}", process=self.child)
             try:
                 while self.child.poll() is None:
                     cause = self.servers.dead()
@@ -590,6 +594,8 @@ class Runner:
                 _stop_child(self.child, signal.SIGINT)
                 tee.join(5)
                 raise
+            finally:
+                interrupt.untrack_child(self.child.pid)
             code = self.child.wait()
             tee.join(5)
         return code, cause

@@ -59,8 +59,7 @@ def run(
 def run_chain(options: RunOptions) -> int:
     """Load the recipe and walk its chain; the exit code (0 done or at the gate, 1 a step failed
     or is stale, 2 a setup error, 130 interrupted). ``prour demo`` calls this too."""
-    import signal
-
+    from prour import interrupt
     from prour.cli.recipe import recipe_errors
     from prour.recipes import load_recipe
     from prour.runner import INTERRUPTED_EXIT, Runner
@@ -70,19 +69,16 @@ def run_chain(options: RunOptions) -> int:
             "router.calibration.approve_labels": True if options.approve_labels else None})
     runner = Runner(loaded, options)
 
-    def interrupted(signum, frame):  # SIGTERM (scancel, a time limit) as Ctrl-C
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupted)
-    try:
-        return runner.run()
-    except KeyboardInterrupt:
-        typer.echo("\ninterrupted: stopping the running step and the servers; what the steps "
-                   "saved is kept and a rerun resumes", err=True)
-        runner.interrupt()
-        return INTERRUPTED_EXIT
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # SIGTERM (scancel, a time limit) as Ctrl-C (prour.interrupt); the running step gets it passed
+    # on, a second signal stops the step and kills the servers at once
+    with interrupt.interruptible(lambda: "what the steps saved is kept and a rerun resumes"):
+        try:
+            return runner.run()
+        except KeyboardInterrupt:
+            typer.echo("\ninterrupted: stopping the running step and the servers; what the "
+                       "steps saved is kept and a rerun resumes", err=True)
+            runner.interrupt()
+            return INTERRUPTED_EXIT
 
 
 def status(

@@ -55,9 +55,9 @@ def serve(
 ) -> None:
     """Start a vLLM server per frozen model of the recipe, publish endpoints, hold until Ctrl-C."""
     import logging
-    import signal
     import threading
 
+    from prour import interrupt
     from prour.cli.recipe import preflight_or_exit, preflight_problems
     from prour.cluster.serve import ServeError
     from prour.cluster.serve import serve as run_serve
@@ -75,9 +75,7 @@ def serve(
             raise typer.Exit(1)
         return
     preflight_or_exit(_serving_only(loaded, wanted), "serve")
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = threading.Event()  # set by the first SIGINT/SIGTERM; a second kills the servers
 
     def ready(record: dict[str, Any]) -> None:
         _print_servers(record)
@@ -85,7 +83,8 @@ def serve(
             typer.echo("serving; stop with Ctrl-C or SIGTERM")
 
     try:
-        path = run_serve(loaded, stop, roles=wanted, endpoints=endpoints, on_ready=ready)
+        with interrupt.interruptible(lambda: "the servers were being stopped", stop=stop):
+            path = run_serve(loaded, stop, roles=wanted, endpoints=endpoints, on_ready=ready)
     except ServeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

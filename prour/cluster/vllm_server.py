@@ -33,6 +33,8 @@ from typing import IO, Self
 
 import httpx
 
+from prour import interrupt
+
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
@@ -192,6 +194,8 @@ class VLLMServer:
             start_new_session=True,
         )
         atexit.register(self.stop)
+        interrupt.track_child(self._process.pid, f"vLLM server {self.served_name}",
+                              kill=True, process=self._process)  # killed by PID at a 2nd signal
         logger.info(
             "starting vLLM (pid %d) on %s:%d; log %s",
             self._process.pid,
@@ -249,6 +253,7 @@ class VLLMServer:
         atexit.unregister(self.stop)
         if process is not None:
             _terminate_group(process, grace_s)
+            interrupt.untrack_child(process.pid)
             logger.info("stopped vLLM (pid %d, exit code %s)", process.pid, process.returncode)
         if self._log_file is not None:
             self._log_file.close()
