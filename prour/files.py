@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -37,10 +38,21 @@ def write_atomic(path: str | Path, data: str | bytes, fsync: bool = False) -> Pa
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise named(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def named(exc: OSError, path: Path) -> OSError:
+    """``exc`` carrying the file it was writing (a failed ``write``/``fsync`` names none), so a
+    full or read-only disk is reported with the file (:mod:`prour.cli.failures`)."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
 
 
 _LOCKS: dict[str, threading.Lock] = {}
@@ -72,9 +84,12 @@ def append_jsonl(path: str | Path, record: Any) -> None:
             if _ends_torn(path):
                 data = b"\n" + data
             written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(f"{path}: short write ({written} of {len(data)} bytes)")
+            if written != len(data):  # the disk filled up mid-line
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)",
+                              str(path))
             os.fsync(fd)
+        except OSError as exc:
+            raise named(exc, path) from None
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)

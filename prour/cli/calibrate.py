@@ -187,6 +187,7 @@ def calibrate(
     from rich.console import Console
 
     from prour.build import Builder
+    from prour.cli.failures import backend_failures
     from prour.cli.recipe import preflight_or_exit, recipe_errors
     from prour.recipes import load_recipe
 
@@ -199,8 +200,9 @@ def calibrate(
     console = Console()
     steps = {"label": _stage_label, "search": _stage_search, "evaluate": _stage_evaluate}
     try:
-        for name in steps if stage == "all" else (stage,):
-            steps[name](builder, console)
+        with backend_failures(loaded, "calibrate", "--stage", stage):
+            for name in steps if stage == "all" else (stage,):
+                steps[name](builder, console)
     except (ValueError, LookupError) as exc:
         _fail(str(exc))
     finally:

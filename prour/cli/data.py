@@ -101,6 +101,7 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
 def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
               on_bad_line: str | None = BadLineOpt) -> None:
     """Rewrite each task's instruction into the first-person goal G*; flags lost values."""
+    from prour.cli.failures import backend_failures
     from prour.cli.recipe import preflight_or_exit
     from prour.data.normalize import normalize_tasks
     from prour.data.pipeline import record_provenance
@@ -112,8 +113,9 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     builder = _builder(loaded, "normalize", "normalizer")
     path = Path(cfg.goals)
     record_provenance(loaded, "normalize")
-    goals = normalize_tasks(_tasks(loaded), cfg.domain, builder.llm("normalizer"), path,
-                            decomposer_model_id(loaded.models["normalizer"]), cfg)
+    with backend_failures(loaded, "normalize"):
+        goals = normalize_tasks(_tasks(loaded), cfg.domain, builder.llm("normalizer"), path,
+                                decomposer_model_id(loaded.models["normalizer"]), cfg)
     flagged = [g for g in goals if g.flagged]
     for goal in flagged:
         lost = ", ".join(f"{m['kind']} {m['text']!r}" for m in goal.missing) or "empty goal"
@@ -124,6 +126,7 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
 def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             on_bad_line: str | None = BadLineOpt, progress: bool = ProgressOpt) -> None:
     """Split, route every state with the decomposer, and write train/validation parquet + card."""
+    from prour.cli.failures import backend_failures
     from prour.cli.recipe import preflight_or_exit
     from prour.data.pipeline import run_extract
 
@@ -132,7 +135,8 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     tokenizer_role = [] if loaded.data.tokenizer else ["generator"]
     builder = _builder(loaded, "extract", "decomposer", *tokenizer_role)
     try:
-        result = run_extract(loaded, builder, progress=progress)
+        with backend_failures(loaded, "extract"):
+            result = run_extract(loaded, builder, progress=progress)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

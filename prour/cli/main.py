@@ -79,7 +79,9 @@ _register_subcommands()
 
 
 def main() -> None:  # pragma: no cover - console entry
-    app()
+    from prour.cli.failures import run_app
+
+    run_app(app)  # a read-only or full disk: one line, not a traceback
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,14 @@ the fix, and the fix a line prints runs as printed."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -100,3 +107,175 @@ def test_a_tokenizer_folder_needs_no_weight_files(tmp_path):
     assert check_weights(recipe, {"extract": ()}) == []
     (folder / "tokenizer_config.json").unlink()
     assert len(check_weights(recipe, {"extract": ()})) == 1
+
+
+# ---- a backend answering HTTP 500 during normalize, calibrate or extract ---------------------
+
+
+class _Broken(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that lists its model but fails every generation request."""
+
+    posts = 0
+
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        type(self).posts += 1
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"object": "error", "message": "No available memory for the cache "
+                           "blocks\nsecond line", "code": 500}).encode()
+        self.send_response(500)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a client that gave up mid-answer (the command stopped): nothing to report
+
+
+@pytest.fixture
+def broken_url():
+    server = _QuietServer(("127.0.0.1", 0), _Broken)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Broken.posts = 0
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _served_by(url: str) -> str:
+    return json.dumps({"backend": "openai", "model": "m", "base_url": url, "max_retries": 1})
+
+
+def _assert_names_the_failure(result, role: str, url: str, *command: str) -> None:
+    """One line: the role, the URL and HTTP 500 with the server's message, and the rerun command
+    (on the same recipe and --set items), which the CLI's own parser accepts."""
+    line = one_error(result, 1, f"models.{role}", url, "HTTP 500",
+                     "No available memory for the cache blocks second line")
+    rerun = shlex.split(line.split("then rerun `")[1].split("`")[0])
+    assert rerun[:len(command) + 1] == ["prour", *command], rerun
+    assert "--recipe" in rerun and "--set" in rerun
+    assert _Broken.posts >= 2  # a request and its one retry (max_retries: 1), at least
+
+
+def test_normalize_against_a_server_answering_500(tmp_path, tiny_model_dir, broken_url):
+    from test_data_cli import _recipe
+
+    recipe = _recipe(tmp_path, tiny_model_dir)
+    result = invoke("normalize", "--recipe", str(recipe),
+                    "--set", f"models.normalizer={_served_by(broken_url)}")
+    _assert_names_the_failure(result, "normalizer", broken_url, "normalize")
+
+
+def test_extract_against_a_server_answering_500(tmp_path, tiny_model_dir, broken_url):
+    """The data stage made with scripted models, then extract's decomposer fails on the server."""
+    from test_data_cli import _recipe
+
+    recipe = _recipe(tmp_path, tiny_model_dir)
+    for command in ("collect", "normalize"):
+        assert invoke(command, "--recipe", str(recipe)).exit_code == 0
+    result = invoke("extract", "--recipe", str(recipe), "--no-progress",
+                    "--set", f"models.decomposer={_served_by(broken_url)}")
+    _assert_names_the_failure(result, "decomposer", broken_url, "extract")
+
+
+def test_calibrate_against_a_server_answering_500(tmp_path, broken_url):
+    from test_calibrate_cli import make_recipe
+
+    recipe = make_recipe(tmp_path)
+    result = invoke("calibrate", "--recipe", str(recipe), "--stage", "label",
+                    "--set", f"models.annotator={_served_by(broken_url)}")
+    _assert_names_the_failure(result, "annotator", broken_url, "calibrate", "--stage", "label")
+
+
+# ---- a read-only or full run folder (root ignores file modes: a small mount makes them) -----
+
+SCRIPTED_ROLES = ("agent", "user", "teacher")
+
+
+@contextmanager
+def tmpfs(folder: Path, size: str, read_only: bool = False) -> Iterator[Path]:
+    """A ``size`` tmpfs mounted at ``folder`` (remounted read-only when asked), unmounted after."""
+    folder.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                   check=True)
+    try:
+        if read_only:
+            subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def _collect_recipe(tmp_path: Path, run_dir: Path) -> Path:
+    import data_scripts as scripts
+    import yaml
+
+    files = scripts.write_script_files(tmp_path / "scripts")
+    recipe = {"name": "disk", "run_dir": str(run_dir), "env": {"max_steps": 12},
+              "models": {role: {"backend": "scripted", "script": str(files[role])}
+                         for role in SCRIPTED_ROLES},
+              "data": {"num_trajectories": 2, "trial_seeds": [0], "max_tasks": 2,
+                       "concurrency": 1}}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def _prour(*args: str) -> subprocess.CompletedProcess:
+    """The `prour` console entry in a child process (where a disk error is caught)."""
+    return subprocess.run([sys.executable, "-m", "prour.cli.main", *args], capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def _one_line(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def test_a_read_only_run_folder_is_one_line(tmp_path):
+    mount = tmp_path / "ro"
+    with tmpfs(mount, "1m", read_only=True):
+        proc = _prour("collect", "--recipe", str(_collect_recipe(tmp_path, mount / "run")),
+                      "--no-progress")
+    _one_line(proc, f"cannot write {mount / 'run'}", f"the file system ({mount}) is read-only",
+              "point run_dir")
+
+
+def test_a_full_run_folder_is_one_line_naming_the_file_and_the_space(tmp_path):
+    """A 256 KiB tmpfs filled up to its last 16 KiB: the provenance fits, the first trajectory
+    (a whole scripted episode) does not; the line names the file and the free space."""
+    mount = tmp_path / "full"
+    with tmpfs(mount, "256k"):
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError):  # write until the disk refuses
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            os.ftruncate(fd, os.fstat(fd).st_size - 16 * 1024)
+        finally:
+            os.close(fd)
+        proc = _prour("collect", "--recipe", str(_collect_recipe(tmp_path, mount / "run")),
+                      "--no-progress")
+        saved = (mount / "run" / "data" / "trajectories.jsonl").read_text()
+    line = _one_line(proc, f"cannot write {mount / 'run' / 'data' / 'trajectories.jsonl'}",
+                     f"no space left on the device ({mount})", "free of 256 KiB",
+                     "point run_dir at a larger disk")
+    assert "0 KiB free" in line or "4 KiB free" in line or "8 KiB free" in line, line
+    assert all(json.loads(row) for row in saved.splitlines())  # no torn line left behind

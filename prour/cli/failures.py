@@ -1,0 +1,116 @@
+"""Failures of the node rather than of the recipe, as one line naming the cause and the fix:
+a run folder on a read-only or full disk (any command, caught where ``prour`` starts), and a
+model server that answers with errors while a stage calls it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+
+DISK_ERRNOS = {errno.EROFS: "read-only", errno.ENOSPC: "full", errno.EDQUOT: "full",
+               errno.EACCES: "denied", errno.EPERM: "denied"}
+FAILED_EXIT = 1  # the command ran and failed (2 is kept for a recipe or setup refused up front)
+
+
+def _mount_of(path: Path) -> Path:
+    """The mount point holding ``path`` (or its nearest existing parent)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _size(count: int) -> str:
+    for unit, power in (("GiB", 3), ("MiB", 2)):
+        if count >= 1024**power:
+            return f"{count / 1024**power:.1f} {unit}"
+    return f"{count / 1024:.0f} KiB"
+
+
+def disk_failure_line(exc: OSError) -> str | None:
+    """One line for a write refused by the disk (read-only, full, over quota, not permitted),
+    naming the file, its file system and the fix; ``None`` for any other error."""
+    kind = DISK_ERRNOS.get(exc.errno or 0)
+    if kind is None:
+        return None
+    target = Path(str(exc.filename)) if exc.filename else None
+    where = f"cannot write {target}" if target else "cannot write to the run folder"
+    mount = _mount_of(target) if target else None
+    on = f" ({mount})" if mount else ""
+    if kind == "read-only":
+        return (f"{where}: the file system{on} is read-only; remount it read-write or point "
+                f"run_dir (or the recipe key naming this path) at a writable disk, then rerun")
+    if kind == "denied":
+        return (f"{where}: permission denied ({exc.strerror}); make the folder writable for this "
+                f"user or point run_dir (or the recipe key naming this path) at one that is")
+    usage = shutil.disk_usage(mount) if mount else None
+    space = f"{_size(usage.free)} free of {_size(usage.total)}" if usage else "no space"
+    return (f"{where}: no space left on the device{on}, {space}; free space there or point "
+            f"run_dir at a larger disk, then rerun the same command: what was saved is kept")
+
+
+def run_app(app: typer.Typer) -> None:
+    """Run the CLI; a disk that refuses a write ends it with :func:`disk_failure_line` and exit
+    1 instead of a traceback."""
+    try:
+        app()
+    except OSError as exc:
+        line = disk_failure_line(exc)
+        if line is None:
+            raise
+        typer.echo(f"error: {line}", err=True)
+        raise SystemExit(FAILED_EXIT) from None
+
+
+def _roles_at(recipe: Recipe, message: str) -> list[str]:
+    """The recipe's roles whose ``base_url`` the backend error names."""
+    return [f"models.{role}" for role, cfg in recipe.models.items()
+            if cfg.base_url and cfg.base_url.rstrip("/") in message]
+
+
+def _server_log(recipe: Recipe, message: str) -> str | None:
+    """The log file of the served model whose URL the error names (from the endpoints file)."""
+    from prour.cluster.endpoints import EndpointsError, endpoints_path, read_endpoints
+
+    try:
+        record = read_endpoints(endpoints_path(recipe)) or {}
+    except (EndpointsError, OSError):
+        return None
+    for server in (record.get("servers") or {}).values():
+        url = str(server.get("base_url") or "").rstrip("/")
+        if url and url in message and server.get("log"):
+            return str(server["log"])
+    return None
+
+
+@contextmanager
+def backend_failures(recipe: Recipe, *argv: str) -> Iterator[None]:
+    """A model server that keeps failing (HTTP 5xx after the retries, refused connections) ends
+    the command with one line naming the roles, the server's answer, its log and the command
+    that resumes (``prour <argv>`` on the same recipe); exit 1."""
+    from prour.llm.base import BackendError
+    from prour.recipes import prour_command
+
+    try:
+        yield
+    except BackendError as exc:
+        message = " ".join(str(exc).split())
+        roles = ", ".join(_roles_at(recipe, message)) or "a model server"
+        log = _server_log(recipe, message)
+        look = f"read its log {log}" if log else "read the server's log"
+        typer.echo(f"error: {roles}: {message}; the server failed the request: {look}, fix or "
+                   f"restart it, then rerun `{prour_command(recipe, *argv)}` (it redoes only what "
+                   f"is not saved)", err=True)
+        raise typer.Exit(FAILED_EXIT) from None
