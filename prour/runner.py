@@ -46,7 +46,7 @@ DONE, STALE, PARTIAL, PENDING, SKIPPED, GATE = "done", "stale", "partial", "pend
 STAMP_SCHEMA = "prour.step-stamp/1"
 RUN_RECORD = "run.json"  # <run_dir>/.prour/run.json: the recipe and --set items of the last run
 FAILED_EXIT, USAGE_EXIT = 1, 2
-INTERRUPTED_EXIT = 130
+INTERRUPTED_EXIT = interrupt.INTERRUPTED_EXIT
 POLL_S = 0.5
 
 
@@ -316,7 +316,11 @@ class StepServers:
             raise ServeError(str(exc)) from None
         self.say(f"   serving for {step.name}: {', '.join(missing)} (roles {', '.join(roles)})")
         started = time.monotonic()
-        group.start(self.stop_event)
+        try:
+            group.start(self.stop_event)
+        except BaseException:  # a signal or a failed start: no server of this group outlives it
+            group.stop()
+            raise
         if self.stop_event.is_set():
             group.stop()
             raise KeyboardInterrupt
@@ -330,8 +334,9 @@ class StepServers:
 
     def _stop(self, model_id: str) -> None:
         group = self.groups.pop(model_id)
+        pid = group.servers[model_id].pid
         group.servers[model_id].stop()
-        self.say(f"   stopped server {model_id} (the next step does not call it)")
+        self.say(f"   stopped server {model_id} (pid {pid}): the next step does not call it")
         self.publish("ready" if self.groups else "stopped")
 
     def publish(self, status: str, error: str | None = None) -> None:
@@ -580,25 +585,28 @@ class Runner:
             tee = threading.Thread(target=_tee, args=(self.child.stdout, sink), daemon=True)
             tee.start()
             cause = None
-            # a signal is passed on to the step (its own session: a terminal's Ctrl-C reaches it
-            # once, through us); a second one stops it by PID (prour.interrupt)
-            interrupt.track_child(self.child.pid, f"prour {argv[0]}", process=self.child)
-            try:
-                while self.child.poll() is None:
-                    cause = self.servers.dead()
-                    if cause:
-                        _stop_child(self.child, signal.SIGTERM)
-                        break
-                    time.sleep(POLL_S)
-            except KeyboardInterrupt:
-                _stop_child(self.child, signal.SIGINT)
-                tee.join(5)
-                raise
-            finally:
-                interrupt.untrack_child(self.child.pid)
+            # a signal is passed on to the child; leaving the block after one waits for it
+            with interrupt.child(self.child, f"prour {argv[0]} ({log.stem})"):
+                try:
+                    while self.child.poll() is None:
+                        cause = self.servers.dead()
+                        if cause:
+                            _stop_child(self.child, signal.SIGTERM)
+                            break
+                        time.sleep(POLL_S)
+                finally:
+                    tee.join(5 if self.child.poll() is not None else 0)
             code = self.child.wait()
             tee.join(5)
         return code, cause
+
+    def saved(self) -> str:
+        """What an interrupted run kept (``prour.interrupt``'s report)."""
+        done = sorted(self.ran, key=[s.name for s in steps()].index)
+        return (f"{len(done)} step(s) finished in this run ({', '.join(done) or 'none'}), each "
+                f"stamped in {self.run_dir / '.prour' / 'steps'}; the running step's log is in "
+                f"{self.run_dir / 'logs'}; `prour run` again skips what is done and resumes the "
+                "rest")
 
     def _record_run(self) -> None:
         """``.prour/run.json``: how to reload this recipe (``prour status`` reads it)."""
@@ -606,13 +614,6 @@ class Runner:
                   "overrides": self.options.overrides, "run_dir": str(self.run_dir),
                   "cwd": os.getcwd(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         write_atomic(self.run_dir / ".prour" / RUN_RECORD, json.dumps(record, indent=2) + "\n")
-
-    def interrupt(self) -> None:
-        """Stop the running child (SIGINT) and the servers."""
-        self.servers.stop_event.set()
-        if self.child is not None and self.child.poll() is None:
-            _stop_child(self.child, signal.SIGINT)
-        self.servers.stop_all()
 
 
 def _open_log(path: Path):

@@ -58,27 +58,20 @@ def run(
 
 def run_chain(options: RunOptions) -> int:
     """Load the recipe and walk its chain; the exit code (0 done or at the gate, 1 a step failed
-    or is stale, 2 a setup error, 130 interrupted). ``prour demo`` calls this too."""
+    or is stale, 2 a setup error, 130 interrupted: SIGINT or SIGTERM, passed on to the running
+    step, whose report says what it saved; the servers are stopped). ``prour demo`` calls this."""
     from prour import interrupt
     from prour.cli.recipe import recipe_errors
     from prour.recipes import load_recipe
-    from prour.runner import INTERRUPTED_EXIT, Runner
+    from prour.runner import Runner
 
     with recipe_errors():
         loaded = load_recipe(options.recipe_path, options.overrides, cluster=True, flags={
             "router.calibration.approve_labels": True if options.approve_labels else None})
     runner = Runner(loaded, options)
-
-    # SIGTERM (scancel, a time limit) as Ctrl-C (prour.interrupt); the running step gets it passed
-    # on, a second signal stops the step and kills the servers at once
-    with interrupt.interruptible(lambda: "what the steps saved is kept and a rerun resumes"):
-        try:
-            return runner.run()
-        except KeyboardInterrupt:
-            typer.echo("\ninterrupted: stopping the running step and the servers; what the "
-                       "steps saved is kept and a rerun resumes", err=True)
-            runner.interrupt()
-            return INTERRUPTED_EXIT
+    with interrupt.interruptible(runner.saved), \
+            interrupt.on_stop("the vLLM servers of this run", runner.servers.stop_all):
+        return runner.run()
 
 
 def status(
