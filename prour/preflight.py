@@ -11,7 +11,8 @@ package and the fix); an empty list means the stage can start. The checks:
   their model; without a ``base_url``, why the endpoints file gave none;
 - ``extra``: the optional packages the recipe uses import (verl, transfer_queue, ray, vllm for
   ``train.backend: verl``; flash_attn when asked for; vllm in the serve python);
-- ``path``: input files a stage reads (trajectories, goals, parquet, calibration states);
+- ``path``: input files a stage reads (trajectories, goals, parquet, calibration states), and
+  for parquet inputs that exist, that their footer reads;
 - ``thresholds``: calibrated (τ_AU, τ_EU) for stages that route;
 - ``gpus``: GPUs visible on this node against those the recipe places.
 
@@ -228,6 +229,28 @@ def check_paths(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[
     return problems
 
 
+def check_parquet(recipe: Recipe, stage: str) -> list[Problem]:
+    """Parquet inputs of ``stage`` that exist but cannot be read: their footer (schema and row
+    groups, a few KiB at the end of the file) is read, so a truncated, empty or foreign file is
+    named here and not as a pyarrow traceback once the stage has loaded its models."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    problems = []
+    for file, writer in get_stage(stage).inputs(recipe):
+        if file.path.suffix != ".parquet" or not file.path.is_file():
+            continue
+        try:
+            pq.read_metadata(file.path)
+        except (pa.ArrowException, OSError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            how = (f"write it again with `{writer.hint(recipe)}`" if writer is not EXTERNAL
+                   else f"fix {file.key}")
+            problems.append(Problem("path", f"{file.key}: {file.path} is not a readable parquet "
+                                    f"file ({reason}); {how}"))
+    return problems
+
+
 def check_thresholds(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[Problem]:
     """(τ_AU, τ_EU) of the decomposer, for stages that route, unless the stage that writes them
     runs first."""
@@ -329,6 +352,7 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
     for stage in stages:
         problems += check_extras(recipe, stage)
         problems += check_paths(recipe, stage, run)
+        problems += check_parquet(recipe, stage)
         problems += check_thresholds(recipe, stage, run)
     problems += check_gpus(recipe, stages)
     left_out = set(skip)

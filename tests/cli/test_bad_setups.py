@@ -279,3 +279,32 @@ def test_a_full_run_folder_is_one_line_naming_the_file_and_the_space(tmp_path):
                      "point run_dir at a larger disk")
     assert "0 KiB free" in line or "4 KiB free" in line or "8 KiB free" in line, line
     assert all(json.loads(row) for row in saved.splitlines())  # no torn line left behind
+
+
+# ---- parquet inputs that are not readable ------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"PAR1 cut off in the middle", "Parquet magic bytes not found"),
+    (b"", "Parquet file size is 0 bytes"),
+])
+def test_preflight_reads_the_footer_of_parquet_inputs(tmp_path, content, reason):
+    """train reads train.train_file and its validation parquet: a corrupt or empty train file is
+    one path line naming the key, the file, pyarrow's reason and the command that writes it; a
+    readable file (here: no rows, a valid footer) passes."""
+    from prour.data.dataset import write_rows
+    from prour.preflight import check_parquet, preflight
+    from prour.recipes import load_recipe
+
+    recipe = load_recipe(SMOKE, [f"run_dir={tmp_path / 'run'}"])
+    dataset = tmp_path / "run" / "data" / "dataset"
+    write_rows([], dataset / "validation.parquet")
+    (dataset / "train.parquet").write_bytes(content)
+    lines = [p.line() for p in preflight(recipe, ["train"]) if p.check == "path"]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"path: train.train_file: {dataset / 'train.parquet'} is not a "
+                               f"readable parquet file ({reason}")
+    fix = shlex.split(lines[0].split("write it again with `")[1].rstrip("`"))
+    assert fix[:2] == ["prour", "extract"] and fix[fix.index("--recipe") + 1] == str(SMOKE)
+    write_rows([], dataset / "train.parquet")
+    assert check_parquet(recipe, "train") == []
