@@ -435,7 +435,22 @@ class Runner:
                 served = served_models_of(self.recipe, row.step)
                 for model_id, roles in served.items():
                     self.say(f"      serves {model_id} (roles {', '.join(roles)})")
+        self._node_plan()
         return 0
+
+    def _node_plan(self) -> None:
+        """The dry run's view of this node for the selected steps (:mod:`prour.run_summary`):
+        the servers with their command lines, each stage's GPU memory plan, and what preflight
+        finds missing (each step's own check stops it before it starts)."""
+        from prour.run_summary import node_plan
+
+        lines, problems = node_plan(self.recipe, self.options.names)
+        for line in lines:
+            self.say(line)
+        for problem in problems:
+            self.say(f"problem: {problem}")
+        self.say(f"{len(problems)} problem(s) on this node for these steps"
+                 + (": each step checks again before it starts" if problems else ""))
 
     def run(self) -> int:
         """Walk the selected steps; the exit code of ``prour run``."""
@@ -452,10 +467,18 @@ class Runner:
                      f"rerun: {', '.join(r.step.name for r in stale)}; rerun them (their outputs "
                      f"are moved to {self.run_dir / '.prour' / 'stale'}):\n  {shlex.join(again)}")
             return FAILED_EXIT
+        started = time.time()
         try:
             return self._walk()
         finally:
             self.servers.stop_all()
+            self._where_and_how_long(started)
+
+    def _where_and_how_long(self, started: float) -> None:
+        """The end table: what ran where and how long each step took (:mod:`prour.run_summary`)."""
+        from prour.run_summary import run_table
+
+        self.say(run_table(self.recipe, read_stamp, self.options.names, started))
 
     def _walk(self) -> int:
         done_rows: dict[str, Row] = {}

@@ -1,0 +1,188 @@
+"""What ``prour run`` says about the node around the chain.
+
+Before it (``--dry-run``): the vLLM servers the run starts, each with the steps that call it and
+its command line; the GPU memory plan of each stage that places models; and the problems the
+whole run's preflight finds on this node (:mod:`prour.preflight`, ``whole_run``: what an earlier
+step makes is not required yet). After it: one row per step of what ran where (host, servers and
+their GPUs, trainer, in-process models) and how long it took, from the steps' stamps, then the
+wall time of the steps this run ran. Nothing here runs a step or starts a server.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+    from prour.stages import Step
+
+
+def _gpus(ids: list[int] | None) -> str:
+    if ids is None:
+        return "the job's GPUs"
+    return f"GPU {','.join(map(str, ids))}" if ids else "CPU"
+
+
+def step_servers(recipe: Recipe, step: Step) -> dict[str, list[str]]:
+    """Model id -> the roles of ``step`` that its server answers (the served roles it calls)."""
+    from prour.cluster.recipe import served_roles
+
+    called = set(step.roles(recipe))
+    return {model_id: [role for role in roles if role in called]
+            for model_id, roles in served_roles(recipe).items() if called & set(roles)}
+
+
+def where(recipe: Recipe, step: Step) -> str:
+    """Where ``step``'s models run: its servers and their GPUs, the trainer, in-process models."""
+    from prour.cluster.recipe import served_models
+    from prour.stages import stage_of
+
+    specs = served_models(recipe)
+    parts = [f"{model_id} vLLM on {_gpus(specs[model_id].gpus)}"
+             for model_id in step_servers(recipe, step)]
+    placement = stage_of(step).placement
+    train = recipe.train
+    if placement == "trainer" and train is not None:
+        if train.backend == "verl":
+            nodes = f" x {train.verl.nnodes} nodes" if train.verl.nnodes > 1 else ""
+            count = train.verl.n_gpus_per_node
+            gpus = "GPU 0" if count == 1 else f"GPU 0-{count - 1}"
+            parts.insert(0, f"verl trainer on {gpus}{nodes}")
+        else:
+            parts.insert(0, f"local trainer on {train.device}")
+    elif placement == "in_process":
+        for role in step.roles(recipe):
+            cfg = recipe.models.get(role)
+            if cfg is not None and cfg.backend == "hf":
+                parts.append(f"models.{role} in process ({cfg.device})")
+    return "; ".join(parts) or "CPU"
+
+
+def _selected(names: list[str] | None) -> list[Step]:
+    from prour.stages import steps
+
+    return [step for step in steps() if names is None or step.name in names]
+
+
+def server_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
+    """Each server the selected steps call: those steps, its GPUs and its command line."""
+    from prour.cluster.serve import ServeError, plan_servers, vllm_server
+
+    chosen = _selected(names)
+    try:
+        plans = plan_servers(recipe)
+    except ServeError as exc:
+        return [f"servers: none ({exc})"]
+    lines = []
+    for plan in plans:
+        users = [step.name for step in chosen if plan.model_id in step_servers(recipe, step)]
+        if not users:
+            continue
+        server = vllm_server(plan, recipe.serve.python, recipe.models_dir, strict=False)
+        port = "" if plan.spec.port else " (its port is chosen when it starts)"
+        lines.append(f"  {plan.model_id} on {_gpus(plan.spec.gpus)} for {', '.join(users)} "
+                     f"(roles {', '.join(plan.roles)}){port}:")
+        lines.append(f"    {shlex.join(server.command())}")
+    if not lines:
+        return ["servers: none (no selected step calls a served model)"]
+    header = "servers (each started before the first step that calls it, stopped after the last):"
+    return [header, *lines]
+
+
+def _stages(recipe: Recipe, names: list[str] | None) -> list[str]:
+    """The stages of the selected steps that this recipe keeps, in chain order."""
+    from prour.stages import stage_of
+
+    stages = []
+    for step in _selected(names):
+        stage = stage_of(step)
+        if stage.name not in stages and stage.skip(recipe) is None and not stage.long_running:
+            stages.append(stage.name)  # `prour run` serves per step: no serve stage of its own
+    return stages
+
+
+def gpu_plan_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
+    """The GPU memory plan of each selected stage that places models on this node."""
+    from prour.cluster.gpu_plan import gpu_plan, has_plan
+
+    lines = []
+    for stage in _stages(recipe, names):
+        if has_plan(stage):
+            lines.extend(gpu_plan(recipe, stage).text().splitlines())
+    return lines
+
+
+def problem_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
+    """What this node lacks for the selected stages as one run (what an earlier one of them
+    makes is not required yet), one line each; empty: preflight passes."""
+    from prour.preflight import preflight
+    from prour.stages import STAGES, get_stage
+
+    stages = [stage for stage in _stages(recipe, names) if get_stage(stage).preflight]
+    serving = next(stage for stage in STAGES if stage.long_running)
+    if serving.skip(recipe) is None and any(step_servers(recipe, step)
+                                            for step in _selected(names)):
+        stages.insert(0, serving.name)  # the servers' own checks: weights, vLLM, their GPUs
+    return [problem.line() for problem in preflight(recipe, stages, whole_run=True)]
+
+
+def node_plan(recipe: Recipe, names: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The dry run's lines about the node (servers, GPU plans) and its problems, for the
+    selected steps (None: the whole chain)."""
+    return ([*server_lines(recipe, names), *gpu_plan_lines(recipe, names)],
+            problem_lines(recipe, names))
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def run_table(recipe: Recipe, read_stamp: Callable[[Recipe, Step], dict[str, Any] | None],
+              names: list[str] | None = None, since: float | None = None) -> str:
+    """What ran where and how long each step took, from the steps' stamps (``read_stamp``: the
+    runner's reader of ``<run_dir>/.prour/steps/<step>.json``).
+
+    ``names``: the steps asked for (None: every step); ``since``: when this run started, so that
+    a step stamped earlier reads ``done before``. The last line is this run's wall time over the
+    steps it ran."""
+    from prour.stages import stage_of, steps
+
+    rows = [("step", "state", "host", "where", "time")]
+    ran: list[tuple[float, float]] = []
+    for step in steps():
+        if names is not None and step.name not in names:
+            continue
+        label = f"{stage_of(step).name}/{step.name}"
+        if step.command is None:  # the review gate: a person passes it
+            rows.append((label, "approved" if step.is_done(recipe) else "waiting", "",
+                         "a person", ""))
+            continue
+        stamp = read_stamp(recipe, step)
+        if stamp is None:
+            rows.append((label, "not run", "", where(recipe, step), ""))
+            continue
+        started, ended = float(stamp.get("started", 0)), float(stamp.get("ended", 0))
+        if stamp.get("adopted"):
+            state, took = "adopted", ""
+        elif since is not None and started < since:
+            state, took = "done before", _clock(ended - started)
+        else:
+            state, took = "ran", _clock(ended - started)
+            ran.append((started, ended))
+        rows.append((label, state, str(stamp.get("host", "")), where(recipe, step), took))
+    widths = [max(len(row[col]) for row in rows) for col in range(4)]
+    lines = ["what ran where (stamps in <run_dir>/.prour/steps/):"]
+    lines += ["  " + "  ".join(row[col].ljust(widths[col]) for col in range(4)) + "  "
+              + row[4].rjust(7) for row in rows]
+    if ran:
+        first, last = min(s for s, _ in ran), max(e for _, e in ran)
+        busy = sum(e - s for s, e in ran)
+        lines.append(f"  this run: {len(ran)} step(s), {_clock(busy)} in steps, "
+                     f"{_clock(last - first)} wall clock from "
+                     f"{time.strftime('%H:%M:%S', time.localtime(first))}")
+    return "\n".join(lines)
