@@ -17,6 +17,7 @@ from prour.stages import command_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
+    from prour.config import Recipe
     from prour.router.calibration import RoutingScores
 
 # `--stage` values: the calibrate stage's steps (prour.stages), or all of them in turn
@@ -107,6 +108,19 @@ def _stage_evaluate(builder: Builder, console) -> None:
                                        llm_scores))
 
 
+def _calibration_saved(recipe: Recipe, stage: str) -> str:
+    """What an interrupted ``prour calibrate`` kept: the labels and decomposer decisions so far
+    (both resumable caches), and the rerun that continues."""
+    from prour.cli.recipe import saved_lines
+    from prour.router.pipeline import cache_path, labels_path
+
+    kept = [saved_lines(labels_path(recipe, split), f"{split} labels") for split in ("dev", "test")]
+    kept += [saved_lines(cache_path(recipe, split), f"{split} decomposer decisions")
+             for split in ("dev", "test")]
+    return (f"{', '.join(kept)}; rerun `prour calibrate --stage {stage}` with the same recipe "
+            "to do only the missing states")
+
+
 calibrate_app = typer.Typer(
     invoke_without_command=True, no_args_is_help=False,
     help="Label decision states, grid-search (τ_AU, τ_EU) for the decomposer, evaluate held-out; "
@@ -188,7 +202,7 @@ def calibrate(
 
     from prour.build import Builder
     from prour.cli.failures import backend_failures
-    from prour.cli.recipe import preflight_or_exit, recipe_errors
+    from prour.cli.recipe import preflight_or_exit, recipe_errors, resumable
     from prour.recipes import load_recipe
 
     if stage not in STAGES:
@@ -200,7 +214,8 @@ def calibrate(
     console = Console()
     steps = {"label": _stage_label, "search": _stage_search, "evaluate": _stage_evaluate}
     try:
-        with backend_failures(loaded, "calibrate", "--stage", stage):
+        with resumable(lambda: _calibration_saved(loaded, stage)), \
+                backend_failures(loaded, "calibrate", "--stage", stage):
             for name in steps if stage == "all" else (stage,):
                 steps[name](builder, console)
     except (ValueError, LookupError) as exc:

@@ -102,7 +102,7 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
               on_bad_line: str | None = BadLineOpt) -> None:
     """Rewrite each task's instruction into the first-person goal G*; flags lost values."""
     from prour.cli.failures import backend_failures
-    from prour.cli.recipe import preflight_or_exit
+    from prour.cli.recipe import preflight_or_exit, resumable, saved_lines
     from prour.data.normalize import normalize_tasks
     from prour.data.pipeline import record_provenance
     from prour.router.thresholds import decomposer_model_id
@@ -113,7 +113,9 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     builder = _builder(loaded, "normalize", "normalizer")
     path = Path(cfg.goals)
     record_provenance(loaded, "normalize")
-    with backend_failures(loaded, "normalize"):
+    saved = lambda: (f"{saved_lines(path, 'goals')}; rerun `prour normalize` with the same "
+                     "recipe to normalize only the missing ones")
+    with resumable(saved), backend_failures(loaded, "normalize"):
         goals = normalize_tasks(_tasks(loaded), cfg.domain, builder.llm("normalizer"), path,
                                 decomposer_model_id(loaded.models["normalizer"]), cfg)
     flagged = [g for g in goals if g.flagged]
@@ -127,15 +129,19 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             on_bad_line: str | None = BadLineOpt, progress: bool = ProgressOpt) -> None:
     """Split, route every state with the decomposer, and write train/validation parquet + card."""
     from prour.cli.failures import backend_failures
-    from prour.cli.recipe import preflight_or_exit
+    from prour.cli.recipe import preflight_or_exit, resumable, saved_lines
     from prour.data.pipeline import run_extract
 
     loaded = _recipe(recipe, overrides, on_bad_line)
     preflight_or_exit(loaded, "extract")
     tokenizer_role = [] if loaded.data.tokenizer else ["generator"]
     builder = _builder(loaded, "extract", "decomposer", *tokenizer_role)
+    decisions = Path(loaded.data.decisions)
+    saved = lambda: (f"{saved_lines(decisions, 'decomposer decisions')} (the parquet splits are "
+                     "written at the end); rerun `prour extract` with the same recipe: it reuses "
+                     "them")
     try:
-        with backend_failures(loaded, "extract"):
+        with resumable(saved), backend_failures(loaded, "extract"):
             result = run_extract(loaded, builder, progress=progress)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

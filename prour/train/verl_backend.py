@@ -333,10 +333,16 @@ def check_verl_config(config: Any, sections: tuple[str, ...] = CHECKED_SECTIONS)
 
 
 def launch(run: VerlRun) -> int:
-    """Run verl's trainer in a child process (GPU nodes); returns its exit status."""
+    """Run verl's trainer in a child process (GPU nodes); returns its exit status. The child has
+    its own session, so SIGINT/SIGTERM reach it once, passed on by :mod:`prour.interrupt` (which
+    waits for it to save and end; a second signal stops it by PID)."""
+    from prour import interrupt
+
     logger.info("launching verl: %s", run.shell())
     env = {**os.environ, **run.env}
-    return subprocess.call(run.command, env=env)
+    trainer = subprocess.Popen(run.command, env=env, start_new_session=True)
+    with interrupt.child(trainer, "verl trainer"):
+        return trainer.wait()
 
 
 def export_command(actor_dir: Path, target_dir: Path) -> list[str]:
