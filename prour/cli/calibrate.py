@@ -201,7 +201,7 @@ def calibrate(
     from rich.console import Console
 
     from prour.build import Builder
-    from prour.cli.failures import backend_failures
+    from prour.cli.failures import backend_failures, complete_hints
     from prour.cli.recipe import preflight_or_exit, recipe_errors, resumable
     from prour.recipes import load_recipe
 
@@ -219,6 +219,6 @@ def calibrate(
             for name in steps if stage == "all" else (stage,):
                 steps[name](builder, console)
     except (ValueError, LookupError) as exc:
-        _fail(str(exc))
+        _fail(complete_hints(str(exc), loaded))
     finally:
         builder.close()

@@ -128,7 +128,7 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
 def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             on_bad_line: str | None = BadLineOpt, progress: bool = ProgressOpt) -> None:
     """Split, route every state with the decomposer, and write train/validation parquet + card."""
-    from prour.cli.failures import backend_failures
+    from prour.cli.failures import backend_failures, complete_hints
     from prour.cli.recipe import preflight_or_exit, resumable, saved_lines
     from prour.data.pipeline import run_extract
 
@@ -144,7 +144,8 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
         with resumable(saved), backend_failures(loaded, "extract"):
             result = run_extract(loaded, builder, progress=progress)
     except (FileNotFoundError, KeyError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        typer.echo(f"error: {complete_hints(str(text), loaded)}", err=True)
         raise typer.Exit(1) from None
     _report_skipped(result.trajectories_path, result.skipped_lines)
     if result.errors:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,3 +115,37 @@ def backend_failures(recipe: Recipe, *argv: str) -> Iterator[None]:
                    f"restart it, then rerun `{prour_command(recipe, *argv)}` (it redoes only what "
                    f"is not saved)", err=True)
         raise typer.Exit(FAILED_EXIT) from None
+
+
+_QUOTED_COMMAND = re.compile(r"(?<=run )`(prour [^`]*)`")  # "run `…`" / "rerun `…`": a hint
+
+
+def _reads_a_recipe(words: list[str]) -> bool:
+    """Whether the ``prour`` subcommand ``words`` names takes ``--recipe`` (by the CLI's tree)."""
+    from prour.cli.main import app
+
+    root = command = typer.main.get_command(app)
+    for word in words:
+        if word not in getattr(command, "commands", {}):
+            break
+        command = command.commands[word]  # type: ignore[attr-defined]
+    return command is not root and any(
+        "--recipe" in getattr(param, "opts", ()) for param in command.params)
+
+
+def complete_hints(text: str, recipe: Recipe) -> str:
+    """``text`` with each hint "run `prour …`" whose command reads a recipe but names none completed
+    with this recipe's ``--recipe`` and ``--set`` items, so it runs as printed (library code
+    that raises the message does not know the command line)."""
+    import shlex
+
+    def complete(match: re.Match[str]) -> str:
+        try:
+            words = shlex.split(match.group(1))
+        except ValueError:
+            return match.group(0)
+        if "--recipe" in words or "-r" in words or not _reads_a_recipe(words[1:]):
+            return match.group(0)
+        return f"`{shlex.join([*words, *recipe.recipe_args()])}`"
+
+    return _QUOTED_COMMAND.sub(complete, text)

@@ -65,10 +65,11 @@ def hold_run_folder(folder: str | Path) -> Iterator[None]:
 def preflight_problems(recipe: Recipe, *stages: str, whole_run: bool = False,
                        skip: tuple[str, ...] = ()) -> list[str]:
     """The preflight lines of ``stages`` (:mod:`prour.preflight`), each printed as an error."""
+    from prour.cli.failures import complete_hints
     from prour.preflight import preflight
 
     found = preflight(recipe, stages, whole_run=whole_run, skip=skip)
-    lines = [problem.line() for problem in found]
+    lines = [complete_hints(problem.line(), recipe) for problem in found]
     for line in lines:
         typer.echo(f"error: {line}", err=True)
     return lines

@@ -18,6 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from prour.cli.main import app
+from prour.data.dataset import write_rows
 from prour.data.schema import ROW_SCHEMA
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -150,7 +151,7 @@ def test_the_verl_backend_without_the_gpu_extra(tmp_path, monkeypatch, tiny_mode
                             name in ("vllm", "ray", "transfer_queue") or real(name, python)))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     train_file = tmp_path / "train.parquet"
-    train_file.write_bytes(b"")
+    write_rows([], train_file)  # readable (preflight reads a parquet input's footer), no rows
     user = str(tmp_path / "scripts" / "user.yaml")
     recipe = write_recipe(
         tmp_path,

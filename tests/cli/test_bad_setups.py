@@ -308,3 +308,37 @@ def test_preflight_reads_the_footer_of_parquet_inputs(tmp_path, content, reason)
     assert fix[:2] == ["prour", "extract"] and fix[fix.index("--recipe") + 1] == str(SMOKE)
     write_rows([], dataset / "train.parquet")
     assert check_parquet(recipe, "train") == []
+
+
+# ---- hints that name a command run as printed ------------------------------------------------
+
+
+def test_a_quoted_command_that_reads_a_recipe_gets_the_recipe_it_was_loaded_with():
+    """The CLI's own tree says which commands take --recipe: those get the recipe file and its
+    --set items; commands without one, unknown ones and complete ones are left as they are."""
+    from prour.cli.failures import complete_hints
+    from prour.recipes import load_recipe
+
+    recipe = load_recipe(SMOKE, ["seed=2"])
+    tail = f"--recipe {SMOKE} --set seed=2"
+    assert complete_hints("run `prour calibrate --stage label` first", recipe) == (
+        f"run `prour calibrate --stage label {tail}` first")
+    assert complete_hints("rerun `prour train export`, then run `prour eval`", recipe) == (
+        f"rerun `prour train export {tail}`, then run `prour eval {tail}`")
+    for kept in ("run `prour data stats runs/x`", "run `prour extract --recipe other.yaml`",
+                 "run `prour no-such-command`", "run `prour report runs/x/eval`",
+                 "models.generator is missing; `prour eval` needs it"):  # not a hint
+        assert complete_hints(kept, recipe) == kept
+
+
+def test_the_uncalibrated_thresholds_hint_names_the_recipe(tmp_path):
+    """Without router.tau_au/tau_eu and no thresholds file, a routing stage's preflight says to
+    calibrate: on this recipe and its --set items, as the CLI prints it."""
+    sets = [f"run_dir={tmp_path / 'run'}", "router.tau_au=null", "router.tau_eu=null"]
+    result = invoke("extract", "--recipe", str(SMOKE), *(x for s in sets for x in ("--set", s)))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error: thresholds")]
+    assert len(lines) == 1, result.output
+    command = shlex.split(lines[0].split("run `")[1].split("`")[0])
+    assert command == ["prour", "calibrate", "--recipe", str(SMOKE),
+                       *(x for s in sets for x in ("--set", s))]
