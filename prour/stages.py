@@ -425,6 +425,14 @@ def _exported(recipe: Recipe) -> Path:
     return step_dir(_checkpoints(recipe), _total_steps(recipe))
 
 
+def _export_clears(recipe: Recipe) -> tuple[File, ...]:
+    """What a rerun of export replaces: verl's merged folder; nothing for the local trainer,
+    whose step folder already is the Hugging Face folder (export only checks it)."""
+    if not _verl(recipe):
+        return ()
+    return (File("train.output_dir", _exported(recipe)),)
+
+
 def _exported_done(recipe: Recipe) -> bool:
     from prour.train.checkpoint import is_hf_folder
 
@@ -708,7 +716,7 @@ STAGES: tuple[Stage, ...] = (
              reads=lambda r: (File("train.output_dir", _final_step(r)),),
              writes=lambda r: (File("train.output_dir", _exported(r) / "config.json"),),
              done=_exported_done, keys=("train.output_dir", "train.total_steps",
-                                        "train.backend")),
+                                        "train.backend"), clears=_export_clears),
     ), placement="none", slurm_command=("train", "export", *_R), skip=_no_train,
         preflight=False),
     Stage("eval", "every method of eval.methods on tau2, with the final checkpoint", (

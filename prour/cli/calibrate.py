@@ -79,10 +79,11 @@ def _stage_search(builder: Builder, console) -> None:
     if joined.empty:
         console.print(f"{len(joined.empty)} dev states had no valid candidate (left out)")
     for line in joined.lacking("dev", labels_path(builder.recipe, "dev")):
-        console.print(f"lacking: {line}")
+        console.print(f"lacking: {line}", soft_wrap=True)
     if not result.n_states:
         console.print("lacking: no dev state has both a usable label and AU/EU (a valid "
-                      "candidate action): the pair below is the grid's first, not fitted")
+                      "candidate action): the pair below is the grid's first, not fitted",
+                      soft_wrap=True)
     console.print(
         f"τ_AU = {stored.tau_au:.2f}, τ_EU = {stored.tau_eu:.2f} ({result.n_ties} tied pairs) "
         f"stored for {stored.model_id} in {thresholds_path(builder.recipe)}"
@@ -96,9 +97,10 @@ def _stage_evaluate(builder: Builder, console) -> None:
     scores, stored, joined = evaluate_split(builder, "test")
     title = f"held-out, τ_AU={stored.tau_au:.2f} τ_EU={stored.tau_eu:.2f}"
     for line in joined.lacking("test", labels_path(builder.recipe, "test")):
-        console.print(f"lacking: {line}")
+        console.print(f"lacking: {line}", soft_wrap=True)
     if scores is None:
-        console.print(f"lacking: no held-out state has a usable label: {title} is not scored")
+        console.print(f"lacking: no held-out state has a usable label: {title} is not scored",
+                      soft_wrap=True)
         return
     console.print(scores_table(title, scores))
     if "router" in builder.recipe.models:
