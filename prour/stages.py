@@ -331,11 +331,21 @@ def _lines(path: Path) -> int:
 
 
 def _collected(recipe: Recipe) -> bool:
-    return _lines(_data(recipe, "trajectories").path) >= recipe.data.num_trajectories
+    return _collection_done(_data(recipe, "trajectories").path, recipe.data.num_trajectories,
+                            recipe)
 
 
 def _airline_collected(recipe: Recipe) -> bool:
-    return _lines(_airline(recipe).path) >= recipe.router.calibration.test_episodes
+    return _collection_done(_airline(recipe).path, recipe.router.calibration.test_episodes, recipe)
+
+
+def _collection_done(path: Path, wanted: int, recipe: Recipe) -> bool:
+    """What ``prour collect`` exits 0 on: ``wanted`` episodes stored, at most
+    ``data.max_error_fraction`` of them errored (a failed collection reruns its errored ones)."""
+    from prour.data.collect import stored_episodes
+
+    episodes, errored = stored_episodes(path)
+    return episodes >= wanted and errored <= recipe.data.max_error_fraction * episodes
 
 
 def _covers(outputs: Callable[[Recipe, str], File], splits: tuple[str, ...]) -> Callable:

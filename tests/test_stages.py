@@ -3,6 +3,7 @@ readers that follow it (the GPU plan, Slurm's resources, the CLI that runs each 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,29 @@ def test_a_planted_bad_option_does_not_parse() -> None:
         _parses(["calibrate", "states", "--recipe", str(PAPER), "--splitt", "dev"])
 
 
+def _episodes(*stored: tuple[str, int, str]) -> str:
+    """Trajectory lines with their resume key and termination (what "done" reads of them)."""
+    return "".join(json.dumps({"domain": "retail", "task_id": task, "seed": seed,
+                               "agent": "teacher-collect", "termination": termination}) + "\n"
+                   for task, seed, termination in stored)
+
+
+def test_a_collection_is_done_when_collect_would_exit_0(tmp_path: Path) -> None:
+    """Enough episodes, each key once, at most data.max_error_fraction of them errored: a
+    collection that failed is not done (the runner reruns it and the errored episodes retry)."""
+    recipe = load_recipe(SMOKE, [f"run_dir={tmp_path}", "data.num_trajectories=2",
+                                 "data.max_error_fraction=0.5"])
+    collect = get_stage("collect").steps[0]
+    out = tmp_path / "data" / "trajectories.jsonl"
+    out.parent.mkdir(parents=True)
+    out.write_text(_episodes(("0", 0, "error"), ("1", 0, "error")))
+    assert not collect.is_done(recipe)  # 2 of 2 errored
+    out.write_text(_episodes(("0", 0, "error"), ("1", 0, "error"), ("0", 0, "user_stop")))
+    assert collect.is_done(recipe)  # a retry's record replaces the errored one: 1 of 2
+    out.write_text(_episodes(("0", 0, "user_stop"), ("0", 0, "user_stop")))
+    assert not collect.is_done(recipe)  # one key twice is one episode
+
+
 def test_done_is_read_from_the_outputs(tmp_path: Path) -> None:
     recipe = load_recipe(SMOKE, [f"run_dir={tmp_path}", "data.num_trajectories=2",
                                  f"router.calibration.dev_states={tmp_path}/dev.jsonl",
@@ -196,9 +220,9 @@ def test_done_is_read_from_the_outputs(tmp_path: Path) -> None:
     collect, annotate = get_stage("collect").steps[0], get_stage("calibrate").steps[2]
     out = tmp_path / "data" / "trajectories.jsonl"
     out.parent.mkdir(parents=True)
-    out.write_text('{"a": 1}\n')
+    out.write_text(_episodes(("0", 0, "user_stop")))
     assert not collect.is_done(recipe)  # 1 of 2 trajectories
-    out.write_text('{"a": 1}\n{"a": 2}\n')
+    out.write_text(_episodes(("0", 0, "user_stop"), ("1", 0, "max_steps")))
     assert collect.is_done(recipe)
     for split in ("dev", "test"):
         (tmp_path / f"{split}.jsonl").write_text('{"id": 1}\n{"id": 2}\n')

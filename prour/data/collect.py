@@ -222,15 +222,41 @@ class Compaction:
     superseded: int = 0  # earlier records of a key dropped for its later one
 
 
-def _record_key(raw: bytes) -> tuple[str, str, int, str] | None:
-    """The resume key of a stored episode line (None when the line is not one)."""
+def _record(raw: bytes) -> dict[str, Any] | None:
+    """A stored episode line as its JSON object, None when the line is not an episode record."""
     try:
         record = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(record, dict) or not {"domain", "task_id", "agent"} <= record.keys():
         return None
+    return record
+
+
+def _key_of(record: dict[str, Any]) -> tuple[str, str, int, str]:
+    """The resume key of a stored episode record (``Trajectory.key``)."""
     return (record["domain"], str(record["task_id"]), record.get("seed", 0), record["agent"])
+
+
+def _record_key(raw: bytes) -> tuple[str, str, int, str] | None:
+    """The resume key of a stored episode line (None when the line is not one)."""
+    record = _record(raw)
+    return None if record is None else _key_of(record)
+
+
+def stored_episodes(path: str | Path) -> tuple[int, int]:
+    """(episodes, errored) in a trajectories file, one per key (a key's last record counts); what
+    the stage table reads to tell a finished collection from a failed one."""
+    errored: dict[tuple, bool] = {}
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                record = _record(raw)
+                if record is not None:
+                    errored[_key_of(record)] = record.get("termination") == "error"
+    except FileNotFoundError:
+        return 0, 0
+    return len(errored), sum(errored.values())
 
 
 def compact_trajectories(path: str | Path) -> Compaction:
