@@ -161,7 +161,10 @@ def endpoints(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     if record is None:
-        typer.echo(f"error: {path} does not exist; start `prour serve --recipe {recipe}`", err=True)
+        from prour.recipes import prour_command
+
+        typer.echo(f"error: {path} does not exist; start the servers with "
+                   f"`{prour_command(loaded, 'serve')}`", err=True)
         raise typer.Exit(1)
     typer.echo(json.dumps(record, indent=2))
     if record["status"] != "ready":

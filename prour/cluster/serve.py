@@ -356,7 +356,7 @@ def refuse_if_serving(path: Path) -> None:
     if node == socket.gethostname() and pid != os.getpid() and process_alive(pid):
         raise ServeError(
             f"{path} is owned by a running `prour serve` (pid {pid}); stop it first "
-            f"or pass another --endpoints file"
+            f"(`kill {pid}`: it stops its servers) or pass another --endpoints file"
         )
 
 

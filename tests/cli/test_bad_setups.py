@@ -342,3 +342,11 @@ def test_the_uncalibrated_thresholds_hint_names_the_recipe(tmp_path):
     command = shlex.split(lines[0].split("run `")[1].split("`")[0])
     assert command == ["prour", "calibrate", "--recipe", str(SMOKE),
                        *(x for s in sets for x in ("--set", s))]
+
+
+def test_endpoints_without_a_file_names_the_serve_command_of_this_recipe(tmp_path):
+    run_dir = f"run_dir={tmp_path / 'run'}"
+    line = one_error(invoke("endpoints", "--recipe", str(SMOKE), "--set", run_dir), 1,
+                     f"{tmp_path / 'run' / 'endpoints.json'} does not exist")
+    command = shlex.split(line.split("start the servers with `")[1].rstrip("`"))
+    assert command == ["prour", "serve", "--recipe", str(SMOKE), "--set", run_dir]
