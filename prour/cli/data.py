@@ -166,12 +166,13 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
 def stats(dataset_dir: str = typer.Argument(..., help="Folder with train/validation .parquet.")
           ) -> None:
     """Print the dataset card and write card.md and card.json next to the parquet files."""
+    from prour.cli.failures import complete_from_records
     from prour.data.card import card_markdown, write_card
 
     try:
         card, json_path, md_path = write_card(dataset_dir)
     except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {complete_from_records(str(exc), dataset_dir)}", err=True)
         raise typer.Exit(1) from None
     typer.echo(card_markdown(card))
     typer.echo(f"written: {md_path}, {json_path}")

@@ -218,7 +218,9 @@ def report_command(
                                n_boot=n_boot, accounting=accounting, lam=lam,
                                burden_pairs=burden_pairs, annotations=annotations)
     except (OSError, ValueError) as exc:
-        _fail(str(exc))
+        from prour.cli.failures import complete_from_records
+
+        _fail(complete_from_records(str(exc), *evaluations))
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
 

@@ -149,3 +149,21 @@ def complete_hints(text: str, recipe: Recipe) -> str:
         return f"`{shlex.join([*words, *recipe.recipe_args()])}`"
 
     return _QUOTED_COMMAND.sub(complete, text)
+
+
+def complete_from_records(text: str, *folders: str | Path) -> str:
+    """:func:`complete_hints` for a command that takes folders, not a recipe (``prour data
+    stats``, ``prour report``): with the resolved recipe the first of ``folders`` recorded
+    (:mod:`prour.provenance`), which loads as it is; ``text`` unchanged when none did."""
+    from prour.config import ConfigError
+    from prour.provenance import RECIPE_FILE
+    from prour.recipes import load_recipe
+
+    for folder in folders:
+        recorded = Path(folder) / RECIPE_FILE
+        if recorded.is_file():
+            try:
+                return complete_hints(text, load_recipe(recorded))
+            except (ConfigError, OSError):
+                return text
+    return text

@@ -350,3 +350,17 @@ def test_endpoints_without_a_file_names_the_serve_command_of_this_recipe(tmp_pat
                      f"{tmp_path / 'run' / 'endpoints.json'} does not exist")
     command = shlex.split(line.split("start the servers with `")[1].rstrip("`"))
     assert command == ["prour", "serve", "--recipe", str(SMOKE), "--set", run_dir]
+
+
+def test_data_stats_names_extract_on_the_recipe_the_dataset_recorded(tmp_path):
+    """`prour data stats` takes a folder, not a recipe: its "rerun `prour extract`" hint takes
+    the resolved recipe extract recorded beside the parquet files, which loads as printed."""
+    from prour.provenance import RECIPE_FILE, write_provenance
+    from prour.recipes import load_recipe
+
+    write_provenance(tmp_path, load_recipe(SMOKE, [f"run_dir={tmp_path / 'run'}"]))
+    (tmp_path / "train.parquet").write_bytes(b"PAR1 cut")
+    line = one_error(invoke("data", "stats", str(tmp_path)), 1, "not a readable parquet file")
+    command = shlex.split(line.split("rerun `")[1].split("`")[0])
+    assert command == ["prour", "extract", "--recipe", str(tmp_path / RECIPE_FILE)]
+    assert load_recipe(command[-1]).run_dir == str(tmp_path / "run")
