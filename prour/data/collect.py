@@ -259,16 +259,52 @@ def stored_episodes(path: str | Path) -> tuple[int, int]:
     return len(errored), sum(errored.values())
 
 
+def _torn(raw: bytes) -> bool:
+    """Whether a line is the start of a record cut short (a crash mid-write), not a whole one."""
+    if not raw.lstrip().startswith(b"{"):
+        return False
+    try:
+        json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return False
+
+
 def compact_trajectories(path: str | Path) -> Compaction:
     """Rewrite ``path`` atomically with one line per episode key, or leave it when it has one.
 
     A key's last record replaces its first in that first one's place (a retry stands where the
-    errored episode stood). A last line without its newline was torn by a crash mid-write: it is
-    removed (its episode runs again), or given its newline when it is a whole record. Other
-    unreadable lines are kept as they are, for the readers to report (``data.on_bad_line``)."""
+    errored episode stood). A record cut short by a crash mid-write is removed (its episode runs
+    again): the last line, or one an older prour appended after; a whole last record that lacks
+    its newline gets it. Other unreadable lines are kept as they are, for the readers to report
+    (``data.on_bad_line``)."""
     path, out = Path(path), Compaction()
     if not path.is_file():
         return out
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # what follows the last newline: empty unless the last line is torn
+    last = f"{path}:{len(lines) + 1}"
+    if tail.strip() and not _torn(tail):
+        lines.append(tail)
+    kept: dict[Any, bytes] = {}
+    for number, raw in enumerate(lines, start=1):
+        if _torn(raw):
+            out.notes.append(f"repaired {path}:{number}: removed a line torn by an earlier crash "
+                             f"({len(raw)} bytes); its episode runs again")
+        elif raw.strip():
+            key = _record_key(raw)
+            out.superseded += key is not None and key in kept
+            kept[key if key is not None else number] = raw
+    if tail.strip():
+        out.notes.append(f"repaired {last}: the last line lacked its newline; added it"
+                         if not _torn(tail) else
+                         f"repaired {last}: removed the torn last line ({len(tail)} bytes cut by "
+                         "a crash mid-write); its episode runs again")
+    compacted = b"".join(raw + b"\n" for raw in kept.values())
+    if compacted != data:
+        write_atomic(path, compacted, fsync=True)
+    return out
     data = path.read_bytes()
     lines = data.split(b"\n")
     tail = lines.pop()  # what follows the last newline: empty unless the last line is torn
@@ -286,6 +322,11 @@ def compact_trajectories(path: str | Path) -> Compaction:
             key = _record_key(raw)
             out.superseded += key is not None and key in kept
             kept[key if key is not None else number] = raw
+    if tail.strip():
+        out.notes.append(f"repaired {last}: the last line lacked its newline; added it"
+                         if not _torn(tail) else
+                         f"repaired {last}: removed the torn last line ({len(tail)} bytes cut by "
+                         "a crash mid-write); its episode runs again")
     compacted = b"".join(raw + b"\n" for raw in kept.values())
     if compacted != data:
         write_atomic(path, compacted, fsync=True)

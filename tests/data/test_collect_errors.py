@@ -210,6 +210,7 @@ def test_compaction_keeps_one_line_per_key_in_place(tmp_path: Path) -> None:
     append_jsonl(path, _trajectory("1", 0))
     with open(path, "a") as handle:
         handle.write('["not a record"]\n')  # a corrupt line: kept for the readers to report
+        handle.write('{"schema_version": 1, "domain": "ret\n')  # torn, then appended after
     append_jsonl(path, _trajectory("0", 0))  # the retry of the errored episode
     retry = _trajectory("2", 0).to_json()
     with open(path, "a") as handle:
@@ -217,7 +218,9 @@ def test_compaction_keeps_one_line_per_key_in_place(tmp_path: Path) -> None:
 
     done = compact_trajectories(path)
     assert done.superseded == 1
-    assert done.notes == [f"repaired {path}:5: the last record lacked its newline; added it"]
+    torn = (f"repaired {path}:4: removed a line torn by an earlier crash (36 bytes); its episode "
+            "runs again")
+    assert done.notes == [torn, f"repaired {path}:6: the last line lacked its newline; added it"]
     lines = path.read_text().split("\n")
     assert lines[-1] == "" and lines[2] == '["not a record"]' and lines[3] == retry
     records = [json.loads(lines[i]) for i in (0, 1, 3)]
