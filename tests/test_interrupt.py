@@ -31,7 +31,7 @@ def _recipe(tmp_path: Path, tiny_model_dir: Path) -> Path:
         "name": "signals",
         "run_dir": str(tmp_path / "run"),
         "models": {"agent": model, "user": model},
-        "env": {"max_steps": 4, "agent_max_tokens": 16, "user_max_tokens": 16},
+        "env": {"max_steps": 2, "agent_max_tokens": 16, "user_max_tokens": 16},
         "data": {"max_tasks": TASKS, "num_trajectories": TASKS, "trial_seeds": [0],
                  "concurrency": 1, "teacher": False},
     }
