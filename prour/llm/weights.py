@@ -21,6 +21,7 @@ import shlex
 from pathlib import Path
 
 MODELS_DIR_ENV = "PROUR_MODELS_DIR"
+DEFAULT_MODELS_DIR = "~/models"  # what the download hint suggests when no models folder is set
 MARKERS = ("config.json", "tokenizer_config.json")  # what makes a folder a model or tokenizer
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -86,9 +87,10 @@ def missing_message(name: str, models_dir: str | None, key: str | None = None) -
     if _HUB_ID.match(name):
         looked.append(f"the Hugging Face cache {hub_cache_dir()}")
     roots = models_dirs(models_dir)
-    where = f"{roots[0]}/{name}" if roots else f"<models_dir>/{name}"
-    setting = "" if roots else (f"; then set `models_dir` in the recipe or ${MODELS_DIR_ENV} "
-                                "to that models folder")
+    # without a models folder yet, one under the home folder: both commands run as printed
+    where = f"{roots[0]}/{name}" if roots else f"{DEFAULT_MODELS_DIR}/{name}"
+    setting = "" if roots else (f"; then `export {MODELS_DIR_ENV}={DEFAULT_MODELS_DIR}` (or set "
+                                f"models_dir in the recipe to that folder)")
     label = f"{name!r} ({key})" if key else repr(name)
     if Path(name).expanduser().is_dir():
         return (f"model {label}: folder {name} holds neither {' nor '.join(MARKERS)}; "

@@ -364,3 +364,27 @@ def test_data_stats_names_extract_on_the_recipe_the_dataset_recorded(tmp_path):
     command = shlex.split(line.split("rerun `")[1].split("`")[0])
     assert command == ["prour", "extract", "--recipe", str(tmp_path / RECIPE_FILE)]
     assert load_recipe(command[-1]).run_dir == str(tmp_path / "run")
+
+
+def test_the_download_hint_without_a_models_folder_names_real_folders(tmp_path, monkeypatch):
+    """No models_dir and no $PROUR_MODELS_DIR: the hint downloads into ~/models and exports that
+    folder (no placeholder); a model put where the hint says is then found."""
+    from prour.llm.weights import ModelNotFound, local_weights
+
+    monkeypatch.delenv("PROUR_MODELS_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    with pytest.raises(ModelNotFound) as info:
+        local_weights("Qwen/Qwen3-1.7B", None, "models.generator.path")
+    message = str(info.value)
+    assert "<" not in message
+    download = shlex.split(message.split("with `")[1].split("`")[0])
+    assert download == ["hf", "download", "Qwen/Qwen3-1.7B", "--local-dir",
+                        "~/models/Qwen/Qwen3-1.7B"]
+    export = message.split("then `")[1].split("`")[0]
+    assert export == "export PROUR_MODELS_DIR=~/models"
+    folder = Path(download[-1]).expanduser()  # what the shell makes of ~ in both commands
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setenv("PROUR_MODELS_DIR", str(Path("~/models").expanduser()))
+    assert local_weights("Qwen/Qwen3-1.7B", None) == str(folder)
