@@ -188,11 +188,12 @@ class Stage:
         made: set[Path] = set()
         needed: list[tuple[File, Step]] = []
         for step in self.steps:
-            if not step.by_stage or _already_done(step, recipe):
-                made.update(out.path for out in step.writes(recipe))
-                continue
-            for file in step.reads(recipe):
-                if file.path not in made:
+            wanted = [file for file in step.reads(recipe) if file.path not in made]
+            # a step whose outputs are there reads nothing; asked only when an input is missing
+            # (reading "done" may load task lists)
+            if step.by_stage and not (any(file.checked and not file.path.exists()
+                                          for file in wanted) and _already_done(step, recipe)):
+                for file in wanted:
                     needed.append((file, writer_of(recipe, file.path)))
                     made.add(file.path)  # named once, however many steps read it
             made.update(out.path for out in step.writes(recipe))

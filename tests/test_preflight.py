@@ -279,3 +279,32 @@ def test_a_stage_that_reaches_the_servers_over_http_needs_none_of_their_gpus():
     assert gpus  # the paper places its servers on listed GPUs
     assert gpu_needs(recipe, ["collect"]) == {}
     assert gpu_needs(recipe, ["serve"]) == {f"serve.models.{m}.gpus": n for m, n in gpus.items()}
+
+
+def test_a_fresh_run_folder_is_not_asked_for_what_the_chain_makes(tmp_path):
+    """issue 23: the calibration states, the airline trajectories, labels, thresholds, dataset
+    and checkpoints are all made by earlier steps of the chain, so the whole-run preflight of
+    paper.yaml on an empty run folder names none of them (only weights, extras and GPUs)."""
+    run_dir = tmp_path / "fresh"
+    result = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER), "--set",
+                                      f"run_dir={run_dir}"])
+    assert result.exit_code == 2
+    checks = {line.split(":")[1].strip() for line in result.output.splitlines()
+              if line.startswith("error: ")}
+    assert checks and checks <= {"weights", "extra", "gpus"}, result.output
+    assert not run_dir.exists() or not any(run_dir.rglob("*.jsonl"))
+
+
+def test_a_step_whose_outputs_exist_needs_none_of_its_inputs(tmp_path):
+    """Calibration states already sampled (here: written by hand, as paper-attention reads the
+    paper run's): the calibrate stage no longer needs the trajectories they came from."""
+    from prour.preflight import check_paths
+
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}"])
+    missing = {p.message.split(":")[0] for p in check_paths(recipe, "calibrate")}
+    assert missing == {"data.trajectories", "collect-airline (--set data.trajectories)"}
+    for split in ("dev", "test"):
+        path = tmp_path / "calibration" / f"{split}_states.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"id": "s1", "messages": []}\n')
+    assert check_paths(recipe, "calibrate") == []
