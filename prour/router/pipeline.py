@@ -136,7 +136,12 @@ class Joined:
 def join_split(recipe: Recipe, split: str) -> Joined:
     """Match labels to cached AU/EU by state id; a missing one is an error naming the files;
     a state whose label is unusable is left out (:attr:`Joined.unlabelled`)."""
+    from prour.recipes import prour_command
+
     unusable: list[str] = []
+    if not labels_path(recipe, split).is_file():
+        raise ValueError(f"labels file not found: {labels_path(recipe, split)}; run "
+                         f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first")
     labels = read_labels(labels_path(recipe, split), unusable)
     cache = read_cache(cache_path(recipe, split))
     states = [s.state_id for s in read_states(states_path(recipe, split))]
@@ -145,8 +150,8 @@ def join_split(recipe: Recipe, split: str) -> Joined:
     if missing:
         raise ValueError(
             f"{len(missing)} {split} states lack a label ({labels_path(recipe, split)}) or AU/EU "
-            f"({cache_path(recipe, split)}), e.g. {missing[:3]}; run the label and search stages "
-            "first"
+            f"({cache_path(recipe, split)}), e.g. {missing[:3]}; run "
+            f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first"
         )
     joined = Joined([], [], [], [], [], [s for s in states if s in skipped])
     for state_id in states:

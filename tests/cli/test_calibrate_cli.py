@@ -206,3 +206,16 @@ def test_labels_of_one_class_and_unusable_labels_still_calibrate(recipe: Path,
                              "scripted:router-test-decomposer")
     assert (stored.tau_au, stored.tau_eu, stored.n_states, stored.macro_f1) == (0.0, 0.0, 0, 0.0)
     assert "no held-out state has a usable label" in text and "is not scored" in text
+
+
+def test_search_before_labelling_names_the_label_command_and_it_runs(recipe: Path) -> None:
+    import shlex
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "search"])
+    assert result.exit_code == 2 and "labels file not found" in result.output
+    command = " ".join(result.output.split()).split("run `")[1].split("` first")[0]
+    assert command == f"prour calibrate --stage label --recipe {recipe}"
+    assert runner.invoke(app, shlex.split(command)[1:]).exit_code == 0
+    again = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "search"])
+    assert again.exit_code == 0, again.output
