@@ -608,19 +608,19 @@ class Runner:
             tee = threading.Thread(target=_tee, args=(self.child.stdout, sink), daemon=True)
             tee.start()
             cause = None
-            # a signal is passed on to the child; leaving the block after one waits for it
-            with interrupt.child(self.child, f"prour {argv[0]} ({log.stem})"):
-                try:
+            # a signal is passed on to the child; leaving the block after one waits for it, then
+            # the tee copies the child's last lines (its report of what it saved) before we go on
+            try:
+                with interrupt.child(self.child, f"prour {argv[0]} ({log.stem})"):
                     while self.child.poll() is None:
                         cause = self.servers.dead()
                         if cause:
                             _stop_child(self.child, signal.SIGTERM)
                             break
                         time.sleep(POLL_S)
-                finally:
-                    tee.join(5 if self.child.poll() is not None else 0)
+            finally:
+                tee.join(5)
             code = self.child.wait()
-            tee.join(5)
         return code, cause
 
     def saved(self) -> str:

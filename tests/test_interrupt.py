@@ -105,6 +105,28 @@ def test_sigterm_saves_releases_the_lock_exits_130_and_a_rerun_completes(recipe:
     assert _lines(out)[: len(saved)] == saved  # the saved ones were kept, not run again
 
 
+def test_prour_run_passes_sigterm_on_to_its_step_and_prints_the_steps_report(recipe: Path):
+    """The runner's step (its own session) gets the signal through the runner only; the runner
+    waits for its report, copies it to its own output and exits 130."""
+    out = recipe.parent / "run" / "data" / "trajectories.jsonl"
+    log = recipe.parent / "run.log"
+    with open(log, "wb") as output:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prour.cli.main", "run", "--recipe", str(recipe), "--only",
+             "collect-retail"], stdout=output, stderr=subprocess.STDOUT)
+    _wait_until(lambda: len(_lines(out)) >= 1, proc, "first trajectory")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=WAIT_S) == INTERRUPTED_EXIT
+    text = log.read_text()
+    saved = len(_lines(out))
+    assert "SIGTERM received: stopping; waiting for 1 child process(es) to stop: prour collect" \
+        in text, text
+    assert f"interrupted: {saved} trajectories saved in {out}; rerun `prour collect`" in text
+    assert "interrupted: 0 step(s) finished in this run" in text and "Traceback" not in text
+    assert not (out.parent / LOCK_FILE).exists()
+    assert saved < TASKS
+
+
 def test_ctrl_c_during_start_up_is_one_line_without_a_traceback(recipe: Path) -> None:
     log = recipe.parent / "collect.log"
     proc = _collect(recipe, log)
