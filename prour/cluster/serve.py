@@ -344,6 +344,8 @@ def check_memory(recipe: Recipe, plans: Sequence[ServerPlan]) -> GpuPlan:
         plan.check()
     except GpuPlanError as exc:
         raise ServeError(str(exc)) from None
+    for warning in plan.warnings:  # fits, with little to spare: said before the servers start
+        logger.warning("GPU memory plan: %s", warning)
     return plan
 
 

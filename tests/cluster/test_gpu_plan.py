@@ -248,3 +248,18 @@ def test_a_plan_within_five_percent_of_a_gpu_warns_and_names_the_keys() -> None:
     roomy = check_stage(load_recipe(
         PAPER, ["serve.models.Qwen/Qwen3-8B.gpu_memory_utilization=0.43"], cluster=True), "serve")
     assert roomy.fits and roomy.warnings == [] and roomy.total(1) == pytest.approx(75.4)
+
+
+def test_serving_a_tight_plan_says_so_before_the_servers_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """check_memory (what `prour serve` and `prour run` ask first) logs the plan's warning."""
+    import logging
+
+    from prour.cluster.serve import check_memory, plan_servers
+
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}"], cluster=True)
+    with caplog.at_level(logging.WARNING, logger="prour.cluster.serve"):
+        check_memory(recipe, plan_servers(recipe))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"GPU memory plan: {check_stage(recipe, 'serve').warnings[0]}"]
