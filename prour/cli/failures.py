@@ -44,7 +44,7 @@ def disk_failure_line(exc: OSError) -> str | None:
     """One line for a write refused by the disk (read-only, full, over quota, not permitted),
     naming the file, its file system and the fix; ``None`` for any other error."""
     kind = DISK_ERRNOS.get(exc.errno or 0)
-    if kind is None:
+    if kind is None or (kind == "denied" and not exc.filename):  # e.g. a signal not permitted
         return None
     target = Path(str(exc.filename)) if exc.filename else None
     where = f"cannot write {target}" if target else "cannot write to the run folder"
@@ -53,9 +53,9 @@ def disk_failure_line(exc: OSError) -> str | None:
     if kind == "read-only":
         return (f"{where}: the file system{on} is read-only; remount it read-write or point "
                 f"run_dir (or the recipe key naming this path) at a writable disk, then rerun")
-    if kind == "denied":
-        return (f"{where}: permission denied ({exc.strerror}); make the folder writable for this "
-                f"user or point run_dir (or the recipe key naming this path) at one that is")
+    if kind == "denied":  # reading or writing: the error does not say which
+        return (f"cannot open {target}: permission denied; make it accessible to this user or "
+                f"point run_dir (or the recipe key naming this path) at a folder that is")
     usage = shutil.disk_usage(mount) if mount else None
     space = f"{_size(usage.free)} free of {_size(usage.total)}" if usage else "no space"
     return (f"{where}: no space left on the device{on}, {space}; free space there or point "

@@ -388,3 +388,17 @@ def test_the_download_hint_without_a_models_folder_names_real_folders(tmp_path, 
     (folder / "config.json").write_text("{}")
     monkeypatch.setenv("PROUR_MODELS_DIR", str(Path("~/models").expanduser()))
     assert local_weights("Qwen/Qwen3-1.7B", None) == str(folder)
+
+
+def test_only_errors_of_the_disk_become_the_one_line():
+    """A refused open names the file; a refused signal (no file) or any other errno stays an
+    error for its own handler (the traceback it was)."""
+    import errno
+
+    from prour.cli.failures import disk_failure_line
+
+    assert disk_failure_line(PermissionError(errno.EACCES, "Permission denied", "/x/y")) == (
+        "cannot open /x/y: permission denied; make it accessible to this user or point run_dir "
+        "(or the recipe key naming this path) at a folder that is")
+    assert disk_failure_line(PermissionError(errno.EPERM, "Operation not permitted")) is None
+    assert disk_failure_line(FileNotFoundError(errno.ENOENT, "No such file", "/x/y")) is None
