@@ -121,3 +121,33 @@ def test_the_dry_run_prints_every_step_with_its_state_command_and_servers(tmp_pa
     assert {state[name] for name in ("collect-retail", "extract", "report")} == {PENDING}
     assert "      serves Qwen/Qwen3-32B (roles teacher)" in lines
     assert not (tmp_path / ".prour").exists()  # a dry run writes nothing
+
+
+def test_status_of_a_slurm_run_folder_shows_the_table_and_each_jobs_state(tmp_path) -> None:
+    from prour.cluster.jobs import MANIFEST, SCHEMA
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    status_file = run_dir / "collect.status"
+    status_file.write_text("start=1700000000\nend=1700000100\nrc=0\n")  # what the job writes
+    manifest = {"schema": SCHEMA, "recipe": str(SMOKE), "name": "smoke", "run_dir": str(run_dir),
+                "workdir": str(ROOT), "overrides": ["data.max_tasks=1"], "submitted": "now",
+                "stages": [{"stage": "collect", "job_id": "41", "script": None,
+                            "log": str(run_dir / "collect-41.log"),
+                            "status_file": str(status_file), "depends_on": None, "tasks": []}]}
+    (run_dir / MANIFEST).write_text(json.dumps(manifest))
+    result = CliRunner().invoke(app, ["status", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    rows = [line for line in lines if line.startswith("  ") and "/" in line.split()[0]]
+    assert [row.split()[0].split("/")[1] for row in rows] == [s.name for s in steps()]
+    assert any(row.split()[0] == "collect/collect-retail" and row.split()[1] == PENDING
+               for row in rows)
+    jobs = [line for line in lines if "job 41" in line]
+    assert len(jobs) == 1 and "COMPLETED" in jobs[0] and "exit 0" in jobs[0]
+
+
+def test_status_of_a_folder_no_run_made_names_what_it_lacks(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["status", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "neither" in result.output and "prour run --recipe RECIPE --dry-run" in result.output

@@ -22,8 +22,6 @@ from typing import Any
 import typer
 
 from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
-from prour.cli.run import run_chain
-from prour.runner import RunOptions
 from prour.stages import command_values
 
 DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "smoke.yaml"
@@ -77,7 +75,9 @@ def demo(
     """Run the whole pipeline on tiny local models (CPU) and print where its outputs are
     (``--recipe`` defaults to the embedded smoke recipe, recipes/smoke.yaml)."""
     from prour.cli.recipe import recipe_errors
+    from prour.cli.run import run_chain
     from prour.recipes import load_recipe
+    from prour.runner import RunOptions
 
     recipe = recipe or str(DEFAULT_RECIPE)
 
