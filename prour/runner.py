@@ -48,6 +48,9 @@ RUN_RECORD = "run.json"  # <run_dir>/.prour/run.json: the recipe and --set items
 FAILED_EXIT, USAGE_EXIT = 1, 2
 INTERRUPTED_EXIT = interrupt.INTERRUPTED_EXIT
 POLL_S = 0.5
+# The command the review gate prints when set (``prour slurm submit --recipe R --approve-labels``
+# in a Slurm job); else the runner's own command line with ``--approve-labels``.
+APPROVE_COMMAND_ENV = "PROUR_APPROVE_COMMAND"
 
 
 class RunError(RuntimeError):
@@ -180,6 +183,10 @@ def step_row(recipe: Recipe, step: Step, rows: dict[str, Row],
             return Row(step, stage, DONE, "labels approved")
         return Row(step, stage, GATE, "the labels wait for a person's review")
     stamp = read_stamp(recipe, step)
+    changed = changed_values(stamp, step_values(recipe, step, flat)) if stamp else []
+    if changed and any(_nonempty(f.path) for f in step.cleared(recipe)):
+        # done or partial: what is there was made with other values
+        return Row(step, stage, STALE, "made with other values: " + "; ".join(changed))
     failed = stamp is not None and stamp.get("failed") is not None
     if failed or not step.is_done(recipe):
         made = [f.path for f in step.cleared(recipe) if _nonempty(f.path)]
@@ -192,14 +199,11 @@ def step_row(recipe: Recipe, step: Step, rows: dict[str, Row],
     if stamp is None:
         made = _made_at(recipe, step)
         for other in _upstreams(recipe, step):
-            theirs = read_stamp(recipe, other)
-            if theirs is not None and not theirs.get("failed") and theirs.get("ended", 0) > made:
+            theirs = read_stamp(recipe, other)  # it started after the outputs were there
+            if theirs is not None and not theirs.get("failed") and theirs.get("started", 0) > made:
                 return Row(step, stage, STALE, f"{other.name} ran again after its outputs were "
                            "made", other.name)
         return Row(step, stage, DONE, "outputs complete, not stamped yet (made by hand)")
-    changed = changed_values(stamp, step_values(recipe, step, flat))
-    if changed:
-        return Row(step, stage, STALE, "made with other values: " + "; ".join(changed))
     for other in _upstreams(recipe, step):
         before = rows.get(other.name)
         if before is not None and before.state == STALE:
@@ -528,7 +532,9 @@ class Runner:
                      + "; ".join(f"{split} {describe_counts(c)}" for split, c in counts.items()))
             return None
         self.servers.stop_all()
-        again = [*(self.options.continue_command or _argv()), "--approve-labels"]
+        # a Slurm job names the command that approves for the whole submission instead
+        again = (shlex.split(os.environ[APPROVE_COMMAND_ENV]) if os.environ.get(APPROVE_COMMAND_ENV)
+                 else [*(self.options.continue_command or _argv()), "--approve-labels"])
         lines = [(f"== {step.name}: the chain stops at the review gate; review the annotator's "
                   "labels (a wrong one: set its `corrected` field to act, clarify or verify):")]
         for path in labels_files(self.recipe).values():

@@ -450,6 +450,11 @@ def _exported_done(recipe: Recipe) -> bool:
     return is_hf_folder(_exported(recipe))
 
 
+def _export_clears(recipe: Recipe) -> tuple[File, ...]:
+    """What a rerun of export replaces: verl's merged folder; a local step_N is train's own."""
+    return (File("train.output_dir", _exported(recipe)),) if _verl(recipe) else ()
+
+
 def _endpoints(recipe: Recipe) -> File:
     from prour.cluster.endpoints import endpoints_path
 
