@@ -461,7 +461,6 @@ class Runner:
         rows = table(self.recipe)
         if self.options.dry_run:
             return self.dry_run(rows)
-        self._record_run()
         stale = [row for row in self.selected(rows) if row.state == STALE]
         if stale and not self.options.rerun_stale:
             for row in stale:
@@ -471,6 +470,7 @@ class Runner:
                      f"rerun: {', '.join(r.step.name for r in stale)}; rerun them (their outputs "
                      f"are moved to {self.run_dir / '.prour' / 'stale'}):\n  {shlex.join(again)}")
             return FAILED_EXIT
+        self._record_run()  # what `prour status` reloads: the last run that went ahead
         started = time.time()
         try:
             return self._walk()
