@@ -26,7 +26,7 @@ START_TIMEOUT_S = float(os.environ.get("PROUR_VLLM_START_TIMEOUT", "600"))
 # up for the task agent's role (Qwen3's hermes parser).
 SERVER_ARGS = ("--distributed-executor-backend", "uni", "--enable-auto-tool-choice",
                "--tool-call-parser", "hermes")
-EPISODES = 3
+EPISODES = 4  # the third may finish before the kill lands; the fourth cannot
 
 
 def _servable(tiny_model_dir: Path, folder: Path) -> Path:
