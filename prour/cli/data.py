@@ -56,12 +56,22 @@ def _report_skipped(path: Path, skipped: list[int]) -> None:
         typer.echo(f"warning: skipped {len(skipped)} corrupt line(s): {lines}", err=True)
 
 
+def _saved_trajectories(out: Path) -> str:
+    """``N trajectories saved in <out>`` counted by episode key (a retry not yet compacted into
+    the file is one), with the errored ones the rerun runs again."""
+    from prour.data.collect import stored_episodes
+
+    episodes, errored = stored_episodes(out)
+    again = f" ({errored} errored: the rerun runs them again)" if errored else ""
+    return f"{episodes} trajectories saved in {out}{again}"
+
+
 def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             progress: bool = ProgressOpt) -> None:
     """Run task agent + teacher + user episodes on the data split; resumable (reruns skip done
     episodes and retry errored ones). Exits 1 when more than data.max_error_fraction of the
     episodes ended in an error."""
-    from prour.cli.recipe import hold_run_folder, preflight_or_exit, resumable, saved_lines
+    from prour.cli.recipe import hold_run_folder, preflight_or_exit, resumable
     from prour.data.collect import (
         EpisodeFactories,
         check_collection,
@@ -79,8 +89,8 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
         make_agent=builder.task_agent, make_user=builder.user_simulator,
         teacher=builder.llm("teacher") if cfg.teacher else None, cfg=cfg)
     out = Path(cfg.trajectories)
-    saved = lambda: (f"{saved_lines(out, 'trajectories')}; rerun `prour collect` with the same "
-                     "recipe to collect only the missing ones")
+    saved = lambda: (f"{_saved_trajectories(out)}; rerun `prour collect` with the same recipe to "
+                     "collect only the missing ones")
     with hold_run_folder(out.parent), resumable(saved):  # one collector per trajectories folder
         record_provenance(loaded, "collect", output=out)
         trajs = collect_trajectories(_tasks(loaded), factories, cfg, out, progress=progress,

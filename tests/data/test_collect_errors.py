@@ -247,3 +247,16 @@ def test_each_collection_keeps_its_own_provenance(tmp_path: Path) -> None:
         assert resolved["data"]["domain"] == domain
         kept[name] = record
     assert len(kept) == 2
+
+
+def test_an_interrupted_collection_counts_what_it_saved_by_key(tmp_path: Path) -> None:
+    from prour.cli.data import _saved_trajectories
+
+    path = tmp_path / "traj.jsonl"
+    append_jsonl(path, _trajectory("0", 0, "BackendError: down"))
+    append_jsonl(path, _trajectory("1", 0, "BackendError: down"))
+    append_jsonl(path, _trajectory("0", 0))  # a retry, the run stopped before compacting
+    assert _saved_trajectories(path) == (
+        f"2 trajectories saved in {path} (1 errored: the rerun runs them again)")
+    assert _saved_trajectories(tmp_path / "none.jsonl") == (
+        f"0 trajectories saved in {tmp_path / 'none.jsonl'}")
