@@ -284,8 +284,8 @@ def compact_trajectories(path: str | Path) -> Compaction:
     data = path.read_bytes()
     lines = data.split(b"\n")
     tail = lines.pop()  # what follows the last newline: empty unless the last line is torn
-    last = f"{path}:{len(lines) + 1}"
-    if tail.strip() and not _torn(tail):
+    last, torn_tail = f"{path}:{len(lines) + 1}", _torn(tail)
+    if tail.strip() and not torn_tail:
         lines.append(tail)
     kept: dict[Any, bytes] = {}
     for number, raw in enumerate(lines, start=1):
@@ -296,37 +296,11 @@ def compact_trajectories(path: str | Path) -> Compaction:
             key = _record_key(raw)
             out.superseded += key is not None and key in kept
             kept[key if key is not None else number] = raw
-    if tail.strip():
-        out.notes.append(f"repaired {last}: the last line lacked its newline; added it"
-                         if not _torn(tail) else
-                         f"repaired {last}: removed the torn last line ({len(tail)} bytes cut by "
+    if torn_tail:
+        out.notes.append(f"repaired {last}: removed the torn last line ({len(tail)} bytes cut by "
                          "a crash mid-write); its episode runs again")
-    compacted = b"".join(raw + b"\n" for raw in kept.values())
-    if compacted != data:
-        write_atomic(path, compacted, fsync=True)
-    return out
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    tail = lines.pop()  # what follows the last newline: empty unless the last line is torn
-    if tail.strip():
-        where = f"{path}:{len(lines) + 1}"
-        if _record_key(tail) is not None:
-            lines.append(tail)
-            out.notes.append(f"repaired {where}: the last record lacked its newline; added it")
-        else:
-            out.notes.append(f"repaired {where}: removed the torn last line ({len(tail)} bytes "
-                             "cut by a crash mid-write); its episode runs again")
-    kept: dict[Any, bytes] = {}
-    for number, raw in enumerate(lines, start=1):
-        if raw.strip():
-            key = _record_key(raw)
-            out.superseded += key is not None and key in kept
-            kept[key if key is not None else number] = raw
-    if tail.strip():
-        out.notes.append(f"repaired {last}: the last line lacked its newline; added it"
-                         if not _torn(tail) else
-                         f"repaired {last}: removed the torn last line ({len(tail)} bytes cut by "
-                         "a crash mid-write); its episode runs again")
+    elif tail.strip():
+        out.notes.append(f"repaired {last}: the last line lacked its newline; added it")
     compacted = b"".join(raw + b"\n" for raw in kept.values())
     if compacted != data:
         write_atomic(path, compacted, fsync=True)
