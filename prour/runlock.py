@@ -25,6 +25,9 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".prour.lock"
+# squeue states of a job whose processes Slurm has ended (squeue may still list it for a while)
+ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+                          "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "TIMEOUT"})
 TORN_GRACE_S = 2.0  # an unreadable lock younger than this may still be being written
 
 
@@ -39,6 +42,7 @@ class Holder:
     since: str
     started: str | None = None
     job: str | None = None  # SLURM_JOB_ID of the holder, when it ran in a Slurm job
+    restart: str | None = None  # its SLURM_RESTART_COUNT: a requeued job keeps its id
 
     def describe(self) -> str:
         job = f" (Slurm job {self.job})" if self.job else ""
@@ -85,14 +89,17 @@ def current_holder() -> Holder:
     pid = os.getpid()
     return Holder(pid=pid, host=socket.gethostname(), command=shlex.join(["prour", *sys.argv[1:]]),
                   since=time.strftime("%Y-%m-%dT%H:%M:%S%z"), started=_process_start(pid),
-                  job=os.environ.get("SLURM_JOB_ID") or None)
+                  job=os.environ.get("SLURM_JOB_ID") or None,
+                  restart=os.environ.get("SLURM_RESTART_COUNT") or None)
 
 
 def holder_alive(holder: Holder) -> bool:
-    """Whether the holder's process still runs; a holder on another host counts as alive (its
-    PID cannot be checked from here)."""
+    """Whether the holder's process still runs. A holder on another host counts as alive (its
+    PID cannot be checked from here) unless its Slurm job is over: an earlier run of this very
+    job (requeued, so the same job id with another restart count) or a job ``squeue`` no longer
+    lists (Slurm ends every process of a job that ends)."""
     if holder.host != socket.gethostname():
-        return True
+        return not (holder.job and _job_over(holder))
     if holder.pid <= 0:
         return False  # a torn lock
     try:
@@ -193,9 +200,15 @@ def run_lock(folder: str | Path) -> Iterator[Holder]:
         release(folder, holder)
 
 
+def _job_over(holder: Holder) -> bool:
+    if holder.job == os.environ.get("SLURM_JOB_ID"):
+        return holder.restart != (os.environ.get("SLURM_RESTART_COUNT") or None)
+    return slurm_job_state(holder.job or "") == ""
+
+
 def slurm_job_state(job: str) -> str | None:
-    """The job's state as ``squeue`` lists it (``RUNNING``, ``PENDING`` ...); ``""`` when squeue
-    no longer lists it (ended); None when squeue is not available here."""
+    """The job's state as ``squeue`` lists it (``RUNNING``, ``PENDING`` ...); ``""`` when it has
+    ended (an end state, or no longer listed); None when squeue cannot tell from here."""
     squeue = shutil.which("squeue")
     if squeue is None:
         return None
@@ -204,9 +217,10 @@ def slurm_job_state(job: str) -> str | None:
                               text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if done.returncode != 0:  # "Invalid job id specified": long gone from the controller
-        return ""
-    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+    if done.returncode != 0:  # gone from the controller, or the controller is unreachable
+        return "" if "invalid job id" in done.stderr.lower() else None
+    state = done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+    return "" if state in ENDED_STATES else state
 
 
 def unlock(folder: str | Path, *, force: bool = False) -> str:

@@ -181,3 +181,18 @@ def test_the_lock_records_the_slurm_job_it_runs_in(tmp_path, monkeypatch):
     with run_lock(tmp_path) as holder:
         assert read_holder(tmp_path / LOCK_FILE).job == "9031" == holder.job
         assert "(Slurm job 9031)" in holder.describe()
+
+
+def test_a_lock_left_by_an_earlier_run_of_this_requeued_job_is_taken_over(tmp_path, monkeypatch):
+    """Slurm keeps a requeued job's id and counts its restarts: the lock of restart 0 on another
+    node is dead for restart 1; the same restart elsewhere is another task of this job, alive."""
+    monkeypatch.setenv("SLURM_JOB_ID", "55")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    same = Holder(pid=11, host="node-elsewhere", command="prour run", since="then", job="55",
+                  restart="1")
+    _write_lock(tmp_path, same)
+    with pytest.raises(RunLocked, match="on node-elsewhere"):
+        acquire(tmp_path)
+    earlier = Holder(pid=11, host="node-elsewhere", command="prour run", since="then", job="55")
+    _write_lock(tmp_path, earlier)
+    assert acquire(tmp_path).restart == "1"

@@ -7,6 +7,7 @@ import json
 import subprocess
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from cluster_helpers import write_recipe
 from test_slurm_local import SMALL, prour, status_of, wait_done
 
-from prour.runlock import LOCK_FILE
+from prour.runlock import LOCK_FILE, Holder
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -84,9 +85,14 @@ def test_scancel_of_a_collect_job_saves_and_the_resubmission_does_only_the_missi
     assert status_of(run_dir, "collect")["rc"] == "130", log  # the job shell outlived prour
     assert len(saved) < TASKS, "the job ended before scancel: nothing was tested"
 
+    # as if the cancelled job had run on a node that died before it could release its lock: the
+    # resubmission finds that job ended (squeue) and takes the lock over
+    left = Holder(pid=4242, host="node-that-died", command="prour collect", since="then", job=job)
+    (out.parent / LOCK_FILE).write_text(json.dumps(asdict(left)))
     again = _submit(slurm_cluster, recipe)
     wait_done(slurm_cluster, {"stages": [{"job_id": again}], "run_dir": str(run_dir)},
               timeout_s=WAIT_S)
     expected = {(task.id, 0) for task in select_tasks("retail", "train", max_tasks=TASKS)}
     assert _keys(out) == Counter(dict.fromkeys(expected, 1)), _job_log(run_dir, again)
     assert out.read_text().splitlines()[: len(saved)] == saved
+    assert f"taking over the lock of {out.parent} from a dead process" in _job_log(run_dir, again)
