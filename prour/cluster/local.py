@@ -30,6 +30,8 @@ PARTITION = "debug"
 MUNGE_KEY = Path("/etc/munge/munge.key")
 MUNGE_RUN = Path("/run/munge")
 
+# KillWait: Slurm's default 30 s between a cancelled job's SIGTERM and SIGKILL, the time prour's
+# commands have to say what they saved and exit (prour.interrupt); 10 s was too short on 2 busy cores
 CONF_TEMPLATE = """\
 # Single-node Slurm written by prour.cluster.local (no systemd, no cgroups, no accounting).
 ClusterName=prour-local
@@ -59,7 +61,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1,bf_interval=1
 ReturnToService=2
 MinJobAge=3600
-KillWait=10
+KillWait=30
 InactiveLimit=0
 SlurmdTimeout=60
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN

@@ -325,6 +325,7 @@ class HFLLM:
         state = self._decoding_state(prompts, rows)
         logits, active = state.logits, list(range(len(rows)))
         while True:
+            interrupt.check()  # after SIGINT/SIGTERM: end at the next token (nothing keeps it)
             tokens = self._choose(logits, [rows[i] for i in active])
             keep = [k for k, i in enumerate(active) if rows[i].finish is None]
             if not keep:
