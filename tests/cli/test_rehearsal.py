@@ -1,0 +1,119 @@
+"""The rehearsal: recipes/rehearsal.yaml (paper.yaml on the tiny model, served by the vLLM CPU
+server) through `prour run` from an empty run folder, with no file made by hand: `prour
+tiny-model` builds the model, then every step of the paper's chain runs (collect retail and
+airline, normalize, the calibration states, annotate, the review gate approved on the command
+line, threshold search, held-out, extract, train, export, eval of every method with the final
+checkpoint, report). A stage that cannot get what it needs from a tiny model completes and says
+what it lacked. Run again, every step is done; a changed decomposer key names the stale steps.
+
+Needs the vLLM venv (PROUR_REQUIRE_VLLM=1 makes a missing one fail instead of skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prour.recipes import load_recipe
+from prour.stages import STAGES
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+REHEARSAL = REPO / "recipes" / "rehearsal.yaml"
+WARM_STEPS = "60"  # the session warm start's length (tests/conftest.py WARM_START); demo: 300
+
+
+def prour(cwd: Path, vllm_python: Path, *args: str, timeout: float = 900):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PROUR_VLLM_PYTHON": str(vllm_python)}
+    return subprocess.run([sys.executable, "-m", "prour.cli.main", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
+    tmp_path: Path, vllm_python: Path,
+) -> None:
+    built = prour(tmp_path, vllm_python, "tiny-model", "runs/tiny-model", "--steps", WARM_STEPS)
+    assert built.returncode == 0, built.stdout + built.stderr
+    recipe = load_recipe(REHEARSAL)
+    assert not Path(tmp_path / "runs" / "rehearsal").exists()  # nothing made beforehand
+
+    run = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--approve-labels")
+    shown = run.stdout + run.stderr
+    assert run.returncode == 0, shown[-6000:]
+    # every step of the table ran (serve: prour run serves each step's models itself)
+    names = [step.name for stage in STAGES for step in stage.steps]
+    for name in names:
+        if name == "serve":
+            continue
+        ended = rf"^== {re.escape(name)}: (done in|labels approved by --approve-labels)"
+        assert re.search(ended, shown, re.MULTILINE), (name, shown[-6000:])
+    run_dir = tmp_path / "runs" / "rehearsal"
+    # collect: one task (data.max_tasks) x two trials, retail and airline
+    for name, domain in (("trajectories", "retail"), ("airline_trajectories", "airline")):
+        lines = (run_dir / "data" / f"{name}.jsonl").read_text().splitlines()
+        assert [json.loads(x)["domain"] for x in lines] == [domain] * 2
+    # calibration: n_states per split, a label line per state, thresholds for the served model
+    for split in ("dev", "test"):
+        states = (run_dir / "calibration" / f"{split}_states.jsonl").read_text().splitlines()
+        labels = (run_dir / "calibration" / f"labels_{split}.jsonl").read_text().splitlines()
+        assert len(states) == len(labels) == recipe.router.calibration.n_states
+    thresholds = json.loads((run_dir / "calibration" / "thresholds.json").read_text())
+    assert list(thresholds) == ["openai:tiny"]
+    approval = json.loads((run_dir / "calibration" / "labels.approved.json").read_text())
+    assert approval  # approved on the command line (--approve-labels)
+    # train -> export: the final step, what eval loaded
+    final = run_dir / "checkpoints" / f"step_{recipe.train.total_steps}"
+    assert (final / "config.json").is_file()
+    evaluated = yaml.safe_load((run_dir / "eval" / "recipe.resolved.yaml").read_text())
+    assert evaluated["models"]["generator"]["path"] == str(final)
+    # eval: every method x domain x seed once; the report has a row per method
+    results = [json.loads(x) for x in (run_dir / "eval" / "results.jsonl").read_text().split("\n")
+               if x.strip()]
+    planned = {(m, d, s) for m in recipe.eval.methods for d in recipe.eval.domains
+               for s in recipe.eval.seeds}
+    assert sorted((r["method"], r["domain"], r["seed"]) for r in results) == sorted(planned)
+    report = (run_dir / "eval" / "report" / "report.md").read_text()
+    table = report.split("## Pass@1 (%) and interaction cost")[1].split("\n## ")[0]
+    rows = [line.split("|")[1].strip() for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith(("| System", "| ---"))]
+    assert [row.split(" (")[0] for row in rows] == recipe.eval.methods
+    assert "prour (generator rehearsal step 2)" in rows  # the trained checkpoint's row
+    # what the tiny model could not give is said, counted from the files themselves
+    for split in ("dev", "test"):
+        labels = [json.loads(x) for x in
+                  (run_dir / "calibration" / f"labels_{split}.jsonl").read_text().splitlines()]
+        unusable = sum(not (x["corrected"] or x["label"]) for x in labels)
+        said = f"lacking: {unusable} {split} states have no usable label"
+        assert (said in " ".join(shown.split())) == bool(unusable), (split, unusable)
+    from prour.data.dataset import read_rows
+
+    rows = read_rows(run_dir / "data" / "dataset" / "train.parquet")
+    metrics = (run_dir / "checkpoints" / "metrics.jsonl")
+    steps_logged = len(metrics.read_text().splitlines()) if metrics.is_file() else 0
+    if rows:
+        assert steps_logged == recipe.train.total_steps
+    else:  # no clarify/verify state: extract and train say so, the initial policy is evaluated
+        assert "lacking: no clarify or verify state among" in shown
+        assert "holds no training state" in shown and steps_logged == 0
+
+    again = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--approve-labels")
+    assert again.returncode == 0, again.stdout + again.stderr
+    ran = re.findall(r"^== (\S+): (\w+)", again.stdout, re.MULTILINE)
+    assert ran and all(state in ("skipped", "done") for _, state in ran), again.stdout
+    assert "start:" not in again.stdout  # nothing ran a second time
+
+    stale = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--set",
+                  "router.n_actions=3", "--dry-run")
+    assert stale.returncode == 0, stale.stdout + stale.stderr
+    named = set(re.findall(r"^\s+\S+/(\S+)\s+stale\b", stale.stdout, re.MULTILINE))
+    assert {"search", "heldout", "extract", "train", "eval"} <= named, stale.stdout
+    assert not named & {"collect-retail", "collect-airline", "normalize", "states-dev",
+                        "states-test", "annotate"}, stale.stdout
