@@ -308,3 +308,23 @@ def test_a_step_whose_outputs_exist_needs_none_of_its_inputs(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text('{"id": "s1", "messages": []}\n')
     assert check_paths(recipe, "calibrate") == []
+
+
+def test_a_missing_local_model_folder_names_the_command_that_builds_the_tiny_model(
+    tmp_path, monkeypatch,
+):
+    """A relative folder (not a hub id) that does not exist: no `hf download` of a path; the hint
+    builds the CPU recipes' tiny model there, and runs as printed."""
+    import shlex
+
+    from prour.llm.weights import missing_message
+
+    monkeypatch.chdir(tmp_path)
+    folder = "./runs/tiny"
+    message = missing_message(folder, None, "models.generator.path")
+    assert "hf download" not in message
+    command = message.split("`")[1]
+    assert command == f"prour tiny-model {folder}"
+    result = CliRunner().invoke(app, [*shlex.split(command)[1:], "--no-warm-start"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "runs" / "tiny" / "config.json").is_file()

@@ -96,7 +96,8 @@ def missing_message(name: str, models_dir: str | None, key: str | None = None) -
         return (f"model {label}: folder {name} holds neither {' nor '.join(MARKERS)}; "
                 "point at the folder that holds the model's files")
     if Path(name).is_absolute() or not _HUB_ID.match(name):
-        fix = "fix the path, or name a hub id whose weights are in a models folder"
+        fix = ("fix the path, or name a hub id whose weights are in a models folder (the CPU "
+               f"recipes' tiny model: build it there with `prour tiny-model {name}`)")
     else:
         fix = f"download it once with `hf download {name} --local-dir {where}`{setting}"
     return f"model {label} has no local weights (looked in {', '.join(looked)}); {fix}"
