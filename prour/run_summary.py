@@ -54,10 +54,12 @@ def where(recipe: Recipe, step: Step) -> str:
         else:
             parts.insert(0, f"local trainer on {train.device}")
     elif placement == "in_process":
+        loaded: dict[str, list[str]] = {}  # device -> the hf roles loaded in process on it
         for role in step.roles(recipe):
             cfg = recipe.models.get(role)
             if cfg is not None and cfg.backend == "hf":
-                parts.append(f"models.{role} in process ({cfg.device})")
+                loaded.setdefault(cfg.device, []).append(role)
+        parts += [f"{', '.join(roles)} in process ({device})" for device, roles in loaded.items()]
     return "; ".join(parts) or "CPU"
 
 
@@ -143,9 +145,11 @@ def _clock(seconds: float) -> str:
 
 
 def run_table(recipe: Recipe, read_stamp: Callable[[Recipe, Step], dict[str, Any] | None],
-              names: list[str] | None = None, since: float | None = None) -> str:
+              names: list[str] | None = None, since: float | None = None,
+              skip_reason: Callable[[Recipe, Step], str | None] | None = None) -> str:
     """What ran where and how long each step took, from the steps' stamps (``read_stamp``: the
-    runner's reader of ``<run_dir>/.prour/steps/<step>.json``).
+    runner's reader of ``<run_dir>/.prour/steps/<step>.json``; ``skip_reason``: its reason a
+    run leaves a step out, such a step reads ``skipped``).
 
     ``names``: the steps asked for (None: every step); ``since``: when this run started, so that
     a step stamped earlier reads ``done before``. The last line is this run's wall time over the
@@ -158,6 +162,9 @@ def run_table(recipe: Recipe, read_stamp: Callable[[Recipe, Step], dict[str, Any
         if names is not None and step.name not in names:
             continue
         label = f"{stage_of(step).name}/{step.name}"
+        if skip_reason is not None and skip_reason(recipe, step):
+            rows.append((label, "skipped", "", "", ""))
+            continue
         if step.command is None:  # the review gate: a person passes it
             rows.append((label, "approved" if step.is_done(recipe) else "waiting", "",
                          "a person", ""))

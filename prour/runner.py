@@ -482,7 +482,7 @@ class Runner:
         """The end table: what ran where and how long each step took (:mod:`prour.run_summary`)."""
         from prour.run_summary import run_table
 
-        self.say(run_table(self.recipe, read_stamp, self.options.names, started))
+        self.say(run_table(self.recipe, read_stamp, self.options.names, started, skip_reason))
 
     def _walk(self) -> int:
         done_rows: dict[str, Row] = {}
