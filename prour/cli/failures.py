@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -120,11 +120,10 @@ def backend_failures(recipe: Recipe, *argv: str) -> Iterator[None]:
 _QUOTED_COMMAND = re.compile(r"(?<=run )`(prour [^`]*)`")  # "run `…`" / "rerun `…`": a hint
 
 
-def _reads_a_recipe(words: list[str]) -> bool:
-    """Whether the ``prour`` subcommand ``words`` names takes ``--recipe`` (by the CLI's tree)."""
-    from prour.cli.main import app
-
-    root = command = typer.main.get_command(app)
+def _reads_a_recipe(words: list[str], root: Any) -> bool:
+    """Whether the ``prour`` subcommand ``words`` names takes ``--recipe`` (by the CLI's tree
+    under the click command ``root``)."""
+    command = root
     for word in words:
         if word not in getattr(command, "commands", {}):
             break
@@ -133,18 +132,30 @@ def _reads_a_recipe(words: list[str]) -> bool:
         "--recipe" in getattr(param, "opts", ()) for param in command.params)
 
 
-def complete_hints(text: str, recipe: Recipe) -> str:
+def complete_hints(text: str, recipe: Recipe, root: Any = None) -> str:
     """``text`` with each hint "run `prour …`" whose command reads a recipe but names none completed
     with this recipe's ``--recipe`` and ``--set`` items, so it runs as printed (library code
-    that raises the message does not know the command line)."""
+    that raises the message does not know the command line). ``root``: the ``prour`` click
+    command (default: that of the running command; outside one, ``text`` is left as it is)."""
     import shlex
+
+    try:  # typer >= 0.2x carries its own copy of click; older releases use click itself
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - depends on the typer release
+        from click import get_current_context
+
+    if root is None:
+        context = get_current_context(silent=True)
+        if context is None:
+            return text
+        root = context.find_root().command
 
     def complete(match: re.Match[str]) -> str:
         try:
             words = shlex.split(match.group(1))
         except ValueError:
             return match.group(0)
-        if "--recipe" in words or "-r" in words or not _reads_a_recipe(words[1:]):
+        if "--recipe" in words or "-r" in words or not _reads_a_recipe(words[1:], root):
             return match.group(0)
         return f"`{shlex.join([*words, *recipe.recipe_args()])}`"
 

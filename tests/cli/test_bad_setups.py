@@ -316,19 +316,25 @@ def test_preflight_reads_the_footer_of_parquet_inputs(tmp_path, content, reason)
 def test_a_quoted_command_that_reads_a_recipe_gets_the_recipe_it_was_loaded_with():
     """The CLI's own tree says which commands take --recipe: those get the recipe file and its
     --set items; commands without one, unknown ones and complete ones are left as they are."""
+    import typer
+
     from prour.cli.failures import complete_hints
     from prour.recipes import load_recipe
 
+    def complete(text: str, recipe) -> str:
+        return complete_hints(text, recipe, typer.main.get_command(app))
+
     recipe = load_recipe(SMOKE, ["seed=2"])
     tail = f"--recipe {SMOKE} --set seed=2"
-    assert complete_hints("run `prour calibrate --stage label` first", recipe) == (
+    assert complete("run `prour calibrate --stage label` first", recipe) == (
         f"run `prour calibrate --stage label {tail}` first")
-    assert complete_hints("rerun `prour train export`, then run `prour eval`", recipe) == (
+    assert complete("rerun `prour train export`, then run `prour eval`", recipe) == (
         f"rerun `prour train export {tail}`, then run `prour eval {tail}`")
     for kept in ("run `prour data stats runs/x`", "run `prour extract --recipe other.yaml`",
                  "run `prour no-such-command`", "run `prour report runs/x/eval`",
                  "models.generator is missing; `prour eval` needs it"):  # not a hint
-        assert complete_hints(kept, recipe) == kept
+        assert complete(kept, recipe) == kept
+    assert complete_hints("run `prour eval`", recipe) == "run `prour eval`"  # no command runs
 
 
 def test_the_uncalibrated_thresholds_hint_names_the_recipe(tmp_path):
