@@ -296,7 +296,8 @@ def command_values(recipe: Recipe) -> dict[str, str]:
         "airline_trajectories": AIRLINE_TRAJECTORIES,
         "airline_path": str(_airline(recipe).path),
         "airline_episodes": str(recipe.router.calibration.test_episodes),
-        "checkpoints": str(_checkpoints(recipe)),
+        # none without a train section: eval then evaluates models.generator as the recipe has it
+        "checkpoints": str(_checkpoints(recipe)) if recipe.train is not None else "",
         "eval_dir": str(_eval_dir(recipe)),
     }
 
@@ -304,7 +305,8 @@ def command_values(recipe: Recipe) -> dict[str, str]:
 def format_command(command: Iterable[str], recipe: Recipe, recipe_path: str | None,
                    after_recipe: list[str] | None = None) -> list[str]:
     """``command`` with its ``{names}`` filled from the recipe; ``after_recipe`` follows
-    ``--recipe PATH``; with ``recipe_path=None`` the ``--recipe`` pair is left out."""
+    ``--recipe PATH``; with ``recipe_path=None`` the ``--recipe`` pair is left out, and so is an
+    option whose value fills in empty (``--checkpoint`` of a recipe without training)."""
     values = {"recipe": recipe_path, **command_values(recipe)}
     out: list[str] = []
     parts = list(command)
@@ -315,7 +317,11 @@ def format_command(command: Iterable[str], recipe: Recipe, recipe_path: str | No
             if recipe_path is not None:
                 out += [part, value.format(**values), *(after_recipe or [])]
             continue
-        out.append(part.format(**values))
+        filled = part.format(**values)
+        if not filled and out and out[-1].startswith("--") and part != filled:
+            out.pop()
+            continue
+        out.append(filled)
     return out
 
 

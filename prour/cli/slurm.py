@@ -19,9 +19,18 @@ slurm_app = typer.Typer(help="Submit the pipeline to Slurm and follow it.", no_a
 
 
 StagesOpt = typer.Option(
-    "serve,train,eval",
+    None,
     "--stages",
-    help=f"Comma-separated stages, run in pipeline order: {', '.join(stage_names())}.",
+    help=f"Comma-separated stages, run in pipeline order: {', '.join(stage_names())} (default: "
+    "the whole chain, up to the review gate until the labels are approved).",
+)
+ApproveOpt = typer.Option(
+    False, "--approve-labels", help="Approve the reviewed calibration labels and submit the rest "
+    "of the chain (stages already complete are not submitted again).",
+)
+BaseModelOpt = typer.Option(
+    False, "--base-model", help="Evaluate the untrained models.generator (eval without a "
+    "checkpoint made by train).",
 )
 DryRunOpt = typer.Option(
     False, "--dry-run", help="Print the sbatch commands and scripts; submit nothing."
@@ -32,7 +41,8 @@ RunDirOpt = typer.Option(
 CheckpointOpt = typer.Option(
     None,
     "--checkpoint",
-    help="Checkpoint the eval stage evaluates (default: train's output when train is submitted).",
+    help="Checkpoint the eval stage evaluates (a trainer output folder or a Hugging Face "
+    "folder; default: train.output_dir).",
 )
 RunArg = typer.Argument(..., help="Run folder holding slurm_jobs.json (or the file itself).")
 TailOpt = typer.Option(15, "--tail", help="Log lines shown for a failed stage.")
@@ -53,42 +63,50 @@ def _dry_run_preflight(loaded: Recipe, stages: list[str]) -> None:
 @slurm_app.command("submit")
 def submit(
     recipe: str = RecipeOpt,
-    stages: str = StagesOpt,
+    stages: str | None = StagesOpt,
+    approve_labels: bool = ApproveOpt,
     dry_run: bool = DryRunOpt,
     run_dir: Path | None = RunDirOpt,
     checkpoint: str | None = CheckpointOpt,
+    base_model: bool = BaseModelOpt,
     overrides: list[str] | None = SetOpt,
 ) -> None:
-    """Render the sbatch scripts for a recipe and submit them chained with dependencies.
+    """Submit the recipe's chain as dependent jobs, each running `prour run --only STAGE`.
 
-    ``--set slurm.*`` items shape the jobs; the other ``--set`` items reach every stage.
+    Each job serves the models its steps call on its own node and skips what is done. Until the
+    calibration labels are approved the chain stops at the review gate; `--approve-labels`
+    submits the rest. ``--set slurm.*`` items shape the jobs; the other ``--set`` items reach
+    every stage.
     """
     from prour.cluster.jobs import SubmitError, dry_run_text
     from prour.cluster.jobs import submit as submit_jobs
-    from prour.cluster.slurm import RenderError, SubmitRequest, plan_submission, refuse_empty_serve
+    from prour.cluster.slurm import RenderError, SubmitRequest, plan_submission
     from prour.config import ConfigError
     from prour.recipes import load_recipe
 
     items = list(overrides or [])
     try:
-        loaded = load_recipe(recipe, items, cluster=True)
-        folder = (run_dir or loaded.resolved_run_dir()).resolve()
+        folder = run_dir.resolve() if run_dir else None
+        loaded = load_recipe(recipe, [*items, *([f"run_dir={folder}"] if folder else [])],
+                             cluster=True)
         request = SubmitRequest(
             Path(recipe).resolve(),
-            [s.strip() for s in stages.split(",")],
-            folder,
+            [s.strip() for s in stages.split(",")] if stages is not None else None,
+            folder or loaded.resolved_run_dir(),
             items,
             Path.cwd(),
             checkpoint,
+            approve_labels,
+            base_model,
         )
-        refuse_empty_serve(loaded, request.stages)
-        plans = plan_submission(loaded, request)
+        submission = plan_submission(loaded, request)
     except (ConfigError, RenderError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    memory = _memory_plans(loaded, request.stages)
+    plans = submission.plans
+    memory = _memory_plans(loaded, [plan.stage for plan in plans])
     if dry_run:
-        typer.echo(dry_run_text(plans, loaded), nl=False)
+        typer.echo(dry_run_text(submission, loaded), nl=False)
         for plan in memory:
             typer.echo(plan.text())
     if not all(plan.fits for plan in memory):
@@ -97,33 +115,35 @@ def submit(
         typer.echo("error: the recipe's models do not fit the node's GPUs (see the plan)", err=True)
         raise typer.Exit(2)
     if dry_run:
-        _dry_run_preflight(loaded, request.stages)
+        _dry_run_preflight(loaded, [plan.stage for plan in plans])
         return
     for plan in plans:
         for note in plan.notes:
             typer.echo(f"note: {plan.stage}: {note}", err=True)
     try:
-        manifest = submit_jobs(loaded, request, plans)
+        manifest = submit_jobs(loaded, request, submission)
     except SubmitError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     for entry in manifest["stages"]:
         after = f"  (after {entry['depends_on']})" if entry["depends_on"] else ""
         typer.echo(f"{entry['stage']}: job {entry['job_id']}{after}  log {entry['log']}")
-    typer.echo(f"manifest: {folder / 'slurm_jobs.json'}")
+    typer.echo(f"manifest: {request.run_dir / 'slurm_jobs.json'}")
+    if submission.gate:
+        typer.echo(f"the chain stops at the review gate ({plans[-1].stage}): its job ends there "
+                   f"and its log names the labels to review; then approve and continue with:\n"
+                   f"  {submission.gate}")
 
 
 def _memory_plans(recipe: Recipe, stages: list[str]) -> list[GpuPlan]:
-    """GPU memory plans of the submitted stages' jobs (prour.cluster.gpu_plan): the serve job
-    holds the servers; every other job holds only what it runs itself (the verl trainer, models
-    loaded in process), since the servers live in the serve job. Jobs on no GPU are left out."""
+    """GPU memory plans of the submitted stages' jobs (prour.cluster.gpu_plan): each job holds
+    the servers of the roles its steps call, the trainer, and the models it loads in process.
+    Jobs on no GPU are left out."""
     from prour.cluster.gpu_plan import gpu_plan, has_plan
-    from prour.stages import get_stage
 
     plans = []
     for stage in filter(has_plan, stages):
-        own = get_stage(stage).placement == "servers"
-        plan = gpu_plan(recipe, stage, None if own else {})
+        plan = gpu_plan(recipe, stage)
         if plan.n_gpus:
             plans.append(plan)
     return plans
@@ -162,6 +182,12 @@ def _print_report(report: RunStatus, tail: int) -> None:
         why = f"  [{unit.reason}]" if unit.reason else ""
         typer.echo(f"{unit.label:<28} {unit.job:<10} {unit.state:<12} {code:<5} {unit.log}{why}")
     failed = report.failed
+    if report.at_gate:
+        gate = next((u for u in reversed(report.units) if u.state == "COMPLETED"), None)
+        where = f" (the labels to review and their counts: {gate.log})" if gate else ""
+        typer.echo(f"waiting at the review gate{where}; approve and continue with:\n"
+                   f"  {report.at_gate}")
+        return
     if failed is None:
         typer.echo("all stages done" if report.finished else "no failure so far")
         return

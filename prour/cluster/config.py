@@ -161,9 +161,10 @@ class SlurmConfig(Section):
     ``defaults`` and one field per stage of :data:`prour.stages.STAGES`, in pipeline order."""
 
     defaults: SlurmResources = SlurmResources()  # shared by all stages (partition, account, ...)
+    # `--stages serve` alone: servers held until scancel or the time limit (the chain's jobs serve
+    # for themselves). Every other job asks for the GPUs its GPU plan places (the servers of the
+    # roles its steps call, the trainer, hf roles in process) unless gpus_per_node says otherwise.
     serve: SlurmResources = SlurmResources()
-    # The data, export and report stages (slurm/stage.sbatch) ask for no GPU unless their
-    # gpus_per_node does (a model loaded in process instead of served).
     collect: SlurmResources = SlurmResources()
     normalize: SlurmResources = SlurmResources()
     calibrate: SlurmResources = SlurmResources()
@@ -177,8 +178,6 @@ class SlurmConfig(Section):
     setup: list[str] | None = None
     env: dict[str, str] = {}  # exported in every job (NCCL_SOCKET_IFNAME, HF_HOME, ...)
     templates_dir: str | None = None  # None: the repository's slurm/ folder
-    eval_max_parallel: int | None = Field(None, ge=1)  # array throttle (sbatch --array=...%N)
-    endpoints_wait_s: float = Field(3600.0, gt=0)  # train/eval wait this long for the servers
     ray_port: int = Field(6379, ge=1, le=65535)  # multi-node training: Ray head port
     kill_on_invalid_dep: bool = True  # cancel dependants of a failed stage instead of leaving them
 

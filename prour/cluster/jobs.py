@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.slurm import MANIFEST, StagePlan, SubmitRequest
+from prour.cluster.slurm import MANIFEST, StagePlan, Submission, SubmitRequest
 from prour.config import Recipe
 from prour.files import write_atomic
 from prour.stages import stage_names
@@ -59,38 +59,9 @@ def sbatch_command(plan: StagePlan, dependency_id: str | None, kill_on_invalid: 
     return [*cmd, str(plan.script_path)]
 
 
-def stop_serve_command(
-    recipe: Recipe, serve_id: str, after_ids: Sequence[str], log: Path
-) -> list[str]:
-    """A small job that SIGTERMs the serve job once every dependent stage has ended (any state)."""
-    res = recipe.slurm.resources("serve")
-    site = [
-        f"--{key}={value}"
-        for key, value in (("partition", res.partition), ("account", res.account), ("qos", res.qos))
-        if value
-    ]
-    return [
-        "sbatch",
-        "--parsable",
-        f"--job-name=prour-{recipe.name}-serve-stop",
-        f"--dependency=afterany:{':'.join(after_ids)}",
-        f"--output={log}",
-        "--time=00:10:00",
-        "--ntasks=1",
-        "--cpus-per-task=1",
-        *site,
-        "--wrap",
-        stop_serve_line(serve_id),
-    ]
-
-
-def stop_serve_line(serve_id: str) -> str:
-    """SIGTERM the serve job; one that already ended (its server died) is no failure of this job."""
-    return f"scancel --batch --signal=TERM {serve_id} || echo 'serve job {serve_id} had already ended'"
-
-
-def dry_run_text(plans: Sequence[StagePlan], recipe: Recipe) -> str:
+def dry_run_text(submission: Submission, recipe: Recipe) -> str:
     """The sbatch commands as a runnable shell snippet, followed by every rendered script."""
+    plans = submission.plans
     lines = [
         "# prour slurm submit --dry-run: nothing was written or submitted.",
         "# The commands, as they would run (job ids flow through shell variables):",
@@ -101,13 +72,9 @@ def dry_run_text(plans: Sequence[StagePlan], recipe: Recipe) -> str:
         if dep:
             cmd = cmd.replace(":DEP", f":{dep}")
         lines.append(f"{JOB_VARS[plan.stage]}=$({cmd} | cut -d';' -f1)")
-    serve = next((p for p in plans if p.long_running), None)
-    if serve and len(plans) > 1:
-        after = ":".join(f"${JOB_VARS[p.stage]}" for p in plans if p is not serve)
-        lines.append(
-            f"sbatch --parsable --dependency=afterany:{after} "
-            f'--wrap "{stop_serve_line("$" + JOB_VARS[serve.stage])}"'
-        )
+    if submission.gate:
+        lines.append(f"# the chain stops at the review gate ({plans[-1].stage}); after the "
+                     f"review: {submission.gate}")
     for plan in plans:
         lines += [
             "",
@@ -135,13 +102,40 @@ def _job_id(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout.strip().splitlines()[-1].split(";")[0]
 
 
+EARLIER = "before-review"
+
+
+def earlier_entries(run_dir: Path) -> list[dict[str, Any]]:
+    """The jobs of the submission that stopped at the review gate, kept when the chain continues
+    past it (``status`` then shows the whole chain), their status files moved aside so that the
+    new jobs' own do not replace them; [] after any other submission."""
+    try:
+        before = load_manifest(run_dir)
+    except (OSError, ValueError):
+        return []
+    if not before.get("gate"):
+        return []
+    kept = []
+    for entry in before["stages"]:
+        status = entry.get("status_file")
+        if status and Path(status).is_file():
+            moved = Path(status).parent / EARLIER / Path(status).name
+            moved.parent.mkdir(parents=True, exist_ok=True)
+            Path(status).replace(moved)
+            status = str(moved)
+        kept.append({**entry, "label": f"{entry['stage']} ({EARLIER})", "status_file": status})
+    return [*before.get("earlier", []), *kept]
+
+
 def submit(
     recipe: Recipe,
     request: SubmitRequest,
-    plans: Sequence[StagePlan],
+    submission: Submission,
     runner: Runner = run_command,
 ) -> dict[str, Any]:
     """Write and submit the stages in order; returns (and saves) the manifest."""
+    plans = submission.plans
+    earlier = earlier_entries(request.run_dir) if request.approve_labels else []
     write_scripts(plans)
     ids: dict[str, str] = {}
     for plan in plans:
@@ -158,10 +152,6 @@ def submit(
             )
         ids[plan.stage] = _job_id(done)
         logger.info("submitted %s as job %s", plan.stage, ids[plan.stage])
-    entries = [manifest_entry(plan, ids) for plan in plans]
-    serve = next((p for p in plans if p.long_running), None)
-    if serve and len(plans) > 1:
-        entries.append(submit_stop_serve(recipe, request, serve.stage, ids, runner))
     manifest = {
         "schema": SCHEMA,
         "recipe": str(request.recipe_path),
@@ -170,7 +160,9 @@ def submit(
         "workdir": str(request.workdir),
         "overrides": request.overrides,
         "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "stages": entries,
+        "stages": [manifest_entry(plan, ids) for plan in plans],
+        "gate": submission.gate,
+        "earlier": earlier,
     }
     path = request.run_dir / MANIFEST
     write_atomic(path, json.dumps(manifest, indent=2) + "\n")
@@ -185,50 +177,22 @@ def record_provenance(recipe: Recipe, request: SubmitRequest) -> None:
     write_provenance(
         request.run_dir / "slurm",
         recipe,
-        extra={"stages": request.stages, "overrides": request.overrides},
+        extra={"stages": request.stages or "chain", "overrides": request.overrides},
     )
 
 
-def submit_stop_serve(
-    recipe: Recipe, request: SubmitRequest, serve: str, ids: dict[str, str], runner: Runner
-) -> dict[str, Any]:
-    """Submit the job that ends the long-running ``serve`` stage after the others; its manifest
-    entry."""
-    log = request.run_dir / "slurm" / "logs" / f"{serve}_stop-%j.out"
-    others = [job for stage, job in ids.items() if stage != serve]
-    done = runner(stop_serve_command(recipe, ids[serve], others, log))
-    if done.returncode != 0:
-        raise SubmitError(
-            f"sbatch refused the serve-stop job: {done.stderr.strip()} (the serve "
-            f"job {ids[serve]} keeps running until scancel or its time limit)"
-        )
-    job = _job_id(done)
-    return {
-        "stage": f"{serve}_stop",
-        "job_id": job,
-        "script": None,
-        "log": str(log).replace("%j", job),
-        "status_file": None,
-        "depends_on": f"afterany:{':'.join(others)}",
-        "tasks": [],
-    }
-
-
 def manifest_entry(plan: StagePlan, ids: dict[str, str]) -> dict[str, Any]:
-    """Stage -> job id, script, log and status paths (array tasks listed one by one)."""
+    """Stage -> job id, script, log and status paths, and the command the job runs."""
     job = ids[plan.stage]
-    tasks = [
-        {**task, "log": plan.log_pattern.replace("%A", job).replace("%a", str(task["index"]))}
-        for task in plan.tasks
-    ]
     return {
         "stage": plan.stage,
         "job_id": job,
         "script": str(plan.script_path),
-        "log": plan.log_pattern.replace("%j", job).replace("%A", job),
+        "log": plan.log_pattern.replace("%j", job),
         "status_file": str(plan.status_path),
         "depends_on": f"{plan.dependency}:{ids[plan.after]}" if plan.after else None,
-        "tasks": tasks,
+        "command": plan.command,
+        "tasks": [],
     }
 
 
@@ -398,7 +362,7 @@ def stage_units(entry: dict[str, Any], records: dict[str, JobRecord]) -> list[Un
         return [
             unit_status(
                 entry["stage"],
-                entry["stage"],
+                entry.get("label") or entry["stage"],
                 job,
                 entry["log"],
                 entry.get("status_file"),
@@ -440,6 +404,13 @@ class RunStatus:
     def finished(self) -> bool:
         return all(u.state not in ACTIVE for u in self.units)
 
+    @property
+    def at_gate(self) -> str | None:
+        """The command that approves the labels and continues, when every job of a chain that
+        stops at the review gate has ended without a failure."""
+        gate = self.manifest.get("gate")
+        return gate if gate and self.finished and self.failed is None else None
+
 
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
 
@@ -472,17 +443,16 @@ def load_manifest(run_dir: str | Path) -> dict[str, Any]:
 
 
 def summarize(manifest: dict[str, Any], runner: Runner = run_command) -> RunStatus:
-    """States of every stage; names the first failed unit and the stages that never ran."""
-    records, source = query_jobs([e["job_id"] for e in manifest["stages"]], runner)
-    units = [unit for entry in manifest["stages"] for unit in stage_units(entry, records)]
+    """States of every job (those before the review gate first, when the chain continued past
+    it); names the first failed unit and the stages that never ran."""
+    entries = [*manifest.get("earlier", []), *manifest["stages"]]
+    records, source = query_jobs([e["job_id"] for e in entries], runner)
+    per_entry = [stage_units(entry, records) for entry in entries]
+    units = [unit for group in per_entry for unit in group]
     failed = next((u for u in units if u.failed), None)
     never = [
-        e["stage"]
-        for e in manifest["stages"]
-        if all(
-            u.state in ("NEVER_RAN", "CANCELLED") and u.start is None
-            for u in units
-            if u.stage == e["stage"]
-        )
+        entry["stage"]
+        for entry, group in zip(entries, per_entry, strict=True)
+        if all(u.state in ("NEVER_RAN", "CANCELLED") and u.start is None for u in group)
     ]
     return RunStatus(manifest, units, source, failed, never)

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from prour.cluster.config import SlurmResources
-from prour.cluster.recipe import nothing_to_serve, served_models
 from prour.config import ConfigError, Recipe
-from prour.stages import File, get_stage, stage_names, stage_roles
+from prour.stages import STAGES, File, Step, get_stage, stage_names, stage_of, steps
 from prour.train.config import TrainConfig
 from prour.train.recipe import output_dir
 
@@ -38,16 +37,7 @@ TEMPLATES = {
     "stage": "stage.sbatch",
     "train": "train_1node.sbatch",
     "train_multinode": "train_multinode.sbatch",
-    "eval": "eval_array.sbatch",
 }
-SITE_KEYS = {
-    "partition": "partition",
-    "account": "account",
-    "qos": "qos",
-    "constraint": "constraint",
-}
-
-
 class RenderError(ValueError):
     """A template cannot be rendered (a marker is missing or a REPLACE_ME would remain)."""
 
@@ -133,6 +123,56 @@ def render_script(
     return "\n".join(lines) + "\n", notes
 
 
+# ---- the chain: which stages a submission submits ----------------------------------------------
+
+
+def chain_stages(recipe: Recipe) -> list[str]:
+    """The stages of a whole run of this recipe, in pipeline order: each one the recipe keeps
+    (the table's ``skip``) except a long-running one (serve): every job serves what its own steps
+    call, so no job waits for another's servers."""
+    return [stage.name for stage in STAGES if not stage.long_running and stage.skip(recipe) is None]
+
+
+def gate_step() -> Step:
+    """The review gate: the table's step that no command runs."""
+    return next(step for step in steps() if step.command is None)
+
+
+def gate_stage() -> str:
+    """The stage holding the review gate."""
+    return stage_of(gate_step()).name
+
+
+def stage_complete(recipe: Recipe, stage: str) -> bool:
+    """Whether every step of ``stage`` that a command runs is done by its outputs."""
+    return all(step.is_done(recipe) for step in get_stage(stage).steps if step.command is not None)
+
+
+def chain_plan(recipe: Recipe, approve: bool) -> tuple[list[str], bool]:
+    """The stages a submission without ``--stages`` submits, and whether it stops at the gate.
+
+    Until the labels are approved (:func:`labels_approved`, or ``approve``), only the stages up to
+    and including the gate's: its job ends at the gate, so no job holds a node while a person
+    reviews. With ``approve``, the chain from the first stage that is not complete."""
+    chain = chain_stages(recipe)
+    gate = gate_stage()
+    if gate not in chain:  # thresholds given: nothing to calibrate, no gate
+        return chain, False
+    if approve:
+        start = 0
+        while chain[start] != gate and stage_complete(recipe, chain[start]):
+            start += 1
+        return chain[start:], False
+    if labels_approved(recipe):
+        return chain, False
+    return chain[: chain.index(gate) + 1], True
+
+
+def labels_approved(recipe: Recipe) -> bool:
+    """Whether the review gate is open for this recipe's labels."""
+    return gate_step().is_done(recipe)
+
+
 # ---- planning -------------------------------------------------------------------------------
 
 
@@ -144,25 +184,36 @@ class StagePlan:
     template: str
     script_path: Path
     script: str
-    log_pattern: str  # sbatch --output pattern (%j, %A, %a)
+    log_pattern: str  # sbatch --output pattern (%j)
     status_path: Path
-    dependency: str | None = None  # "afterok" | "after" on the previous stage, filled at plan time
+    dependency: str | None = None  # "afterok" on the previous stage, filled at plan time
     after: str | None = None  # the stage it depends on
-    tasks: list[dict[str, Any]] = field(default_factory=list)  # array tasks (index, seed, domain)
+    command: list[str] = field(default_factory=list)  # the `prour` arguments the job runs
     notes: list[str] = field(default_factory=list)
-    long_running: bool = False  # serve with servers: dependants start once it runs, not ends
 
 
 @dataclass
 class SubmitRequest:
-    """What the user asked for: recipe file, stages, run folder, overrides, checkpoint."""
+    """What the user asked for: recipe file, stages (None: the chain), run folder, overrides,
+    checkpoint, and whether the labels are approved or the untrained generator evaluated."""
 
     recipe_path: Path
-    stages: list[str]
+    stages: list[str] | None
     run_dir: Path
     overrides: list[str]
     workdir: Path
     checkpoint: str | None = None
+    approve_labels: bool = False
+    base_model: bool = False
+
+
+@dataclass
+class Submission:
+    """The jobs of one submission in order; ``gate``: the chain stops at the review gate and this
+    is the command that approves the labels and submits the rest."""
+
+    plans: list[StagePlan]
+    gate: str | None = None
 
 
 def stage_overrides(request: SubmitRequest) -> list[str]:
@@ -177,6 +228,27 @@ def stage_overrides(request: SubmitRequest) -> list[str]:
     return args
 
 
+def approve_command(request: SubmitRequest) -> str:
+    """The submission's own command line with ``--approve-labels`` added (what the gate prints)."""
+    argv = ["prour", "slurm", "submit", "--recipe", str(request.recipe_path)]
+    if request.run_dir != _recipe_run_dir(request):
+        argv += ["--run-dir", str(request.run_dir)]
+    for item in request.overrides:
+        argv += ["--set", item]
+    return shlex.join([*argv, "--approve-labels"])
+
+
+def _recipe_run_dir(request: SubmitRequest) -> Path | None:
+    """The run folder the recipe names without ``--run-dir`` (None when it cannot be read)."""
+    from prour.recipes import load_recipe
+
+    items = [item for item in request.overrides if not item.startswith("run_dir=")]
+    try:
+        return load_recipe(request.recipe_path, items, cluster=True).resolved_run_dir()
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
 def default_setup() -> list[str]:
     """Put the environment that runs ``prour slurm submit`` first on PATH inside the jobs."""
     return [f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"']
@@ -187,22 +259,20 @@ def _train(recipe: Recipe) -> TrainConfig:
     return recipe.train if recipe.train is not None else TrainConfig()
 
 
-def train_layout(recipe: Recipe) -> tuple[str, int | None, int | None, list[str]]:
-    """(template, nodes, GPUs per node, extra train args) from the recipe's train section."""
+def train_layout(recipe: Recipe) -> tuple[str, int | None]:
+    """(template, nodes) of the train job from the recipe's train section."""
     train = _train(recipe)
     res = recipe.slurm.resources("train")
     if train.backend == "verl":
-        nnodes, gpus = train.verl.nnodes, train.verl.n_gpus_per_node
+        nnodes = train.verl.nnodes
         if res.nodes is not None and res.nodes != nnodes:
             raise ConfigError(
                 "slurm.train.nodes",
                 f"{res.nodes} differs from train.verl.nnodes "
                 f"({nnodes}); set the node count in train.verl only",
             )
-        template = "train_multinode" if nnodes > 1 else "train"
-        return template, nnodes, gpus, ["--backend", "verl"]
-    gpus = 0 if train.device == "cpu" else None
-    return "train", res.nodes or 1, gpus, []
+        return ("train_multinode" if nnodes > 1 else "train"), nnodes
+    return "train", res.nodes or 1
 
 
 def train_output_dir(recipe: Recipe) -> str:
@@ -211,23 +281,32 @@ def train_output_dir(recipe: Recipe) -> str:
     return str(output_dir(recipe))
 
 
-def serve_gpus(recipe: Recipe) -> int | None:
-    """GPUs the serve job needs: one past the highest GPU index any server lists (None: unknown)."""
-    specs = served_models(recipe)
-    listed = [gpu for spec in specs.values() for gpu in (spec.gpus or [])]
-    if not specs:
-        return 0
-    return max(listed) + 1 if listed else None
+def job_gpus(recipe: Recipe, stage: str) -> tuple[int, list[str]]:
+    """GPUs of one node the stage's job asks for, and notes: what its GPU plan places (the
+    servers of the roles its steps call, the verl trainer, ``hf`` roles in process), at least
+    one for a server the recipe does not place (no ``serve.models.<id>.gpus``) and for a local
+    trainer on a GPU."""
+    from prour.cluster.gpu_plan import gpu_plan, has_plan, stage_servers
 
-
-def eval_matrix(recipe: Recipe) -> list[tuple[int, str]]:
-    """(seed, domain) per array task, seed-major: the eval section's seeds x domains."""
-    cfg = recipe.eval
-    return [(seed, domain) for seed in cfg.seeds for domain in cfg.domains]
+    if not has_plan(stage):
+        return 0, []
+    plan = gpu_plan(recipe, stage)
+    gpus, notes = plan.n_gpus, []
+    unplaced = [model_id for model_id, spec in stage_servers(recipe, stage).items()
+                if spec.gpus is None]
+    if unplaced and not gpus:
+        gpus = 1
+        notes.append(f"{', '.join(unplaced)}: no serve.models.<id>.gpus, so the job asks for one "
+                     f"GPU (slurm.{stage}.gpus_per_node sets it)")
+    train = recipe.train
+    if get_stage(stage).placement == "trainer" and train is not None \
+            and train.backend == "local" and train.device != "cpu":
+        gpus = max(gpus, 1)
+    return gpus, notes
 
 
 def directive_values(
-    res: SlurmResources, job_name: str, output: str, nodes: int | None, gpus: int | None
+    res: SlurmResources, job_name: str, output: str, nodes: int | None, gpus: int
 ) -> dict[str, str | None]:
     """sbatch directive values for one stage (None keeps the template's value)."""
     gpus = res.gpus_per_node if res.gpus_per_node is not None else gpus
@@ -239,192 +318,157 @@ def directive_values(
         "qos": res.qos,
         "time": res.time,
         "nodes": str(res.nodes or nodes) if (res.nodes or nodes) else None,
-        "gpus-per-node": None if gpus is None else (str(gpus) if gpus > 0 else ""),
+        "gpus-per-node": str(gpus) if gpus > 0 else "",
         "cpus-per-task": str(res.cpus_per_task) if res.cpus_per_task else None,
         "mem": res.mem,
         "constraint": res.constraint,
     }
 
 
-@dataclass
-class StageLayout:
-    """Stage-specific parts of a job: template, size, log pattern, settings, array tasks."""
-
-    template: str
-    log: str
-    nodes: int | None = 1
-    gpus: int | None = None
-    variables: dict[str, Any] = field(default_factory=dict)
-    tasks: list[dict[str, Any]] = field(default_factory=list)
-    array: str | None = None
-
-
-def serve_stage(recipe: Recipe, slurm_dir: Path) -> StageLayout:
-    return StageLayout("serve", str(slurm_dir / "logs" / "serve-%j.out"), gpus=serve_gpus(recipe))
-
-
-def train_stage(recipe: Recipe, slurm_dir: Path, wait: int) -> StageLayout:
-    template, nodes, gpus, train_args = train_layout(recipe)
-    variables: dict[str, Any] = {"PROUR_TRAIN_ARGS": train_args, "PROUR_WAIT_ENDPOINTS": wait}
-    if template == "train_multinode":
-        variables.update(
-            PROUR_GPUS_PER_NODE=gpus, RAY_PORT=recipe.slurm.ray_port, RAY_START_TIMEOUT=600
-        )
-    log = str(slurm_dir / "logs" / "train-%j.out")
-    return StageLayout(template, log, nodes, gpus, variables)
+def run_command(recipe: Recipe, request: SubmitRequest, stage: str) -> list[str]:
+    """The ``prour run`` arguments of a stage's job: its steps only (``--only``), on the
+    submission's run folder and overrides; the runner skips what is done and serves what each
+    step calls."""
+    argv = ["run", "--recipe", str(request.recipe_path), *stage_overrides(request)]
+    if _reads_checkpoint(recipe, stage):
+        if request.checkpoint:
+            argv += ["--set", f"train.output_dir={request.checkpoint}"]
+        elif request.base_model:  # without a train section eval evaluates models.generator
+            argv += ["--set", "train=null"]
+    argv += ["--only", stage]
+    if request.approve_labels:
+        argv.append("--approve-labels")
+    return argv
 
 
-def eval_stage(
-    recipe: Recipe, request: SubmitRequest, slurm_dir: Path, wait: int
-) -> StageLayout:
-    matrix = eval_matrix(recipe)
-    throttle = f"%{recipe.slurm.eval_max_parallel}" if recipe.slurm.eval_max_parallel else ""
-    variables = {
-        "PROUR_SEEDS": list(dict.fromkeys(seed for seed, _ in matrix)),
-        "PROUR_DOMAINS": list(dict.fromkeys(domain for _, domain in matrix)),
-        "PROUR_CHECKPOINT": request.checkpoint or "",
-        "PROUR_WAIT_ENDPOINTS": wait,
-    }
-    tasks = [
-        {
-            "index": i,
-            "seed": seed,
-            "domain": domain,
-            "status_file": str(slurm_dir / "status" / f"eval.{i}"),
-        }
-        for i, (seed, domain) in enumerate(matrix)
-    ]
-    log = str(slurm_dir / "logs" / "eval-%A_%a.out")
-    return StageLayout(
-        "eval", log, variables=variables, tasks=tasks, array=f"0-{len(matrix) - 1}{throttle}"
-    )
-
-
-def stage_command(recipe: Recipe, request: SubmitRequest, stage: str) -> list[str]:
-    """The ``prour`` arguments of a one-command stage (the table's ``slurm_command``) on the
-    submission's run folder."""
-    on_run = recipe.model_copy(update={"run_dir": str(request.run_dir)})
-    return get_stage(stage).job_argv(on_run, str(request.recipe_path), stage_overrides(request))
-
-
-def command_stage(
-    recipe: Recipe, request: SubmitRequest, stage: str, slurm_dir: Path, wait: int
-) -> StageLayout:
-    """A stage that runs one ``prour`` command; one that calls no model waits for no server."""
-    variables = {
-        "PROUR_COMMAND": stage_command(recipe, request, stage),
-        "PROUR_WAIT_ENDPOINTS": wait if stage_roles(recipe, stage) else 0,
-    }
-    log = str(slurm_dir / "logs" / f"{stage}-%j.out")
-    return StageLayout("stage", log, variables=variables)
-
-
-def stage_layout(
-    recipe: Recipe, request: SubmitRequest, stage: str, slurm_dir: Path, wait: int
-) -> StageLayout:
-    """The job of one stage, by the kind of template its table row renders."""
-    layouts = {
-        "serve": lambda: serve_stage(recipe, slurm_dir),
-        "train": lambda: train_stage(recipe, slurm_dir, wait),
-        "eval": lambda: eval_stage(recipe, request, slurm_dir, wait),
-        "stage": lambda: command_stage(recipe, request, stage, slurm_dir, wait),
-    }
-    return layouts[get_stage(stage).slurm]()
-
-
-def plan_stage(
-    recipe: Recipe, request: SubmitRequest, stage: str, serves: bool
-) -> StagePlan:
-    """Render the script of one stage."""
+def plan_stage(recipe: Recipe, request: SubmitRequest, stage: str) -> StagePlan:
+    """Render the script of one stage's job."""
     slurm_dir = request.run_dir / "slurm"
-    wait = int(recipe.slurm.endpoints_wait_s) if serves else 0
-    layout = stage_layout(recipe, request, stage, slurm_dir, wait)
+    kind = get_stage(stage).slurm
     variables: dict[str, Any] = {
         "PROUR_STAGE": stage,
         "PROUR_WORKDIR": str(request.workdir),
         "PROUR_RECIPE": str(request.recipe_path),
         "PROUR_RUN_DIR": str(request.run_dir),
         "PROUR_SETS": stage_overrides(request),
-        **layout.variables,
     }
+    nodes: int | None = 1
+    command: list[str] = []
+    if kind == "serve":
+        template = "serve"
+    else:
+        template, command = "stage", run_command(recipe, request, stage)
+        if kind == "train":
+            template, nodes = train_layout(recipe)
+        variables["PROUR_COMMAND"] = command
+    gpus, notes = job_gpus(recipe, stage)
+    if template == "train_multinode":
+        variables.update(PROUR_GPUS_PER_NODE=gpus, RAY_PORT=recipe.slurm.ray_port,
+                         RAY_START_TIMEOUT=600)
+    log = str(slurm_dir / "logs" / f"{stage}-%j.out")
     res = recipe.slurm.resources(stage)
-    name = f"prour-{recipe.name}-{stage}"
-    values = directive_values(res, name, layout.log, layout.nodes, layout.gpus)
-    if layout.array:
-        values["array"] = layout.array
+    values = directive_values(res, f"prour-{recipe.name}-{stage}", log, nodes, gpus)
     folder = recipe.slurm.templates_dir
-    template_path = (Path(folder) if folder else default_templates_dir()) / TEMPLATES[
-        layout.template
-    ]
+    template_path = (Path(folder) if folder else default_templates_dir()) / TEMPLATES[template]
     if not template_path.is_file():
         raise RenderError(f"template {template_path} not found (slurm.templates_dir)")
     setup = recipe.slurm.setup if recipe.slurm.setup is not None else default_setup()
-    script, notes = render_script(
-        template_path.read_text(),
-        str(template_path),
-        values,
-        res.extra,
-        variables,
-        recipe.slurm.env,
-        setup,
+    script, site_notes = render_script(
+        template_path.read_text(), str(template_path), values, res.extra, variables,
+        recipe.slurm.env, setup,
     )
     return StagePlan(
         stage=stage,
         template=str(template_path),
         script=script,
         script_path=slurm_dir / f"{stage}.sbatch",
-        log_pattern=layout.log,
+        log_pattern=log,
         status_path=slurm_dir / "status" / stage,
-        tasks=layout.tasks,
-        notes=notes,
-        long_running=get_stage(stage).long_running and serves,
+        command=command,
+        notes=[*notes, *site_notes],
     )
 
 
-def refuse_empty_serve(recipe: Recipe, stages: list[str]) -> None:
-    """A stage whose command fails with nothing to do (serve with nothing to serve) would fail at
-    run time: refuse it now."""
-    for stage in (name for name in stage_names() if name in stages):  # unknown: plan_submission
-        why_not = get_stage(stage).skip(recipe) if get_stage(stage).refuse_idle else None
+def check_stages(recipe: Recipe, stages: list[str]) -> None:
+    """``--stages``: known names; serve, a long-running job, only alone (every other job serves
+    what it calls); a stage with nothing to do whose command would fail is refused now."""
+    known = stage_names()
+    unknown = [s for s in stages if s not in known]
+    if unknown or not stages:
+        raise ValueError(f"--stages: unknown {unknown or 'empty list'}; valid: {', '.join(known)}")
+    for stage in stages:
+        row = get_stage(stage)
+        if row.long_running and len(stages) > 1:
+            raise ValueError(
+                f"--stages {','.join(stages)}: {stage} runs until cancelled and every other job "
+                f"serves the models its steps call; submit {stage} alone (--stages {stage}) "
+                f"or leave it out"
+            )
+        why_not = row.skip(recipe) if row.refuse_idle else None
         if why_not:
             raise ValueError(f"--stages {stage}: {why_not}; leave {stage} out of --stages")
 
 
-def plan_submission(recipe: Recipe, request: SubmitRequest) -> list[StagePlan]:
-    """Scripts for the requested stages in pipeline order, each depending on the one before.
+def plan_submission(recipe: Recipe, request: SubmitRequest) -> Submission:
+    """Scripts for the stages to submit in pipeline order, each depending on the one before
+    (``afterok``): those of ``--stages``, or the chain (:func:`chain_plan`).
 
-    With a stage submitted that writes ``train.output_dir`` (train, export), a stage that reads
-    the checkpoint (eval) evaluates the newest one of ``train.output_dir`` in Hugging Face format
-    (what ``prour train export`` leaves there) unless ``--checkpoint`` says otherwise.
-    """
-    known = stage_names()
-    unknown = [s for s in request.stages if s not in known]
-    if unknown or not request.stages:
-        raise ValueError(
-            f"--stages: unknown {unknown or 'empty list'}; valid: {', '.join(known)}"
-        )
-    serves = nothing_to_serve(recipe) is None
-    if not request.checkpoint and _makes_and_reads_checkpoints(recipe, request.stages):
-        request.checkpoint = str(request.workdir / train_output_dir(recipe))
+    A stage that evaluates the trained checkpoint (eval) needs one: made by a stage of the same
+    submission (train, export), named by ``--checkpoint``, already at ``train.output_dir``, or
+    the untrained generator asked for by name (``--base-model``); else it is refused."""
+    gate = None
+    if request.stages is None:
+        stages, stops = chain_plan(recipe, request.approve_labels)
+        gate = approve_command(request) if stops else None
+    else:
+        check_stages(recipe, request.stages)
+        stages = [name for name in stage_names() if name in request.stages]
+    check_checkpoint(recipe, request, stages)
     plans: list[StagePlan] = []
-    for stage in (name for name in known if name in request.stages):
-        plan = plan_stage(recipe, request, stage, serves)
+    for stage in stages:
+        plan = plan_stage(recipe, request, stage)
         if plans:
-            before = plans[-1]
-            plan.after = before.stage
-            plan.dependency = "after" if before.long_running else "afterok"
+            plan.after, plan.dependency = plans[-1].stage, "afterok"
         plans.append(plan)
-    return plans
+    return Submission(plans, gate)
 
 
-def _makes_and_reads_checkpoints(recipe: Recipe, stages: list[str]) -> bool:
-    """Whether one submitted stage writes under ``train.output_dir`` and another reads a
-    checkpoint from it (the table's files)."""
-    folder = Path(train_output_dir(recipe))
+def _checkpoint_folder(recipe: Recipe) -> Path:
+    return Path(train_output_dir(recipe))
+
+
+def _reads_checkpoint(recipe: Recipe, stage: str) -> bool:
+    """Whether a step of ``stage`` reads a checkpoint under ``train.output_dir`` that it does not
+    write itself (the table's files)."""
+    folder = _checkpoint_folder(recipe)
 
     def under(files: tuple[File, ...]) -> bool:
         return any(folder in file.path.parents for file in files)
 
-    rows = [step for stage in stages for step in get_stage(stage).steps]
-    return any(under(step.writes(recipe)) for step in rows) \
-        and any(under(step.reads(recipe)) for step in rows if not under(step.writes(recipe)))
+    return any(under(step.reads(recipe)) and not under(step.writes(recipe))
+               for step in get_stage(stage).steps)
+
+
+def _writes_checkpoint(recipe: Recipe, stage: str) -> bool:
+    folder = _checkpoint_folder(recipe)
+    return any(folder in file.path.parents
+               for step in get_stage(stage).steps for file in step.writes(recipe))
+
+
+def check_checkpoint(recipe: Recipe, request: SubmitRequest, stages: list[str]) -> None:
+    """Refuse a stage that would evaluate an untrained generator without being asked to."""
+    if request.checkpoint or request.base_model or recipe.train is None:
+        return  # asked for by name, or a recipe that trains nothing evaluates its generator
+    if any(_writes_checkpoint(recipe, stage) for stage in stages):
+        return
+    for stage in (s for s in stages if _reads_checkpoint(recipe, s)):
+        missing = [file.path for step in get_stage(stage).steps for file in step.reads(recipe)
+                   if _checkpoint_folder(recipe) in file.path.parents and not file.path.exists()]
+        if missing:
+            raise ValueError(
+                f"{stage} evaluates the trained checkpoint and there is none at "
+                f"{missing[0].parent} (train.output_dir {_checkpoint_folder(recipe)}): submit "
+                f"the chain that trains it (prour slurm submit --recipe {request.recipe_path}), "
+                f"name one with --checkpoint DIR, or evaluate the untrained models.generator "
+                f"with --base-model"
+            )

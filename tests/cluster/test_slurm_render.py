@@ -1,7 +1,7 @@
 """Rendering the sbatch templates and planning a submission (no Slurm needed).
 
-Rendered scripts are checked by bash itself (`bash -n`), and the eval array script is run under
-bash with a stand-in `prour` to see which seed and domain each task really gets.
+Rendered scripts are checked by bash itself (`bash -n`) and run under bash with a stand-in
+`prour` to see the command each job really runs.
 """
 
 from __future__ import annotations
@@ -71,11 +71,30 @@ def base_recipe(tmp_path: Path, **sections) -> dict:
     return data
 
 
-def plan(tmp_path: Path, data: dict, stages=("serve", "train", "eval"), overrides=()) -> tuple:
+def plan(tmp_path: Path, data: dict, stages=None, overrides=(), **asked) -> tuple:
+    """The recipe and the jobs of a submission (``stages=None``: the chain)."""
     path = write_recipe(tmp_path / "recipe.yaml", data)
     loaded = load_recipe(path, list(overrides), cluster=True)
-    request = SubmitRequest(path, list(stages), tmp_path / "run", list(overrides), tmp_path)
+    request = SubmitRequest(path, None if stages is None else list(stages), tmp_path / "run",
+                            list(overrides), tmp_path, **asked)
     return loaded, plan_submission(loaded, request)
+
+
+def run_script(script: str, tmp_path: Path, name: str) -> list[str]:
+    """Run a rendered job script with a stand-in `prour` that records its arguments."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir(exist_ok=True)
+    (fake_bin / "prour").write_text('#!/bin/bash\nprintf "%s\\n" "$@" >> "$PROUR_ARGS_OUT"\n')
+    (fake_bin / "prour").chmod(0o755)
+    out = tmp_path / f"args-{name}"
+    path = tmp_path / f"{name}.sbatch"
+    path.write_text(script)
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "PROUR_ARGS_OUT": str(out),
+           "SLURM_JOB_ID": "99"}
+    done = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return out.read_text().splitlines()
 
 
 def bash_syntax_ok(script: str, tmp_path: Path, name: str) -> None:
@@ -92,8 +111,9 @@ def test_multinode_script_names_every_ray_and_nccl_variable(tmp_path: Path) -> N
         "env": {"NCCL_SOCKET_IFNAME": "ib0"},
         "ray_port": 6400,
     }
-    _, plans = plan(tmp_path, base_recipe(tmp_path, train=train, slurm=slurm), stages=["train"])
-    (train_plan,) = plans
+    _, submission = plan(tmp_path, base_recipe(tmp_path, train=train, slurm=slurm),
+                         stages=["train"])
+    (train_plan,) = submission.plans
     assert train_plan.template.endswith("train_multinode.sbatch")
     script = train_plan.script
     bash_syntax_ok(script, tmp_path, "train.sbatch")
@@ -107,7 +127,8 @@ def test_multinode_script_names_every_ray_and_nccl_variable(tmp_path: Path) -> N
         "PROUR_GPUS_PER_NODE=8",
         "RAY_PORT=6400",
         "export NCCL_SOCKET_IFNAME=ib0",
-        "PROUR_TRAIN_ARGS=(--backend verl)",
+        (f"PROUR_COMMAND=(run --recipe {tmp_path / 'recipe.yaml'} "
+         f"--set run_dir={tmp_path / 'run'} --only train)"),
     ):
         assert line in script.splitlines(), line
     code = [re.sub(r"\s+#\s.*$", "", ln) for ln in script.splitlines() if not ln.startswith("#")]
@@ -134,8 +155,10 @@ def test_templates_are_valid_bash_and_fill_every_setting(template: str, tmp_path
     train = verl_train(nnodes=2, gpus=4, mini_batch_states=4) if "multinode" in template else {}
     stage = next(s for s, name in TEMPLATES.items() if name == template).replace("_multinode", "")
     stage = {"stage": "collect"}.get(stage, stage)  # stage.sbatch serves the one-command stages
-    _, plans = plan(tmp_path, base_recipe(tmp_path, train=train), stages=[stage])
-    script = plans[0].script
+    data = base_recipe(tmp_path, train=train, serve={"models": {"big": {"gpus": [0]}}})
+    data["models"]["verifier"] = {"backend": "openai", "model": "big"}
+    _, submission = plan(tmp_path, data, stages=[stage])
+    script = submission.plans[0].script
     bash_syntax_ok(script, tmp_path, f"rendered-{template}")
     block = script[script.index(BLOCK_START) : script.index(BLOCK_END)]
     body = script[script.index(BLOCK_END) :]
@@ -177,85 +200,100 @@ def test_render_refuses_a_template_without_settings_block_or_with_leftovers() ->
         render_script(text, "t.sbatch", {}, [], {}, {}, [])
 
 
-def test_dry_run_shows_the_dependency_chain(tmp_path: Path) -> None:
-    loaded, plans = plan(tmp_path, base_recipe(tmp_path))
-    text = dry_run_text(plans, loaded)
-    assert "JOB_SERVE=$(sbatch --parsable " in text
-    assert (
-        "JOB_TRAIN=$(sbatch --parsable --dependency=afterok:$JOB_SERVE --kill-on-invalid-dep=yes"
-        in text
-    )
-    assert (
-        "JOB_EVAL=$(sbatch --parsable --dependency=afterok:$JOB_TRAIN --kill-on-invalid-dep=yes"
-        in text
-    )
+def test_the_chain_stops_at_the_review_gate_until_the_labels_are_approved(
+    tmp_path: Path,
+) -> None:
+    """No --stages: from an empty run folder, the jobs up to the calibrate stage (its job ends
+    at the gate) and the command that approves; --approve-labels: the rest of the chain."""
+    data = base_recipe(tmp_path, train={})
+    loaded, gated = plan(tmp_path, data)
+    assert [(p.stage, p.after) for p in gated.plans] == [
+        ("collect", None), ("normalize", "collect"), ("calibrate", "normalize")]
+    approve = f"prour slurm submit --recipe {tmp_path / 'recipe.yaml'} --approve-labels"
+    assert gated.gate == approve
+    text = dry_run_text(gated, loaded)
+    assert "JOB_CALIBRATE=$(sbatch --parsable --dependency=afterok:$JOB_NORMALIZE " \
+        "--kill-on-invalid-dep=yes" in text
+    assert f"# the chain stops at the review gate (calibrate); after the review: {approve}" in text
     assert text.count("#!/bin/bash") == 3
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
+    _, rest = plan(tmp_path, data, approve_labels=True)
+    chain = ["collect", "normalize", "calibrate", "extract", "train", "export", "eval", "report"]
+    assert [p.stage for p in rest.plans] == chain and rest.gate is None
+    assert all(p.command[-3:] == ["--only", p.stage, "--approve-labels"] for p in rest.plans)
+    # collected and normalized already: the approved chain starts at the gate's stage
+    trajectories = Path(loaded.data.trajectories)
+    trajectories.parent.mkdir(parents=True)
+    trajectories.write_text('{"id": 1}\n' * loaded.data.num_trajectories)
+    airline = tmp_path / "run" / "data" / "airline_trajectories.jsonl"
+    airline.write_text('{"id": 1}\n' * 60)
+    goals = Path(loaded.data.goals)
+    from prour.env.domains import select_tasks
+    tasks = select_tasks(loaded.data.domain, loaded.data.split, max_tasks=loaded.data.max_tasks)
+    goals.write_text('{"id": 1}\n' * len(tasks))
+    _, rest = plan(tmp_path, data, approve_labels=True)
+    assert [p.stage for p in rest.plans] == chain[2:]
+    # thresholds in the recipe: nothing to calibrate, no gate, the whole chain at once
+    _, whole = plan(tmp_path, {**data, "router": {"tau_au": 0.1, "tau_eu": 0.2}})
+    assert [p.stage for p in whole.plans] == [s for s in chain if s != "calibrate"]
+    assert whole.gate is None
 
 
-def test_served_models_make_dependants_start_with_the_servers(tmp_path: Path) -> None:
+def test_each_job_serves_what_its_stage_calls_and_serve_goes_alone(tmp_path: Path) -> None:
+    """Every job asks for the GPUs of the servers its own steps call; a serve job (held until
+    cancelled) cannot be combined with the jobs that serve for themselves."""
     data = base_recipe(
-        tmp_path, serve={"models": {"big": {"gpus": [0, 1], "tensor_parallel_size": 2}}}
+        tmp_path, serve={"models": {"big": {"gpus": [0, 1], "tensor_parallel_size": 2},
+                                    "small": {"gpus": [0], "gpu_memory_utilization": 0.05}}},
+        train={},
     )
     data["models"]["verifier"] = {"backend": "openai", "model": "big"}
-    loaded, plans = plan(tmp_path, data)
-    assert [(p.stage, p.dependency) for p in plans] == [
-        ("serve", None),
-        ("train", "after"),
-        ("eval", "afterok"),
-    ]
-    text = dry_run_text(plans, loaded)
-    assert "--dependency=after:$JOB_SERVE" in text
-    assert (
-        'sbatch --parsable --dependency=afterany:$JOB_TRAIN:$JOB_EVAL --wrap "scancel --batch'
-        in text
-    )
-    assert "#SBATCH --gpus-per-node=2" in plans[0].script
-    assert "PROUR_WAIT_ENDPOINTS=3600" in plans[1].script
+    data["models"]["agent"] = {"backend": "openai", "model": "small"}
+    data["models"]["user"] = {"backend": "openai", "model": "small"}
+    _, submission = plan(tmp_path, data, stages=["collect", "train"])
+    gpus = {p.stage: [ln for ln in p.script.splitlines() if ln.startswith("#SBATCH --gpus")]
+            for p in submission.plans}
+    assert gpus == {"collect": ["#SBATCH --gpus-per-node=1"],  # agent and user: small on GPU 0
+                    "train": ["#SBATCH --gpus-per-node=2"]}  # the verifier: big on GPUs 0-1
+    with pytest.raises(ValueError, match="submit serve alone"):
+        plan(tmp_path, data, stages=["serve", "train"])
+    _, alone = plan(tmp_path, data, stages=["serve"])
+    assert alone.plans[0].template.endswith("serve.sbatch")
 
 
-def test_eval_array_tasks_get_the_seed_and_domain_the_manifest_says(tmp_path: Path) -> None:
-    data = base_recipe(
-        tmp_path,
-        eval={"seeds": [3, 5, 7], "domains": ["retail", "airline"]},
-        slurm={"eval_max_parallel": 2, "setup": []},
-    )
-    _, plans = plan(tmp_path, data, stages=["eval"], overrides=["env.max_steps=4"])
-    (eval_plan,) = plans
-    assert "#SBATCH --array=0-5%2" in eval_plan.script.splitlines()
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "prour").write_text('#!/bin/bash\necho "$@" > "$PROUR_ARGS_OUT"\n')
-    (fake_bin / "prour").chmod(0o755)
-    script = tmp_path / "eval.sbatch"
-    script.write_text(eval_plan.script)
-    for task in eval_plan.tasks:
-        out = tmp_path / f"args-{task['index']}"
-        env = {
-            **os.environ,
-            "PATH": f"{fake_bin}:{os.environ['PATH']}",
-            "PROUR_ARGS_OUT": str(out),
-            "SLURM_ARRAY_TASK_ID": str(task["index"]),
-            "SLURM_JOB_ID": "99",
-        }
-        done = subprocess.run(
-            ["bash", str(script)], env=env, capture_output=True, text=True, check=False
-        )
-        assert done.returncode == 0, done.stderr
-        args = out.read_text().split()
-        assert args[args.index("--seeds") + 1] == str(task["seed"])
-        assert args[args.index("--domains") + 1] == task["domain"]
-        assert f"run_dir={tmp_path / 'run'}" in args and "env.max_steps=4" in args
-        status = Path(task["status_file"]).read_text()
-        assert "rc=0" in status and "job=99" in status
-    assert [(t["seed"], t["domain"]) for t in eval_plan.tasks] == [
-        (3, "retail"),
-        (3, "airline"),
-        (5, "retail"),
-        (5, "airline"),
-        (7, "retail"),
-        (7, "airline"),
-    ]
+def test_eval_without_a_trained_checkpoint_is_refused_unless_asked_for(tmp_path: Path) -> None:
+    data = base_recipe(tmp_path, train={})
+    with pytest.raises(ValueError) as info:
+        plan(tmp_path, data, stages=["eval"])
+    message = str(info.value)
+    assert f"there is none at {tmp_path / 'run' / 'checkpoints'}" in message
+    assert f"prour slurm submit --recipe {tmp_path / 'recipe.yaml'}" in message
+    assert "--checkpoint DIR" in message and "--base-model" in message
+    _, base = plan(tmp_path, data, stages=["eval"], base_model=True)
+    assert base.plans[0].command[-4:] == ["--set", "train=null", "--only", "eval"]
+    given = str(tmp_path / "elsewhere")
+    _, named = plan(tmp_path, data, stages=["eval"], checkpoint=given)
+    assert named.plans[0].command[-4:] == ["--set", f"train.output_dir={given}", "--only", "eval"]
+    # an exported final step at train.output_dir is a trained checkpoint
+    final = tmp_path / "run" / "checkpoints" / "step_2010"
+    final.mkdir(parents=True)
+    (final / "config.json").write_text("{}")
+    _, found = plan(tmp_path, data, stages=["eval"])
+    assert found.plans[0].command[-2:] == ["--only", "eval"]
+    # with train submitted too, eval evaluates what it trains
+    _, chained = plan(tmp_path, base_recipe(tmp_path / "other", train={}),
+                      stages=["train", "export", "eval"])
+    assert [p.stage for p in chained.plans] == ["train", "export", "eval"]
+
+
+def test_stage_time_limits_come_from_the_recipe(tmp_path: Path) -> None:
+    data = base_recipe(tmp_path, train={}, slurm={"defaults": {"time": "01:00:00"},
+                                                   "collect": {"time": "2-00:00:00"}})
+    _, submission = plan(tmp_path, data, approve_labels=True)
+    times = {p.stage: next(ln for ln in p.script.splitlines() if ln.startswith("#SBATCH --time"))
+             for p in submission.plans}
+    assert times["collect"] == "#SBATCH --time=2-00:00:00"
+    assert {t for s, t in times.items() if s != "collect"} == {"#SBATCH --time=01:00:00"}
 
 
 def test_cli_dry_run_and_bad_stage(tmp_path: Path) -> None:
@@ -283,19 +321,19 @@ def test_cli_dry_run_and_bad_stage(tmp_path: Path) -> None:
 
 
 def test_every_stage_in_pipeline_order_with_its_command(tmp_path: Path) -> None:
-    """Any subset of the nine stages, submitted in any order, runs in pipeline order; each data,
-    export and report script runs its own `prour` command on the run folder."""
+    """Any subset of the stages, submitted in any order, runs in pipeline order; each job runs
+    `prour run --only STAGE` on the run folder with the submission's overrides."""
     data = base_recipe(
-        tmp_path, serve={"models": {"big": {"gpus": [0]}}}, slurm={"setup": []}
+        tmp_path, serve={"models": {"big": {"gpus": [0]}}}, slurm={"setup": []}, train={}
     )
     data["models"]["verifier"] = {"backend": "openai", "model": "big"}
     everything = [
-        "report", "eval", "export", "train", "extract", "calibrate", "normalize", "collect", "serve"
+        "report", "eval", "export", "train", "extract", "calibrate", "normalize", "collect"
     ]
-    loaded, plans = plan(tmp_path, data, stages=everything, overrides=["env.max_steps=4"])
+    loaded, submission = plan(tmp_path, data, stages=everything, overrides=["env.max_steps=4"])
+    plans = submission.plans
     assert [(p.stage, p.after, p.dependency) for p in plans] == [
-        ("serve", None, None),
-        ("collect", "serve", "after"),
+        ("collect", None, None),
         ("normalize", "collect", "afterok"),
         ("calibrate", "normalize", "afterok"),
         ("extract", "calibrate", "afterok"),
@@ -304,43 +342,17 @@ def test_every_stage_in_pipeline_order_with_its_command(tmp_path: Path) -> None:
         ("eval", "export", "afterok"),
         ("report", "eval", "afterok"),
     ]
-    text = dry_run_text(plans, loaded)
+    assert submission.gate is None  # stages asked for by name: no gate of the chain's own
+    text = dry_run_text(submission, loaded)
     assert "JOB_REPORT=$(sbatch --parsable --dependency=afterok:$JOB_EVAL" in text
     run = tmp_path / "run"
     recipe_args = ["--recipe", str(tmp_path / "recipe.yaml"), "--set", f"run_dir={run}",
                    "--set", "env.max_steps=4"]
-    expected = {
-        "collect": ["collect", *recipe_args, "--no-progress"],
-        "normalize": ["normalize", *recipe_args],
-        "calibrate": ["calibrate", *recipe_args],
-        "extract": ["extract", *recipe_args, "--no-progress"],
-        "export": ["train", "export", *recipe_args],
-        "report": ["report", str(run / "eval")],
-    }
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "prour").write_text('#!/bin/bash\nprintf "%s\\n" "$@" >> "$PROUR_ARGS_OUT"\n')
-    (fake_bin / "prour").chmod(0o755)
     for stage_plan in plans:
-        if stage_plan.stage not in expected:
-            continue
-        out = tmp_path / f"args-{stage_plan.stage}"
-        script = tmp_path / f"{stage_plan.stage}.sbatch"
-        script.write_text(stage_plan.script)
-        env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "PROUR_ARGS_OUT": str(out)}
-        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
-                              check=False)
-        assert done.returncode == 0, done.stderr
-        calls = out.read_text().splitlines()
-        served = stage_plan.stage not in ("export", "report")  # these read no served model
-        waits = ["endpoints", *recipe_args, "--wait", "3600"] if served else []
-        assert calls == [*waits, *expected[stage_plan.stage]], stage_plan.stage
+        calls = run_script(stage_plan.script, tmp_path, stage_plan.stage)
+        assert calls == ["run", *recipe_args, "--only", stage_plan.stage], stage_plan.stage
         assert Path(stage_plan.status_path).read_text().endswith("rc=0\n")
         assert f"#SBATCH --output={run}/slurm/logs/{stage_plan.stage}-%j.out" in stage_plan.script
-    # eval evaluates what train wrote (train.output_dir defaults to <run_dir>/checkpoints) and
-    # export turned into a Hugging Face folder
-    eval_plan = next(p for p in plans if p.stage == "eval")
-    assert f"PROUR_CHECKPOINT={run / 'checkpoints'}\n" in eval_plan.script
 
 
 def test_stage_resources_come_from_their_own_section_then_the_defaults(tmp_path: Path) -> None:
@@ -348,8 +360,8 @@ def test_stage_resources_come_from_their_own_section_then_the_defaults(tmp_path:
         tmp_path,
         slurm={"defaults": {"mem": "8G", "partition": "cpu"}, "collect": {"gpus_per_node": 1}},
     )
-    _, plans = plan(tmp_path, data, stages=["collect", "report"])
-    collect, report = (p.script.splitlines() for p in plans)
+    _, submission = plan(tmp_path, data, stages=["collect", "report"])
+    collect, report = (p.script.splitlines() for p in submission.plans)
     assert "#SBATCH --gpus-per-node=1" in collect and "#SBATCH --mem=8G" in collect
     assert not any(line.startswith("#SBATCH --gpus") for line in report)
     assert "#SBATCH --partition=cpu" in report and "#SBATCH --cpus-per-task=8" in report
