@@ -154,23 +154,26 @@ def test_eval_counts_the_generator_it_loads_in_process() -> None:
 
 
 def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None:
-    """On Slurm the servers live in the serve job: its plan holds them; train's holds the trainer
-    alone (12.82 + 16 + 1 GiB per GPU); eval's the in-process generator (3.2 + 0.5 GiB)."""
+    """On Slurm each job serves what its own steps call: train's plan holds the trainer
+    (12.8 + 16 + 1 GiB per GPU) and, on GPU 1, the 8B the reward calls (0.45 x 80 + 0.5 GiB);
+    eval's the in-process generator (3.2 + 0.5 GiB) and the same 8B; neither the 32B."""
     from typer.testing import CliRunner
 
     from prour.cli.main import app
 
     result = CliRunner().invoke(
         app,
-        ["slurm", "submit", "--recipe", str(PAPER), "--stages", "serve,train,eval", "--dry-run",
+        ["slurm", "submit", "--recipe", str(PAPER), "--stages", "train,eval", "--dry-run",
          "--run-dir", str(tmp_path / "run")],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "GPU memory plan, stage serve: 2 x 80 GiB\n  GPU 0: 40.5 / 80 GiB" in out
     assert "GPU memory plan, stage train: 2 x 80 GiB\n  GPU 0: 29.8 / 80 GiB" in out
-    assert "  GPU 1: 29.8 / 80 GiB" in out  # no Qwen3-8B share beside the trainer
-    assert "GPU memory plan, stage eval: 1 x 80 GiB\n  GPU 0: 3.7 / 80 GiB" in out
+    assert "  GPU 1: 66.3 / 80 GiB = Qwen/Qwen3-8B vLLM (0.45) 36.0 + CUDA context 0.5" in out
+    assert "GPU memory plan, stage eval: 2 x 80 GiB\n  GPU 0: 3.7 / 80 GiB" in out
+    assert "  GPU 1: 36.5 / 80 GiB = Qwen/Qwen3-8B vLLM (0.45) 36.0 + CUDA context 0.5\n" in out
+    assert "Qwen3-32B vLLM" not in out
+    assert out.count("#SBATCH --gpus-per-node=2") == 2
 
 
 def test_the_train_plan_counts_the_8b_server_already_running_on_the_node(
