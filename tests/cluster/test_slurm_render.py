@@ -311,7 +311,8 @@ def test_cli_dry_run_and_bad_stage(tmp_path: Path) -> None:
     # ... and, as warnings (each job checks its own node), what the submitted stages lack here:
     # the policy's weights (no models folder) and eval's roles; no GPU line.
     assert done.returncode == 0, done.stderr
-    checks = {line.split(": ")[2] for line in done.stderr.splitlines()}
+    checks = {line.split(": ")[2] for line in done.stderr.splitlines()
+              if line.startswith("warning: preflight")}
     assert checks == {"models", "weights"}, done.stderr
     assert "warning: preflight on this node: weights: model 'Qwen/Qwen3-1.7B' " in done.stderr
     bad = subprocess.run(
