@@ -143,9 +143,13 @@ def gate_stage() -> str:
     return stage_of(gate_step()).name
 
 
-def stage_complete(recipe: Recipe, stage: str) -> bool:
-    """Whether every step of ``stage`` that a command runs is done by its outputs."""
-    return all(step.is_done(recipe) for step in get_stage(stage).steps if step.command is not None)
+def complete_stages(recipe: Recipe) -> set[str]:
+    """The stages whose every step ``prour run`` would call done or skipped (its table of steps:
+    outputs complete and made with the recipe's values)."""
+    from prour.runner import DONE, SKIPPED, table
+
+    open_stages = {row.stage.name for row in table(recipe) if row.state not in (DONE, SKIPPED)}
+    return set(stage_names()) - open_stages
 
 
 def chain_plan(recipe: Recipe, approve: bool) -> tuple[list[str], bool]:
@@ -159,8 +163,8 @@ def chain_plan(recipe: Recipe, approve: bool) -> tuple[list[str], bool]:
     if gate not in chain:  # thresholds given: nothing to calibrate, no gate
         return chain, False
     if approve:
-        start = 0
-        while chain[start] != gate and stage_complete(recipe, chain[start]):
+        complete, start = complete_stages(recipe), 0
+        while chain[start] != gate and chain[start] in complete:
             start += 1
         return chain[start:], False
     if labels_approved(recipe):
@@ -169,8 +173,9 @@ def chain_plan(recipe: Recipe, approve: bool) -> tuple[list[str], bool]:
 
 
 def labels_approved(recipe: Recipe) -> bool:
-    """Whether the review gate is open for this recipe's labels."""
-    return gate_step().is_done(recipe)
+    """Whether the review gate is open for this recipe: its labels are approved as they are, or
+    the recipe approves them unattended (``router.calibration.approve_labels``)."""
+    return recipe.router.calibration.approve_labels or gate_step().is_done(recipe)
 
 
 # ---- planning -------------------------------------------------------------------------------
@@ -341,8 +346,9 @@ def run_command(recipe: Recipe, request: SubmitRequest, stage: str) -> list[str]
     return argv
 
 
-def plan_stage(recipe: Recipe, request: SubmitRequest, stage: str) -> StagePlan:
-    """Render the script of one stage's job."""
+def plan_stage(recipe: Recipe, request: SubmitRequest, stage: str, then: str = "") -> StagePlan:
+    """Render the script of one stage's job; ``then``: what its log says at the end (the gate's
+    job: the command that continues the chain on Slurm)."""
     slurm_dir = request.run_dir / "slurm"
     kind = get_stage(stage).slurm
     variables: dict[str, Any] = {
@@ -361,12 +367,16 @@ def plan_stage(recipe: Recipe, request: SubmitRequest, stage: str) -> StagePlan:
         if kind == "train":
             template, nodes = train_layout(recipe)
         variables["PROUR_COMMAND"] = command
+        if template == "stage":
+            variables["PROUR_THEN"] = then
+    res = recipe.slurm.resources(stage)
     gpus, notes = job_gpus(recipe, stage)
+    if res.gpus_per_node is not None:  # the recipe says how many: no guess to note
+        gpus, notes = res.gpus_per_node, []
     if template == "train_multinode":
         variables.update(PROUR_GPUS_PER_NODE=gpus, RAY_PORT=recipe.slurm.ray_port,
                          RAY_START_TIMEOUT=600)
     log = str(slurm_dir / "logs" / f"{stage}-%j.out")
-    res = recipe.slurm.resources(stage)
     values = directive_values(res, f"prour-{recipe.name}-{stage}", log, nodes, gpus)
     folder = recipe.slurm.templates_dir
     template_path = (Path(folder) if folder else default_templates_dir()) / TEMPLATES[template]
@@ -424,9 +434,11 @@ def plan_submission(recipe: Recipe, request: SubmitRequest) -> Submission:
         check_stages(recipe, request.stages)
         stages = [name for name in stage_names() if name in request.stages]
     check_checkpoint(recipe, request, stages)
+    then = (f"on Slurm, once the labels named above are reviewed, approve them and submit the "
+            f"rest of the chain with: {gate}") if gate else ""
     plans: list[StagePlan] = []
     for stage in stages:
-        plan = plan_stage(recipe, request, stage)
+        plan = plan_stage(recipe, request, stage, then if stage == stages[-1] else "")
         if plans:
             plan.after, plan.dependency = plans[-1].stage, "afterok"
         plans.append(plan)

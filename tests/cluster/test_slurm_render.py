@@ -80,13 +80,15 @@ def plan(tmp_path: Path, data: dict, stages=None, overrides=(), **asked) -> tupl
     return loaded, plan_submission(loaded, request)
 
 
-def run_script(script: str, tmp_path: Path, name: str) -> list[str]:
-    """Run a rendered job script with a stand-in `prour` that records its arguments."""
+def run_script(script: str, tmp_path: Path, name: str) -> tuple[list[str], str]:
+    """Run a rendered job script with a stand-in `prour` that records its arguments; returns
+    them and what the script printed."""
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir(exist_ok=True)
     (fake_bin / "prour").write_text('#!/bin/bash\nprintf "%s\\n" "$@" >> "$PROUR_ARGS_OUT"\n')
     (fake_bin / "prour").chmod(0o755)
     out = tmp_path / f"args-{name}"
+    out.unlink(missing_ok=True)
     path = tmp_path / f"{name}.sbatch"
     path.write_text(script)
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "PROUR_ARGS_OUT": str(out),
@@ -94,7 +96,7 @@ def run_script(script: str, tmp_path: Path, name: str) -> list[str]:
     done = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
-    return out.read_text().splitlines()
+    return out.read_text().splitlines(), done.stdout
 
 
 def bash_syntax_ok(script: str, tmp_path: Path, name: str) -> None:
@@ -205,7 +207,7 @@ def test_the_chain_stops_at_the_review_gate_until_the_labels_are_approved(
 ) -> None:
     """No --stages: from an empty run folder, the jobs up to the calibrate stage (its job ends
     at the gate) and the command that approves; --approve-labels: the rest of the chain."""
-    data = base_recipe(tmp_path, train={})
+    data = base_recipe(tmp_path, train={}, slurm={"setup": []})
     loaded, gated = plan(tmp_path, data)
     assert [(p.stage, p.after) for p in gated.plans] == [
         ("collect", None), ("normalize", "collect"), ("calibrate", "normalize")]
@@ -217,6 +219,12 @@ def test_the_chain_stops_at_the_review_gate_until_the_labels_are_approved(
     assert f"# the chain stops at the review gate (calibrate); after the review: {approve}" in text
     assert text.count("#!/bin/bash") == 3
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
+    # the calibrate job's log ends with the command that continues the chain on Slurm
+    calls, log = run_script(gated.plans[-1].script, tmp_path, "calibrate")
+    assert calls[-2:] == ["--only", "calibrate"]
+    assert log.splitlines()[-1] == ("[prour] on Slurm, once the labels named above are reviewed, "
+                                    f"approve them and submit the rest of the chain with: {approve}")
+    assert not run_script(gated.plans[0].script, tmp_path, "collect")[1].endswith(f"{approve}\n")
     _, rest = plan(tmp_path, data, approve_labels=True)
     chain = ["collect", "normalize", "calibrate", "extract", "train", "export", "eval", "report"]
     assert [p.stage for p in rest.plans] == chain and rest.gate is None
@@ -350,7 +358,7 @@ def test_every_stage_in_pipeline_order_with_its_command(tmp_path: Path) -> None:
     recipe_args = ["--recipe", str(tmp_path / "recipe.yaml"), "--set", f"run_dir={run}",
                    "--set", "env.max_steps=4"]
     for stage_plan in plans:
-        calls = run_script(stage_plan.script, tmp_path, stage_plan.stage)
+        calls, _ = run_script(stage_plan.script, tmp_path, stage_plan.stage)
         assert calls == ["run", *recipe_args, "--only", stage_plan.stage], stage_plan.stage
         assert Path(stage_plan.status_path).read_text().endswith("rc=0\n")
         assert f"#SBATCH --output={run}/slurm/logs/{stage_plan.stage}-%j.out" in stage_plan.script
