@@ -28,6 +28,10 @@ ApproveOpt = typer.Option(
     False, "--approve-labels", help="Approve the reviewed calibration labels and submit the rest "
     "of the chain (stages already complete are not submitted again).",
 )
+RerunStaleOpt = typer.Option(
+    False, "--rerun-stale", help="Let each job rerun the steps made with other recipe values "
+    "(`prour run --rerun-stale`); without it a job with a stale step fails naming it.",
+)
 BaseModelOpt = typer.Option(
     False, "--base-model", help="Evaluate the untrained models.generator (eval without a "
     "checkpoint made by train).",
@@ -69,6 +73,7 @@ def submit(
     run_dir: Path | None = RunDirOpt,
     checkpoint: str | None = CheckpointOpt,
     base_model: bool = BaseModelOpt,
+    rerun_stale: bool = RerunStaleOpt,
     overrides: list[str] | None = SetOpt,
 ) -> None:
     """Submit the recipe's chain as dependent jobs, each running `prour run --only STAGE`.
@@ -98,6 +103,7 @@ def submit(
             checkpoint,
             approve_labels,
             base_model,
+            rerun_stale,
         )
         submission = plan_submission(loaded, request)
     except (ConfigError, RenderError, ValueError) as exc:

@@ -200,7 +200,8 @@ class StagePlan:
 @dataclass
 class SubmitRequest:
     """What the user asked for: recipe file, stages (None: the chain), run folder, overrides,
-    checkpoint, and whether the labels are approved or the untrained generator evaluated."""
+    checkpoint, whether the labels are approved, the untrained generator evaluated, and stale
+    steps rerun."""
 
     recipe_path: Path
     stages: list[str] | None
@@ -210,6 +211,7 @@ class SubmitRequest:
     checkpoint: str | None = None
     approve_labels: bool = False
     base_model: bool = False
+    rerun_stale: bool = False
 
 
 @dataclass
@@ -343,6 +345,8 @@ def run_command(recipe: Recipe, request: SubmitRequest, stage: str) -> list[str]
     argv += ["--only", stage]
     if request.approve_labels:
         argv.append("--approve-labels")
+    if request.rerun_stale:
+        argv.append("--rerun-stale")
     return argv
 
 

@@ -280,8 +280,9 @@ def test_eval_without_a_trained_checkpoint_is_refused_unless_asked_for(tmp_path:
     _, base = plan(tmp_path, data, stages=["eval"], base_model=True)
     assert base.plans[0].command[-4:] == ["--set", "train=null", "--only", "eval"]
     given = str(tmp_path / "elsewhere")
-    _, named = plan(tmp_path, data, stages=["eval"], checkpoint=given)
-    assert named.plans[0].command[-4:] == ["--set", f"train.output_dir={given}", "--only", "eval"]
+    _, named = plan(tmp_path, data, stages=["eval"], checkpoint=given, rerun_stale=True)
+    assert named.plans[0].command[-5:] == ["--set", f"train.output_dir={given}", "--only", "eval",
+                                           "--rerun-stale"]
     # an exported final step at train.output_dir is a trained checkpoint
     final = tmp_path / "run" / "checkpoints" / "step_2010"
     final.mkdir(parents=True)
