@@ -25,7 +25,7 @@ StagesOpt = typer.Option(
     "the whole chain, up to the review gate until the labels are approved).",
 )
 ApproveOpt = typer.Option(
-    False, "--approve-labels", help="Approve the reviewed calibration labels and submit the rest "
+    None, "--approve-labels", help="Approve the reviewed calibration labels and submit the rest "
     "of the chain (stages already complete are not submitted again).",
 )
 RerunStaleOpt = typer.Option(
@@ -68,7 +68,7 @@ def _dry_run_preflight(loaded: Recipe, stages: list[str]) -> None:
 def submit(
     recipe: str = RecipeOpt,
     stages: str | None = StagesOpt,
-    approve_labels: bool = ApproveOpt,
+    approve_labels: bool | None = ApproveOpt,
     dry_run: bool = DryRunOpt,
     run_dir: Path | None = RunDirOpt,
     checkpoint: str | None = CheckpointOpt,
@@ -101,7 +101,7 @@ def submit(
             items,
             Path.cwd(),
             checkpoint,
-            approve_labels,
+            bool(approve_labels),
             base_model,
             rerun_stale,
         )

@@ -17,16 +17,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prour.cluster.slurm import MANIFEST, StagePlan, Submission, SubmitRequest
-from prour.config import Recipe
+from prour.cluster.submission import StagePlan, Submission, SubmitRequest
 from prour.files import write_atomic
 from prour.stages import stage_names
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
 
 logger = logging.getLogger(__name__)
 
 SCHEMA = "prour.slurm_jobs/1"
+MANIFEST = "slurm_jobs.json"  # in the run folder
 Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 FAILED = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}

@@ -15,11 +15,11 @@ import logging
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prour.cluster.config import SlurmResources
+from prour.cluster.submission import StagePlan, Submission, SubmitRequest
 from prour.config import ConfigError, Recipe
 from prour.stages import STAGES, File, Step, get_stage, stage_names, stage_of, steps
 from prour.train.config import TrainConfig
@@ -31,7 +31,6 @@ REPLACE_ME = "REPLACE_ME"
 BLOCK_START = "# >>> prour settings"
 BLOCK_END = "# <<< prour settings"
 DIRECTIVE = re.compile(r"^#SBATCH\s+--([A-Za-z][\w-]*)(?:=(\S*))?(.*)$")
-MANIFEST = "slurm_jobs.json"
 TEMPLATES = {
     "serve": "serve.sbatch",
     "stage": "stage.sbatch",
@@ -179,48 +178,6 @@ def labels_approved(recipe: Recipe) -> bool:
 
 
 # ---- planning -------------------------------------------------------------------------------
-
-
-@dataclass
-class StagePlan:
-    """One job to submit: its rendered script, where it logs, and what it waits for."""
-
-    stage: str
-    template: str
-    script_path: Path
-    script: str
-    log_pattern: str  # sbatch --output pattern (%j)
-    status_path: Path
-    dependency: str | None = None  # "afterok" on the previous stage, filled at plan time
-    after: str | None = None  # the stage it depends on
-    command: list[str] = field(default_factory=list)  # the `prour` arguments the job runs
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class SubmitRequest:
-    """What the user asked for: recipe file, stages (None: the chain), run folder, overrides,
-    checkpoint, whether the labels are approved, the untrained generator evaluated, and stale
-    steps rerun."""
-
-    recipe_path: Path
-    stages: list[str] | None
-    run_dir: Path
-    overrides: list[str]
-    workdir: Path
-    checkpoint: str | None = None
-    approve_labels: bool = False
-    base_model: bool = False
-    rerun_stale: bool = False
-
-
-@dataclass
-class Submission:
-    """The jobs of one submission in order; ``gate``: the chain stops at the review gate and this
-    is the command that approves the labels and submits the rest."""
-
-    plans: list[StagePlan]
-    gate: str | None = None
 
 
 def stage_overrides(request: SubmitRequest) -> list[str]:
