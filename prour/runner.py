@@ -582,7 +582,7 @@ class Runner:
         code, cause = self._child(argv, log)
         seconds = time.time() - started
         if code != 0 or cause:
-            if code == INTERRUPTED_EXIT:
+            if code == INTERRUPTED_EXIT and not cause:  # a server that died: failed
                 self.say(f"== {step.name}: interrupted after {seconds:.0f} s (log {log}); "
                          "a rerun resumes")
                 return INTERRUPTED_EXIT

@@ -418,15 +418,19 @@ class RunStatus:
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
 
 
+STEP_FAILED = re.compile(r"^== \S+: failed ")  # prour run's line for a step that failed
+
+
 def failure_cause(log: Path) -> str | None:
     """Why a stage failed, from its log: the last ``error:`` line a prour command printed, else
-    the last exception line of a traceback, else the last line; None without a log."""
+    the line ``prour run`` printed for the step that failed (a server that died is named there),
+    else the last exception line of a traceback, else the last line; None without a log."""
     try:
         lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
     except OSError:
         return None
     lines = [line for line in lines if line]
-    for pattern in (re.compile(r"^error: "), EXCEPTION_LINE):
+    for pattern in (re.compile(r"^error: "), STEP_FAILED, EXCEPTION_LINE):
         found = [line for line in lines if pattern.match(line)]
         if found:
             return found[-1]

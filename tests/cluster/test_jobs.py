@@ -275,3 +275,19 @@ def test_status_names_the_cause_of_a_failed_eval(tmp_path: Path) -> None:
     assert state == {"train": "COMPLETED", "eval": "FAILED"}
     assert "failed stage: eval (eval, job 3" in done.stdout
     assert f"cause: {cause}\n" in done.stdout
+
+
+def test_the_cause_of_a_job_whose_step_failed_without_an_error_line(tmp_path: Path) -> None:
+    """A step stopped because its server died prints no `error:` line: the cause is the line
+    `prour run` printed for the failed step (naming the server), not the summary after it."""
+    from prour.cluster.jobs import failure_cause
+
+    line = ("== eval: failed after 172 s, exit code 130: server 'tiny' at http://127.0.0.1:9/v1 "
+            "(pid 42) exited while serving; last log lines of /run/serve/tiny.log:")
+    log = tmp_path / "eval.out"
+    log.write_text(f"== eval: start: prour eval --recipe r.yaml\n{line}\nKilled\n"
+                   "what ran where (stamps in <run_dir>/.prour/steps/):\n"
+                   "  eval/eval  not run        tiny vLLM on the job's GPUs\n")
+    assert failure_cause(log) == line
+    log.write_text(f"error: eval: 2 of 2 episodes errored: connection refused\n{line}\n")
+    assert failure_cause(log).startswith("error: eval: 2 of 2")  # the command's own words first

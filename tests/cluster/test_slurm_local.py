@@ -45,7 +45,8 @@ def prour(
     )
 
 
-def submit(cluster: Any, recipe: Path, run_dir: Path, stages: str, overrides: list[str]) -> dict:
+def submit(cluster: Any, recipe: Path, run_dir: Path, stages: str, overrides: list[str],
+           options: list[str] = ()) -> dict:
     sets = [part for item in [*SMALL, *overrides] for part in ("--set", item)]
     done = prour(
         cluster,
@@ -58,6 +59,7 @@ def submit(cluster: Any, recipe: Path, run_dir: Path, stages: str, overrides: li
         "--run-dir",
         str(run_dir),
         *sets,
+        *options,
     )
     assert done.returncode == 0, done.stderr
     return json.loads((run_dir / "slurm_jobs.json").read_text())
