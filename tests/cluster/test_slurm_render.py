@@ -6,6 +6,7 @@ Rendered scripts are checked by bash itself (`bash -n`) and run under bash with 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -232,9 +233,15 @@ def test_the_chain_stops_at_the_review_gate_until_the_labels_are_approved(
     # collected and normalized already: the approved chain starts at the gate's stage
     trajectories = Path(loaded.data.trajectories)
     trajectories.parent.mkdir(parents=True)
-    trajectories.write_text('{"id": 1}\n' * loaded.data.num_trajectories)
+
+    def episodes(domain: str, n: int) -> str:  # stored episodes, one per resume key
+        return "".join(json.dumps({"domain": domain, "task_id": str(i), "seed": 0,
+                                   "agent": "teacher", "termination": "user_stop"}) + "\n"
+                       for i in range(n))
+
+    trajectories.write_text(episodes("retail", loaded.data.num_trajectories))
     airline = tmp_path / "run" / "data" / "airline_trajectories.jsonl"
-    airline.write_text('{"id": 1}\n' * 60)
+    airline.write_text(episodes("airline", loaded.router.calibration.test_episodes))
     goals = Path(loaded.data.goals)
     from prour.env.domains import select_tasks
     tasks = select_tasks(loaded.data.domain, loaded.data.split, max_tasks=loaded.data.max_tasks)
