@@ -222,8 +222,8 @@ def test_failed_stage_stops_its_dependants(slurm_cluster: Any, tmp_path: Path) -
 
 
 def test_a_serve_job_alone_serves_until_cancelled(slurm_cluster: Any, tmp_path: Path) -> None:
-    """`--stages serve` (the chain's jobs serve for themselves): the servers come up, and scancel
-    stops them cleanly, leaving the endpoints file marked stopped."""
+    """`--stages serve` (the chain's jobs serve for themselves): the servers come up, and a
+    SIGTERM to the job stops them cleanly, leaving the endpoints file marked stopped."""
     python = tmp_path / "fake-vllm-python"
     python.write_text(FAKE_VLLM.format(python=sys.executable))
     python.chmod(0o755)
@@ -255,8 +255,10 @@ def test_a_serve_job_alone_serves_until_cancelled(slurm_cluster: Any, tmp_path: 
         time.sleep(1)
     else:
         raise AssertionError(f"the servers never came up\n{job_logs(run_dir)}")
-    subprocess.run(["scancel", manifest["stages"][0]["job_id"]], env=slurm_cluster.env(),
-                   check=True, timeout=30)
+    # the batch script forwards the signal to `prour serve`, which stops its servers (a plain
+    # scancel signals the servers directly too, and serve then records them as having died)
+    subprocess.run(["scancel", "--batch", "--signal=TERM", manifest["stages"][0]["job_id"]],
+                   env=slurm_cluster.env(), check=True, timeout=30)
     wait_done(slurm_cluster, manifest, 120)
     endpoints = json.loads(endpoints_file.read_text())
     assert endpoints["status"] == "stopped", job_logs(run_dir)
