@@ -216,4 +216,5 @@ def test_each_step_gets_the_servers_it_calls_and_the_next_step_stops_them(
     assert record["status"] == "stopped" and record["servers"] == {}
     assert (run_dir / "data" / "goals.jsonl").is_file()
     log = (run_dir / "logs" / "normalize.log").read_text()
-    assert "endpoints_file" in log.splitlines()[0]
+    ran = [line for line in log.splitlines() if line.startswith("$ prour normalize")][-1]
+    assert f"endpoints_file={files[0]}" in ran  # appended after the copied folder's own run
