@@ -410,9 +410,10 @@ class RunStatus:
     @property
     def at_gate(self) -> str | None:
         """The command that approves the labels and continues, when every job of a chain that
-        stops at the review gate has ended without a failure."""
+        stops at the review gate is COMPLETED."""
         gate = self.manifest.get("gate")
-        return gate if gate and self.finished and self.failed is None else None
+        done = bool(self.units) and all(u.state == "COMPLETED" for u in self.units)
+        return gate if gate and done else None
 
 
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")

@@ -118,6 +118,9 @@ def test_a_chain_at_the_gate_then_its_continuation_shows_both_parts(tmp_path: Pa
     status_dir = tmp_path / "run" / "slurm" / "status"
     for stage in gated:
         (status_dir / stage).write_text(f"job={stage}\nstart=1\nend=2\nrc=0\n")
+    (status_dir / "calibrate").write_text("job=calibrate\nstart=1\n")  # still running
+    assert summarize(first, FakeSlurm()).at_gate is None
+    (status_dir / "calibrate").write_text("job=calibrate\nstart=1\nend=2\nrc=0\n")
     report = summarize(first, FakeSlurm())
     assert report.failed is None and report.at_gate == approve
     env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}

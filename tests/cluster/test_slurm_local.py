@@ -75,15 +75,17 @@ def wait_done(cluster: Any, manifest: dict, timeout_s: float = JOB_TIMEOUT_S) ->
     ids = {entry["job_id"] for entry in manifest["stages"]}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        queue = subprocess.run(
+        listed = subprocess.run(
             ["squeue", "-h", "-o", "%F"],
             env=cluster.env(),
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
-        ).stdout.split()
-        if not ids & set(queue):
+        )
+        # a cluster that stopped answering (munged gone) is not an empty queue
+        assert listed.returncode == 0, f"squeue failed: {listed.stderr}"
+        if not ids & set(listed.stdout.split()):
             return
         time.sleep(2)
     logs = "\n".join(

@@ -103,12 +103,17 @@ def test_the_rehearsal_chain_through_slurm_stops_at_the_gate_then_reaches_the_re
                 **dict.fromkeys(CHAIN[2:], "COMPLETED")}
     assert states(shown) == expected, shown
     assert (run_dir / "calibration" / "labels.approved.json").is_file()
+    results = [json.loads(x) for x in (run_dir / "eval" / "results.jsonl").read_text().split("\n")
+               if x.strip()]
+    planned = {(m, d, s) for m in recipe.eval.methods for d in recipe.eval.domains
+               for s in recipe.eval.seeds}
+    assert sorted((r["method"], r["domain"], r["seed"]) for r in results) == sorted(planned)
     report = (run_dir / "eval" / "report" / "report.md").read_text()
-    rows = {line.split("|")[1].strip() for line in report.splitlines() if line.startswith("|")}
-    missing = [m for m in recipe.eval.methods if not any(r.startswith(m) for r in rows)]
-    assert not missing, report
-    results = [json.loads(x) for x in (run_dir / "eval" / "results.jsonl").read_text().splitlines()]
-    assert {r["method"] for r in results} == set(recipe.eval.methods)
+    table = report.split("## Pass@1 (%) and interaction cost")[1].split("\n## ")[0]
+    rows = [line.split("|")[1].strip() for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith(("| System", "| ---"))]
+    assert [row.split(" (")[0] for row in rows] == recipe.eval.methods  # a row per method
     final = run_dir / "checkpoints" / f"step_{recipe.train.total_steps}"
+    assert f"prour (generator rehearsal step {recipe.train.total_steps})" in rows  # trained one
     evaluated = (run_dir / "eval" / "recipe.resolved.yaml").read_text()
     assert str(final.resolve()) in evaluated  # the trained generator was the one evaluated
