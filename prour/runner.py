@@ -571,13 +571,25 @@ class Runner:
         except ServeError as exc:
             self.say(f"== {step.name}: failed after {time.time() - started:.0f} s: {exc}")
             return FAILED_EXIT
-        code = self._launch(step, argv, printed, started)
+        code = self._launch(step, argv, printed, started, self._as_run(extra))
         if code is None and after:
             after(self.recipe)
         return code
 
-    def _launch(self, step: Step, argv: list[str], printed: str, started: float) -> int | None:
-        """Run the step's child, check its outputs and stamp it; an exit code stops the run."""
+    def _as_run(self, extra: Sequence[str]) -> Recipe:
+        """The recipe as a step ran it: with the ``--set`` items a hook added (the run's own
+        ``--set`` items follow them on its command line, so they win)."""
+        items = [extra[i + 1] for i, part in enumerate(extra[:-1]) if part == "--set"]
+        if not items:
+            return self.recipe
+        from prour.recipes import load_recipe
+
+        return load_recipe(self.options.recipe_path, [*items, *self.options.overrides])
+
+    def _launch(self, step: Step, argv: list[str], printed: str, started: float,
+                ran_with: Recipe | None = None) -> int | None:
+        """Run the step's child, check its outputs (as the step ran: ``ran_with``) and stamp it;
+        an exit code stops the run."""
         log = self.run_dir / "logs" / f"{step.name}.log"
         code, cause = self._child(argv, log)
         seconds = time.time() - started
@@ -590,7 +602,7 @@ class Runner:
             self.say(f"== {step.name}: failed after {seconds:.0f} s, exit code {code}"
                      f"{': ' + cause if cause else ''}; log {log}")
             return FAILED_EXIT
-        if not step.is_done(self.recipe):
+        if not step.is_done(ran_with or self.recipe):
             write_stamp(self.recipe, step, printed, started, time.time(), failed=0)
             missing = [str(f.path) for f in step.writes(self.recipe)]
             self.say(f"== {step.name}: failed after {seconds:.0f} s: its command exited 0 but "

@@ -141,10 +141,19 @@ def _report_dir(loaded: Any) -> Path:
     return loaded.resolved_run_dir() / "report"
 
 
+def _trained_steps(loaded: Any) -> list[str]:
+    """Export the demo's training as it ran (its step count), whatever ran it before."""
+    from prour.demo.learning import TRAIN_OVERRIDES
+
+    return [part for key in ("train.total_steps", "train.save_every")
+            for part in ("--set", f"{key}={TRAIN_OVERRIDES[key]}")]
+
+
 # What the demo adds around a step of the chain: (before: the step's extra arguments, after).
 DEMO_ADDITIONS: dict[str, tuple[Any, Any]] = {
     "extract": (None, _dataset_card),
     "train": (_learning_states, _training_report),
+    "export": (_trained_steps, None),
     "report": (lambda loaded: ["--out", str(_report_dir(loaded))], None),
 }
 

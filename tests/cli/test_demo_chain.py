@@ -14,7 +14,7 @@ def test_the_demo_runs_the_smoke_chain_in_table_order(monkeypatch, tmp_path: Pat
     ran: list[tuple[str, list[str]]] = []
     monkeypatch.setattr(demo_cli, "_stage", lambda title, args: ran.append((title, args)) or 0.0)
     monkeypatch.setattr(runner_module.Runner, "_launch",
-                        lambda self, step, argv, printed, started: ran.append((step.name, argv)))
+                        lambda self, step, argv, *rest: ran.append((step.name, argv)))
     monkeypatch.setattr(demo_cli, "_tiny_model", lambda *args: None)
     monkeypatch.setattr(demo_cli, "_summary", lambda *args: None)
     monkeypatch.setitem(demo_cli.DEMO_ADDITIONS, "train",
