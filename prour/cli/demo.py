@@ -137,8 +137,8 @@ def _learning_states(loaded: Any) -> list[str]:
 
 
 def _report_dir(loaded: Any) -> Path:
-    """The demo's report folder, beside the run's data (``prour report``'s default: RUN/report)."""
-    return loaded.resolved_run_dir() / "report"
+    """The demo's report folder: where the chain's report step writes it (RUN/eval/report)."""
+    return Path(command_values(loaded)["eval_dir"]) / "report"
 
 
 def _trained_steps(loaded: Any) -> list[str]:
@@ -154,7 +154,6 @@ DEMO_ADDITIONS: dict[str, tuple[Any, Any]] = {
     "extract": (None, _dataset_card),
     "train": (_learning_states, _training_report),
     "export": (_trained_steps, None),
-    "report": (lambda loaded: ["--out", str(_report_dir(loaded))], None),
 }
 
 

@@ -32,5 +32,5 @@ def test_the_demo_runs_the_smoke_chain_in_table_order(monkeypatch, tmp_path: Pat
                              "train.total_steps=1", *mine]  # the user's --set last: it wins
     assert args["eval"] == ["eval", "--recipe", recipe, *mine, "--checkpoint",
                              str(tmp_path / "checkpoints")]  # train.output_dir: <run_dir>/checkpoints
-    assert args["report"] == ["report", str(tmp_path / "eval"), "--out", str(tmp_path / "report")]
+    assert args["report"] == ["report", str(tmp_path / "eval")]  # the chain's own report folder
     assert args["dataset card"] == ["data", "stats", str(tmp_path / "data" / "dataset")]
