@@ -1045,3 +1045,12 @@ def test_a_planted_writer_is_reported(tmp_path: Path) -> None:
     assert file_writers(planted) == [
         ("save", "write_text", 3), ("save", "open", 4), ("save", "json.dump", 5),
         ("save", "yaml.safe_dump", 6), ("save", "os.open", 7), ("Plot.draw", "savefig", 10)]
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test modules by basename (no packages under tests/): two files of one name
+    in different folders stop the whole collection with an import-file mismatch."""
+    from collections import Counter
+
+    names = Counter(path.name for path in (Path(__file__).parent).rglob("test_*.py"))
+    assert not [name for name, count in names.items() if count > 1], names.most_common(3)
