@@ -197,6 +197,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     now = time.monotonic()
     if _state.signals and now - _state.first_at < SAME_SIGNAL_S:
         return  # the same stop, delivered twice (Slurm and a parent both signal us)
+    if _state.signals and signum == signal.SIGTERM and os.environ.get("SLURM_JOB_ID"):
+        # Slurm signals every process of a job step, and may do so more than once, seconds apart
+        # on a busy node; its KillWait then ends the job. A repeated SIGTERM inside a job is
+        # that repetition, not a person asking to stop at once (Ctrl-C still is).
+        return
     _state.signals += 1
     name = signal.Signals(signum).name
     if _state.signals > 1:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -187,3 +188,33 @@ def test_the_first_sigint_names_the_requests_in_flight_and_a_second_stops_at_onc
     assert time.monotonic() - second < 2.0
     assert ("stopped at once (SIGTERM again): 7 rows saved in rows.jsonl; rerun to resume; "
             "exit 130") in log.read_text()
+
+
+
+@pytest.mark.parametrize("in_slurm", [True, False])
+def test_inside_a_slurm_job_a_repeated_sigterm_is_slurms_own_and_a_sigint_stops_at_once(
+    monkeypatch: pytest.MonkeyPatch, in_slurm: bool
+) -> None:
+    """Slurm signals every process of a job, sometimes twice seconds apart on a busy node: inside
+    a job a second SIGTERM does not cut the save short; outside one, and for Ctrl-C, it does."""
+    from prour import interrupt
+
+    stops: list[str] = []
+    clock = iter([100.0, 100.0 + 3 * SAME_SIGNAL_S, 100.0 + 6 * SAME_SIGNAL_S])
+    monkeypatch.setattr(interrupt, "_state", interrupt._State())
+    monkeypatch.setattr(interrupt, "_stop_at_once", stops.append)
+    monkeypatch.setattr(interrupt, "_send_children", lambda signum: None)
+    monkeypatch.setattr(interrupt, "_say", lambda text: None)
+    monkeypatch.setattr(interrupt.time, "monotonic", lambda: next(clock))
+    if in_slurm:
+        monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    stop = threading.Event()
+    interrupt._state.phases.append(interrupt._Phase(lambda: "saved", stop))
+    interrupt._on_signal(signal.SIGTERM, None)
+    assert stop.is_set() and not stops
+    interrupt._on_signal(signal.SIGTERM, None)  # past the same-signal window
+    assert stops == ([] if in_slurm else ["SIGTERM"])
+    interrupt._on_signal(signal.SIGINT, None)
+    assert stops[-1:] == ["SIGINT"]
