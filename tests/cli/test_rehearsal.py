@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rehearsal_report import every_method_reported
 
 from prour.recipes import load_recipe
 from prour.stages import STAGES
@@ -77,16 +78,7 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     evaluated = yaml.safe_load((run_dir / "eval" / "recipe.resolved.yaml").read_text())
     assert evaluated["models"]["generator"]["path"] == str(final)
     # eval: every method x domain x seed once; the report has a row per method
-    results = [json.loads(x) for x in (run_dir / "eval" / "results.jsonl").read_text().split("\n")
-               if x.strip()]
-    planned = {(m, d, s) for m in recipe.eval.methods for d in recipe.eval.domains
-               for s in recipe.eval.seeds}
-    assert sorted((r["method"], r["domain"], r["seed"]) for r in results) == sorted(planned)
-    report = (run_dir / "eval" / "report" / "report.md").read_text()
-    table = report.split("## Pass@1 (%) and interaction cost")[1].split("\n## ")[0]
-    rows = [line.split("|")[1].strip() for line in table.splitlines()
-            if line.startswith("| ") and not line.startswith(("| System", "| ---"))]
-    assert [row.split(" (")[0] for row in rows] == recipe.eval.methods
+    rows = every_method_reported(run_dir, recipe)
     assert "prour (generator rehearsal step 2)" in rows  # the trained checkpoint's row
     # what the tiny model could not give is said, counted from the files themselves
     for split in ("dev", "test"):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rehearsal_report import every_method_reported
 from test_slurm_local import REPO, job_logs, wait_done
 
 from prour.recipes import load_recipe
@@ -103,16 +104,7 @@ def test_the_rehearsal_chain_through_slurm_stops_at_the_gate_then_reaches_the_re
                 **dict.fromkeys(CHAIN[2:], "COMPLETED")}
     assert states(shown) == expected, shown
     assert (run_dir / "calibration" / "labels.approved.json").is_file()
-    results = [json.loads(x) for x in (run_dir / "eval" / "results.jsonl").read_text().split("\n")
-               if x.strip()]
-    planned = {(m, d, s) for m in recipe.eval.methods for d in recipe.eval.domains
-               for s in recipe.eval.seeds}
-    assert sorted((r["method"], r["domain"], r["seed"]) for r in results) == sorted(planned)
-    report = (run_dir / "eval" / "report" / "report.md").read_text()
-    table = report.split("## Pass@1 (%) and interaction cost")[1].split("\n## ")[0]
-    rows = [line.split("|")[1].strip() for line in table.splitlines()
-            if line.startswith("| ") and not line.startswith(("| System", "| ---"))]
-    assert [row.split(" (")[0] for row in rows] == recipe.eval.methods  # a row per method
+    rows = every_method_reported(run_dir, recipe)
     final = run_dir / "checkpoints" / f"step_{recipe.train.total_steps}"
     assert f"prour (generator rehearsal step {recipe.train.total_steps})" in rows  # trained one
     evaluated = (run_dir / "eval" / "recipe.resolved.yaml").read_text()
