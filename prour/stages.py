@@ -367,11 +367,9 @@ def _covers(outputs: Callable[[Recipe, str], File], splits: tuple[str, ...]) -> 
 
 def _normalized(recipe: Recipe) -> bool:
     """A goal line for every task of the data split (normalize skips the tasks it has)."""
-    from prour.env.domains import select_tasks
+    from prour.data.reserve import data_tasks
 
-    cfg = recipe.data
-    tasks = select_tasks(cfg.domain, cfg.split, max_tasks=cfg.max_tasks)
-    return _lines(_data(recipe, "goals").path) >= len(tasks)
+    return _lines(_data(recipe, "goals").path) >= len(data_tasks(recipe.data))
 
 
 def _evaluated(recipe: Recipe) -> bool:
@@ -644,9 +642,11 @@ _R = ("--recipe", "{recipe}")
 # wrote. Keys that change how fast, not what, a step writes (concurrency, logging) are left out.
 _EPISODES = ("models.agent", "models.user", "models.teacher", "env", "data.teacher*",
              "data.trial_seeds", "data.max_tasks")
-_COLLECT_KEYS = (*_EPISODES, "data.domain", "data.split", "data.num_trajectories")
+_COLLECT_KEYS = (*_EPISODES, "data.domain", "data.split", "data.num_trajectories",
+                 "data.calibration_reserve", "data.reserve_seed", "data.tasks")
 _AIRLINE_KEYS = (*_EPISODES, "router.calibration.test_episodes")
 _NORMALIZE_KEYS = ("models.normalizer", "data.domain", "data.split", "data.max_tasks",
+                   "data.calibration_reserve", "data.reserve_seed", "data.tasks",
                    "data.normalizer*")
 _DECOMPOSER = ("models.decomposer", "router", "-router.thresholds_file", "-router.calibration",
                "-router.llm_router*", "-router.budget", "-router.every_n", "-router.tau_au",

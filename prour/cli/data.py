@@ -44,10 +44,9 @@ def _builder(recipe: Recipe, command: str, *roles: str) -> Builder:
 
 
 def _tasks(recipe: Recipe) -> list[Any]:
-    from prour.env.domains import select_tasks
+    from prour.data.reserve import data_tasks
 
-    cfg = recipe.data
-    return select_tasks(cfg.domain, cfg.split, max_tasks=cfg.max_tasks)
+    return data_tasks(recipe.data)
 
 
 def _report_skipped(path: Path, skipped: list[int]) -> None:

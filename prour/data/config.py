@@ -22,6 +22,14 @@ class DataConfig(Section):
     domain: DomainName = "retail"  # the paper trains on retail only
     split: SplitName = "train"  # tau2 split the trajectories come from
     max_tasks: int | None = Field(None, ge=1)  # first N tasks of the split (smoke runs)
+    # Tasks of data.split held out of training for the calibration dev states (paper A.2.2: a
+    # development set disjoint from training): a seeded sample of this many task ids
+    # (prour.data.reserve). Training (collect, normalize, extract) never uses them.
+    calibration_reserve: int = Field(0, ge=0)
+    reserve_seed: int = 0  # seed of the reserve's sample
+    # Which side of data.split collect and normalize run on: the training tasks, or the reserve
+    # (the chain's collect-dev step sets `data.tasks=reserve`).
+    tasks: Literal["training", "reserve"] = "training"
     num_trajectories: int = Field(500, ge=1)  # stop once this many episodes are recorded
     # one trial per seed per task, seed-major order
     trial_seeds: list[int] = Field(default_factory=lambda: list(range(10)))
@@ -40,7 +48,8 @@ class DataConfig(Section):
     # --- extract ---
     val_ratio: float = Field(0.2, ge=0, lt=1)  # share of trajectories held out for validation
     split_seed: int = 0  # seed of the trajectory shuffle that assigns the split
-    split_by: Literal["trajectory", "task"] = "trajectory"  # "task": all trials of a task together
+    # "task" (default): all trials of a task on one side, so train and validation share no task
+    split_by: Literal["trajectory", "task"] = "task"
     max_decisions: int = Field(16, ge=1)  # first N agent decisions of each trajectory
     # The query generator's prompt budget in policy tokens (paper: 1400): histories are
     # left-truncated to it here, and training (both backends) refuses longer prompts.

@@ -85,3 +85,14 @@ def user_system_prompt(scenario: str, with_tools: bool) -> str:
     )
     rules = USER_RULES + ("\n" + USER_TOOL_RULES if with_tools else "") + "\n" + ending
     return USER_SYSTEM_TEMPLATE.format(rules=rules, scenario=scenario.strip())
+
+
+def prompts_hash() -> str:
+    """A short sha256 of the agent's and the user simulator's prompt texts, as this code builds
+    them (for a placeholder policy and scenario). Trajectories record it; extraction compares it
+    between trajectories and with the code's."""
+    import hashlib
+
+    texts = (agent_system_prompt("{policy}"), user_system_prompt("{scenario}", with_tools=False),
+             user_system_prompt("{scenario}", with_tools=True), GREETING)
+    return hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
