@@ -1,9 +1,12 @@
 """The dataset card (``prour data stats``): what a dataset holds, as JSON and as markdown.
 
 Counts per mode and domain, prompt/target token-length percentiles, truncation counts (rows
-truncated, and among them the rows whose newest turn alone was over budget and is kept as an
-excerpt, see :mod:`prour.data.truncate`), and the extraction cost (decomposer calls per routed
-state) read from the summary ``extract`` leaves next to the parquet files.
+truncated, and among them the rows whose newest user message and what follows it were over budget
+and keep their tool results as excerpts, see :mod:`prour.data.truncate`), and from the summary
+``extract`` leaves next to the parquet files: the extraction cost (decomposer calls per routed
+state) and what extraction dropped (duplicate and errored trajectories, invalid lines, states
+dropped per reason, ``over_budget`` among them) and the prompts the trajectories were collected
+with.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ def _split_markdown(split: str, stats: dict[str, Any]) -> list[str]:
     truncation = (f"Truncated prompts: {stats['truncated']} "
                   f"({100 * stats['truncated_share']:.1f}%), "
                   f"{stats['dropped_messages']} history messages dropped in all; "
-                  f"{stats['excerpted']} kept only an excerpt of their newest turn.")
+                  f"{stats['excerpted']} kept tool results after the newest user message only as "
+                  "excerpts.")
     lines += ["", "| tokens | p50 | p90 | p95 | p99 | max | mean |", "|---|---|---|---|---|---|---|",
               _lengths_row("prompt", stats["prompt_tokens"]),
               _lengths_row("target", stats["target_tokens"]), "", truncation, ""]

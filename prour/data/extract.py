@@ -16,7 +16,9 @@
    ``verify_on_reply`` says whether the state is dropped (default: the target is defined as a
    *tool call*) or gets the decomposer's ``respond`` action. Malformed tool calls give no target
    and are dropped.
-5. Left-truncate the history to the prompt budget measured with the policy tokenizer.
+5. Left-truncate the history to the prompt budget measured with the policy tokenizer, keeping the
+   newest user message and what follows it (:mod:`prour.data.truncate`); a state that cannot fit
+   even so is dropped and counted (``over_budget``).
 6. Keep the untruncated tool traffic before the decision (every tool call and its result, the
    agent's and the user's) and the DB hash of the environment it leads to: the verifier's
    environment is rebuilt from it and checked against that hash (:mod:`prour.data.schema`).
@@ -42,7 +44,7 @@ from prour.data.dataset import SPLITS, split_path, write_rows
 from prour.data.decisions import DecisionCache, decision_key, decomposer_calls
 from prour.data.normalize import Goal
 from prour.data.schema import Instance, tool_traffic_hashes
-from prour.data.truncate import PolicyTokens, truncate_history
+from prour.data.truncate import OverBudget, PolicyTokens, truncate_history
 from prour.env.trajectory import Trajectory, agent_view
 from prour.files import write_atomic
 from prour.llm.base import Message
@@ -424,7 +426,11 @@ def extract_instances(
     out: dict[str, list[Instance]] = {split: [] for split in SPLITS}
     hashes = decision_hashes([state for state, _, _ in kept])
     for (state, r, target), db_hash in zip(kept, hashes):
-        instance = build_instance(state, r, target, tokens, cfg.max_prompt_tokens, db_hash)
+        try:
+            instance = build_instance(state, r, target, tokens, cfg.max_prompt_tokens, db_hash)
+        except OverBudget:  # the newest user message and what follows it cannot fit
+            summary.dropped["over_budget"] += 1
+            continue
         out[splits[state.trajectory_id]].append(instance)
     for split in SPLITS:
         summary.trajectories[split] = sum(1 for v in splits.values() if v == split)

@@ -155,8 +155,8 @@ def test_card_counts_and_files(tmp_path) -> None:
     assert json.loads(json_path.read_text()) == card
     text = md_path.read_text()
     assert "| retail | 1 | 2 | 3 |" in text and "3.00 per routed state" in text
-    assert "Truncated prompts: 2 (66.7%), 2 history messages dropped in all; 1 kept only an " \
-        "excerpt of their newest turn." in text
+    assert "Truncated prompts: 2 (66.7%), 2 history messages dropped in all; 1 kept tool " \
+        "results after the newest user message only as excerpts." in text
     assert text == card_markdown(copy.deepcopy(card))
 
 

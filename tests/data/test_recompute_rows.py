@@ -11,10 +11,14 @@ DESIGN §3 and paper A.2.1, WITHOUT prour's extraction or truncation code:
   tool traffic); mode by the world's routing rule; target: G* (clarify) or the canonical JSON of
   the decision's tool call (verify; a text reply gives no verify row);
 - truncation: the prompt ``query_prompt(mode, kept)`` counted with the policy tokenizer itself
-  fits the budget; the kept history is the longest suffix of whole turns that fits (one more turn
-  does not), and only when the newest turn alone does not fit, that turn with each tool result
-  cut to its head and marked ``[… truncated N characters …]`` (one more character does not fit);
-  a tool result never appears without the call that produced it;
+  fits the budget; the *anchor* is the newest user message and everything after it (the newest
+  turn when the history has no user message); the kept history is the longest suffix of whole
+  turns that fits and holds the anchor (one more turn does not fit), and only when the anchor
+  alone does not fit, the anchor with each tool result cut to its head and marked
+  ``[… truncated N characters …]`` (one cap for all; one more character does not fit); a state
+  whose anchor does not fit even with every result cut to the bare marker has no row and is
+  counted ``over_budget`` in the card; a tool result never appears without the call that
+  produced it;
 - environment: every tool call before the decision replayed on a fresh tau2 environment with
   tau2's own code (results compared with the recorded ones), hashed with tau2's DB hashes; the
   environment the reward builds from the row (:func:`prour.data.schema.state_from_row` →
@@ -196,12 +200,29 @@ def marked_head(text: str, keep: int) -> str:
     return text[:keep] + f"[… truncated {len(text) - keep} characters …]"
 
 
+def anchor(history: list[dict]) -> list[dict]:
+    """The newest user message and everything after it (no user message: the newest turn)."""
+    users = [i for i, m in enumerate(history) if m["role"] == "user"]
+    return history[users[-1] if users else turn_starts(history)[-1]:]
+
+
+def fits_at_all(w: World, budget: int, state: State) -> bool:
+    """Whether the anchor fits with every tool result cut to the bare marker."""
+    newest = anchor(state.history)
+    bare = [{**m, "content": marked_head(m["content"], 0)} if m["role"] == "tool"
+            and m["content"] else m for m in newest]
+    if not any(m["role"] == "tool" for m in newest) and newest[0]["role"] != "user":
+        bare = [{**m, "content": marked_head(m["content"], 0)} if m["content"] else m
+                for m in newest]
+    return prompt_tokens(w, state.mode, bare) <= budget
+
+
 def excerpt_problems(w: World, budget: int, state: State, kept: list[dict]) -> list[str]:
-    """The newest turn alone is over budget: it stays with each tool result cut to a marked head,
-    the longest head that fits (one cap for all results of the turn)."""
-    newest = state.history[turn_starts(state.history)[-1]:]
+    """The anchor alone is over budget: it stays with each tool result cut to a marked head,
+    the longest head that fits (one cap for all results after the newest user message)."""
+    newest = anchor(state.history)
     if prompt_tokens(w, state.mode, newest) <= budget:
-        return ["excerpted although the newest whole turn fits"]
+        return ["excerpted although the anchor (newest user message onward) fits whole"]
     if len(kept) != len(newest):
         return [f"kept {len(kept)} messages, the newest turn has {len(newest)}"]
     heads = {}
@@ -209,13 +230,14 @@ def excerpt_problems(w: World, budget: int, state: State, kept: list[dict]) -> l
         cut = EXCERPT.match(row.get("content") or "")
         if row == mine:
             continue
-        if mine["role"] != "tool" and len(newest) > 1:
-            return [f"message {i} of the newest turn (not a tool result) was changed"]
+        if mine["role"] != "tool" and (mine["role"] == "user" or any(
+                m["role"] == "tool" for m in newest)):
+            return [f"message {i} of the anchor (not a tool result) was changed"]
         if not cut or row != {**mine, "content": marked_head(mine["content"], len(cut["head"]))}:
             return [f"message {i} is not a marked head of the recorded one"]
         heads[i] = len(cut["head"])
     if len(set(heads.values())) != 1:
-        return [f"the results of the newest turn are cut to different lengths {heads}"]
+        return [f"the results of the anchor are cut to different lengths {heads}"]
     keep = next(iter(heads.values())) + 1
     longer = [{**m, "content": marked_head(m["content"], keep)} if i in heads else m
               for i, m in enumerate(newest)]
@@ -228,6 +250,9 @@ def history_problems(w: World, budget: int, state: State, extra: dict) -> list[s
     """The row's history, truncation flags and token count against the recomputed ones."""
     kept = json.loads(extra["history"])
     problems = [f"tool result {c} without its call" for c in orphan_results(kept)]
+    users = [m for m in state.history if m["role"] == "user"]
+    if users and users[-1] not in kept:
+        problems.append("the newest user message is not kept")
     full_fits = prompt_tokens(w, state.mode, state.history) <= budget
     if extra["truncated"] == full_fits:
         problems.append(f"truncated={extra['truncated']} but the full prompt fits={full_fits}")
@@ -241,6 +266,8 @@ def history_problems(w: World, budget: int, state: State, extra: dict) -> list[s
         earlier = [s for s in starts if s < dropped]
         if earlier and prompt_tokens(w, state.mode, state.history[earlier[-1]:]) <= budget:
             problems.append("not maximal: one more whole turn fits")
+        if len(kept) < len(anchor(state.history)):
+            problems.append("whole turns of the anchor were dropped")
     else:
         problems += excerpt_problems(w, budget, state, kept)
     tokens = prompt_tokens(w, state.mode, kept)
@@ -267,13 +294,21 @@ def row_problems(w: World, budget: int, row: dict) -> list[str]:
     return problems
 
 
+def expected_rows(w: World, budget: int) -> set[tuple[str, int]]:
+    return {key for key, s in w.states.items() if s.target is not None
+            and fits_at_all(w, budget, s)}
+
+
 def test_rows_match_their_recomputation_at_every_budget(recomputed: World) -> None:
-    expected = {key for key, s in recomputed.states.items() if s.target is not None}
     report = {}
     for budget in BUDGETS:
         rows = recomputed.rows[budget]
+        expected = expected_rows(recomputed, budget)
         assert {(r["extra_info"]["trajectory_id"], r["extra_info"]["step"]) for r in rows} == \
             expected, f"budget {budget}: the rows are not the recomputed states"
+        over = sum(s.target is not None for s in recomputed.states.values()) - len(expected)
+        dropped = recomputed.cards[budget]["extraction"]["dropped"].get("over_budget", 0)
+        assert dropped == over, f"budget {budget}: the card counts {dropped} over budget"
         problems = [f"{r['extra_info']['state_id']}: {p}" for r in rows
                     for p in row_problems(recomputed, budget, r)]
         report[budget] = problems
@@ -291,8 +326,9 @@ def test_the_world_exercises_routes_truncation_and_excerpts(recomputed: World) -
     assert set(modes) == {"verify", "clarify", "act"}
     truncated = {b: sum(r["extra_info"]["truncated"] for r in recomputed.rows[b]) for b in BUDGETS}
     assert truncated[700] >= truncated[1400] >= truncated[2600] > 0
-    excerpted = {b: sum(bool(EXCERPT.match(json.loads(r["extra_info"]["history"])[-1]["content"]
-                                           or "")) for r in recomputed.rows[b]) for b in BUDGETS}
+    excerpted = {b: sum(any(EXCERPT.match(m["content"] or "")
+                            for m in json.loads(r["extra_info"]["history"]))
+                        for r in recomputed.rows[b]) for b in BUDGETS}
     assert excerpted[700] > 0 and excerpted[1400] > 0
     for budget in BUDGETS:  # the card counts the rows whose newest turn is an excerpt
         card = recomputed.cards[budget]["splits"]

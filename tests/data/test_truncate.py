@@ -1,11 +1,18 @@
-"""Left truncation: whole turns leave oldest first, system stays, tool results stay with calls;
-a newest turn over budget keeps its call and a marked head of its results."""
+"""Left truncation: whole turns leave oldest first, system stays, tool results stay with calls,
+the newest user message always stays; when it and what follows are over budget their tool
+results keep a marked head, and a state that cannot fit even so is over budget."""
 
 from __future__ import annotations
 
 import pytest
 
-from prour.data.truncate import PolicyTokens, is_excerpt, truncate_history, turn_groups
+from prour.data.truncate import (
+    OverBudget,
+    PolicyTokens,
+    is_excerpt,
+    truncate_history,
+    turn_groups,
+)
 from prour.rollout.query import query_prompt
 
 SYSTEM = {"role": "system", "content": "policy " * 50}
@@ -64,16 +71,34 @@ DIGITS = "0123456789" * 10  # 100 characters
 # "[… truncated N characters …]" is 27 characters plus the digits of N
 
 
-def test_newest_call_and_result_over_budget_keep_the_call_and_a_marked_head() -> None:
+def test_newest_user_message_stays_and_its_result_keeps_a_marked_head() -> None:
     history = [SYSTEM, {"role": "user", "content": "hi"}, call("c0"), result("c0", DIGITS)]
-    # whole: 10 + 2 + 100 = 112; newest turn alone: 110 > 70. Head of k characters:
-    # 10 + k + 27 + 2 (N = 100 - k has two digits) <= 70  →  k = 31, N = 69
+    # whole: 10 + 2 + 100 = 112 > 70, and the newest user message opens the history: nothing
+    # older to drop. Head of k characters: 10 + 2 + k + 27 + 2 (N = 100 - k, two digits) <= 70
+    # →  k = 29, N = 71; the user message and the call stay whole
     out = truncate_history(history, chars, budget=70)
-    assert out.messages == [SYSTEM, call("c0"),
-                            result("c0", DIGITS[:31] + "[… truncated 69 characters …]")]
-    assert (out.truncated, out.dropped, out.tokens, out.excerpted) == (True, 1, 70, True)
+    assert out.messages == [SYSTEM, {"role": "user", "content": "hi"}, call("c0"),
+                            result("c0", DIGITS[:29] + "[… truncated 71 characters …]")]
+    assert (out.truncated, out.dropped, out.tokens, out.excerpted) == (True, 0, 70, True)
     assert is_excerpt(out.messages[-1]) and not is_excerpt(history[-1])
     assert history[-1]["content"] == DIGITS  # the input is not modified
+
+
+def test_older_turns_leave_before_the_newest_user_message_and_its_calls() -> None:
+    history = [SYSTEM, {"role": "user", "content": "first"}, call("a"), result("a", DIGITS),
+               {"role": "user", "content": "second"}, call("b"), result("b", DIGITS[:40]),
+               call("c"), result("c", DIGITS[:50])]
+    # the anchor (user "second" and the two calls after it): 10 + 6 + 40 + 50 = 106; one more
+    # turn (the call "a" and its result) adds 100
+    out = truncate_history(history, chars, budget=205)
+    assert out.messages == [SYSTEM] + history[4:] and (out.dropped, out.tokens) == (3, 106)
+    assert not out.excerpted
+    # under 106 the anchor's results share one cap: 10 + 6 + 2 * (k + 29) <= 80 → k = 3
+    out = truncate_history(history, chars, budget=80)
+    assert out.messages == [SYSTEM, history[4], call("b"),
+                            result("b", DIGITS[:3] + "[… truncated 37 characters …]"), call("c"),
+                            result("c", DIGITS[:3] + "[… truncated 47 characters …]")]
+    assert (out.dropped, out.tokens, out.excerpted) == (3, 80, True)
 
 
 def test_parallel_results_share_one_cap_and_short_ones_stay_whole() -> None:
@@ -86,13 +111,19 @@ def test_parallel_results_share_one_cap_and_short_ones_stay_whole() -> None:
     assert (out.dropped, out.tokens) == (0, 50)
 
 
-def test_newest_text_message_over_budget_keeps_its_head() -> None:
+def test_newest_user_message_over_budget_is_never_cut_the_state_is_over_budget() -> None:
     history = [SYSTEM, call("c0"), result("c0", "ok"), {"role": "user", "content": DIGITS}]
-    # 10 + k + 29 <= 50  →  k = 11, N = 89; the older call and result leave together
-    out = truncate_history(history, chars, budget=50)
-    assert out.messages == [SYSTEM, {"role": "user",
-                                     "content": DIGITS[:11] + "[… truncated 89 characters …]"}]
-    assert (out.dropped, out.tokens, out.excerpted) == (2, 50, True)
+    assert chars(history[3:]) == 110  # the user message alone: no tool result to cut
+    assert truncate_history(history, chars, budget=110).messages == [SYSTEM, history[3]]
+    with pytest.raises(OverBudget, match="no tool result to cut"):
+        truncate_history(history, chars, budget=109)
+    # with a result after it: a head of 1 (10 + 100 + 1 + 29) fits 140, the marker alone
+    # (10 + 100 + 30) does not fit 139
+    history += [call("c1"), result("c1", DIGITS)]
+    assert truncate_history(history, chars, budget=140).messages[-1] == result(
+        "c1", "0[… truncated 99 characters …]")
+    with pytest.raises(OverBudget, match="max_prompt_tokens=139"):
+        truncate_history(history, chars, budget=139)
 
 
 def test_excerpt_below_the_marker_is_an_error() -> None:
@@ -108,11 +139,13 @@ def test_no_budget_separates_a_result_from_its_call() -> None:
     history = [SYSTEM, {"role": "user", "content": "hi there"}, call("a"), result("a", DIGITS),
                {"role": "user", "content": "and?"}, call("b", "c"), result("b", DIGITS[:30]),
                result("c", DIGITS[:70])]
-    for budget in range(68, chars(history) + 1):  # 68: both results cut to the marker
+    for budget in range(72, chars(history) + 1):  # 72: "and?", both results cut to a marker
         kept = truncate_history(history, chars, budget).messages
         called = [c["id"] for m in kept for c in m.get("tool_calls") or []]
         results = [m["tool_call_id"] for m in kept if m["role"] == "tool"]
         assert results == called, budget  # every kept result follows its kept call, in order
+    with pytest.raises(OverBudget):
+        truncate_history(history, chars, 71)
 
 
 def test_budget_below_the_empty_prompt_is_an_error() -> None:
