@@ -118,7 +118,11 @@ def test_splits_are_valid_non_empty_and_disjoint(run: Run) -> None:
     assert len(train) > 0 and len(val) > 0
     ids = [{r["extra_info"]["trajectory_id"] for r in split} for split in (train, val)]
     assert not ids[0] & ids[1]
-    assert (len(ids[0]), len(ids[1])) == (3, 1)  # round(4 · 0.25) trajectory held out
+    # split_by task (the default): of 2 tasks one is held out (at least one per side), with its
+    # 2 trials; the sides share no task
+    assert (len(ids[0]), len(ids[1])) == (2, 2)
+    tasks = [{tid.rsplit("/", 2)[0] for tid in side} for side in ids]
+    assert len(tasks[0]) == len(tasks[1]) == 1 and not tasks[0] & tasks[1]
     # each episode has 3 decisions: verify (before any tool result), clarify (after the teacher's
     # question), act (after the order details) → one verify and one clarify row per trajectory
     modes = sorted(r["extra_info"]["mode"] for r in all_rows(data))
@@ -176,7 +180,7 @@ def test_card_reports_decomposer_cost(run: Run) -> None:
     assert extraction["decomposer_calls_per_state"] == 3.0  # goals, actions, scores
     # K goals + K·L actions + (2 distinct goals × 3 candidates) scored = 5 + 20 + 6
     assert extraction["decomposer_requests_per_state"] == 31.0
-    assert card["splits"]["train"]["by_mode"] == {"clarify": 3, "verify": 3}
+    assert card["splits"]["train"]["by_mode"] == {"clarify": 2, "verify": 2}  # 2 trajectories
 
 
 def test_canaries_reach_only_the_reward_side(run: Run) -> None:
