@@ -164,7 +164,7 @@ def _write_warm(model_dir: Path, folder: Path, args: dict[str, Any]) -> None:
 def prompt_fingerprint() -> str:
     """Hash of every pipeline prompt the corpus renders (on fixed inputs): new wording, new build."""
     from prour.data.normalize import goal_prompt as normalize_prompt
-    from prour.env.prompts import agent_system_prompt, user_system_prompt
+    from prour.env.prompts import PROMPTS_VERSION, prompts_hash
     from prour.rewards.belief import belief_prompt
     from prour.rollout.query import query_prompt
     from prour.rollout.strict_user import STRICT_USER_SYSTEM
@@ -181,8 +181,8 @@ def prompt_fingerprint() -> str:
         json.dumps(belief_prompt("clarify", "H")),
         json.dumps(belief_prompt("verify", "H")),
         json.dumps(normalize_prompt("I")),
-        agent_system_prompt("P"),
-        user_system_prompt("S", True),
+        PROMPTS_VERSION,
+        prompts_hash(),  # tau2's agent and user prompts, greeting and stop tokens
         STRICT_USER_SYSTEM,
         VERIFIER_SYSTEM,
         VERIFIER_USER,

@@ -66,12 +66,13 @@ def _schemas(domain: str, requestor: Requestor) -> tuple[str, ...]:
     toolkit = _toolkit(domain, requestor)
     if toolkit is None:
         return ()
-    tools = sorted(toolkit.get_tools().values(), key=lambda tool: tool.name)
-    return tuple(json.dumps(tool.openai_schema) for tool in tools)
+    # tau2's order (Environment.get_tools): the order tau2's LLMAgent offers the tools in.
+    return tuple(json.dumps(tool.openai_schema) for tool in toolkit.get_tools().values())
 
 
 def tool_schemas(domain: str, requestor: Requestor = "assistant") -> list[dict[str, Any]]:
-    """OpenAI function schemas of the agent's tools (``requestor="user"``: the user's tools)."""
+    """OpenAI function schemas of the agent's tools (``requestor="user"``: the user's tools), in
+    tau2's order, as tau2's LLMAgent and UserSimulator get them."""
     return [json.loads(text) for text in _schemas(domain, requestor)]
 
 
