@@ -77,8 +77,9 @@ def tau2_text(module: str, name: str) -> str:
 
 
 @functools.cache
-def _greeting() -> str:
-    """The content of tau2's ``DEFAULT_FIRST_AGENT_MESSAGE`` (``tau2.orchestrator.orchestrator``)."""
+def greeting() -> str:
+    """tau2's opening agent message: the content of its ``DEFAULT_FIRST_AGENT_MESSAGE``
+    (``tau2.orchestrator.orchestrator``, which imports litellm: read from its source)."""
     path = _module_path("tau2.orchestrator.orchestrator")
     for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
@@ -95,7 +96,7 @@ def _greeting() -> str:
 def __getattr__(name: str) -> str:
     # GREETING is tau2's, read on first use (prour.env.prompts imports nothing of tau2 at load).
     if name == "GREETING":
-        return _greeting()
+        return greeting()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -134,6 +135,6 @@ def prompts_hash() -> str:
     import hashlib
 
     texts = (agent_system_prompt("{policy}"), user_system_prompt("{scenario}", with_tools=False),
-             user_system_prompt("{scenario}", with_tools=True), _greeting(),
+             user_system_prompt("{scenario}", with_tools=True), greeting(),
              *_tau2_stop_tokens())
     return hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]

@@ -36,7 +36,7 @@ from prour.env.environment import (
     tool_schemas,
     user_tool_schemas,
 )
-from prour.env.prompts import AGENT_STOP, GREETING, PROMPTS_VERSION
+from prour.env.prompts import AGENT_STOP, PROMPTS_VERSION, greeting
 from prour.env.scoring import score_episode
 from prour.env.trajectory import (
     StepRecord,
@@ -131,7 +131,7 @@ class _Episode:
         if history:
             return self.replay_history(history)
         self.record(
-            {"role": "assistant", "content": GREETING},
+            {"role": "assistant", "content": greeting()},
             "agent_message",
             self.now(),
             meta={"greeting": True},

@@ -91,3 +91,40 @@ def test_prompts_hash_follows_tau2s_texts(monkeypatch: pytest.MonkeyPatch) -> No
 def test_tau2_text_names_the_file_when_the_constant_is_gone() -> None:
     with pytest.raises(RuntimeError, match=r"llm_agent\.py: tau2 no longer defines NO_SUCH_TEXT"):
         prompts.tau2_text("tau2.agent.llm_agent", "NO_SUCH_TEXT")
+
+
+def test_the_cli_and_an_episode_run_without_litellm() -> None:
+    """prour reads tau2's texts without importing litellm or tau2's agent/user modules: `prour
+    --help`, the prompts and a scripted episode leave them unloaded (litellm is only for this
+    file's comparison with tau2's own classes)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = """
+import json, sys
+from prour.cli.main import app
+try:
+    app(["--help"])
+except SystemExit:
+    pass
+from prour.config import EnvConfig
+from prour.env import prompts
+from prour.env.agents import LLMAgent
+from prour.env.domains import get_task
+from prour.env.runner import run_episode
+from prour.env.users import LLMUser
+from prour.llm.scripted import ScriptedLLM
+prompts.prompts_hash()
+env = EnvConfig()
+traj = run_episode("retail", get_task("retail", "5"), LLMAgent(ScriptedLLM(default="Hello."), env),
+                   LLMUser(ScriptedLLM(default="###STOP###"), env), limits=env)
+print(json.dumps([traj.termination, sorted(sys.modules)]))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    termination, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert termination == "user_stop"
+    assert "Usage" in out.stdout  # the help was printed
+    unwanted = {"litellm", "tau2.agent.llm_agent", "tau2.user.user_simulator",
+                "tau2.orchestrator.orchestrator", "tau2.utils.llm_utils"}
+    assert not unwanted & set(loaded), sorted(unwanted & set(loaded))
