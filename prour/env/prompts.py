@@ -93,13 +93,6 @@ def greeting() -> str:
                        "reads tau2's greeting from there (prour/env/prompts.py needs updating)")
 
 
-def __getattr__(name: str) -> str:
-    # GREETING is tau2's, read on first use (prour.env.prompts imports nothing of tau2 at load).
-    if name == "GREETING":
-        return greeting()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @functools.cache
 def user_guidelines(with_tools: bool) -> str:
     """tau2's global user-simulator guidelines (the file tau2's UserSimulator reads: with the

@@ -32,7 +32,7 @@ from prour.data.truncate import PolicyTokens
 from prour.env.agents import LLMAgent
 from prour.env.domains import load_tasks
 from prour.env.environment import tool_schemas
-from prour.env.prompts import GREETING
+from prour.env.prompts import greeting
 from prour.env.users import LLMUser
 from prour.llm.scripted import ScriptedLLM, render_prompt
 from prour.router.config import RouterConfig
@@ -142,7 +142,7 @@ def test_decision_states_skip_greeting_and_teacher_questions(run: Run) -> None:
     traj = load_trajectories(run.folder / "traj.jsonl", "error")[0]
     states = decision_states(traj, run.cfg)
     assert [s.step for s in states] == [0, 1, 2]
-    assert [m["content"] for m in states[0].history] == [GREETING, scripts.OPENING]
+    assert [m["content"] for m in states[0].history] == [greeting(), scripts.OPENING]
     assert [m.get("content") for m in states[1].history][-2:] == [scripts.QUESTION, scripts.ANSWER]
     assert all(m["role"] != "system" for s in states for m in s.history)
     assert states[0].action == scripts.CANONICAL[2] and states[1].action == scripts.CANONICAL[1]

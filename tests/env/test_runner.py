@@ -13,7 +13,7 @@ import pytest
 from prour.config import EnvConfig
 from prour.env.agents import AgentTurn, LLMAgent, OracleAgent, TaskView, build_agent
 from prour.env.domains import get_task, load_tasks
-from prour.env.prompts import GREETING
+from prour.env.prompts import greeting
 from prour.env.runner import EpisodeJob, run_episode, run_episodes
 from prour.env.trajectory import read_trajectories
 from prour.env.users import LLMUser, OracleUser, ScriptedUser, build_user, flip_roles
@@ -122,7 +122,7 @@ def test_telecom_user_tools_stay_on_the_user_side() -> None:
         assert all(m.get("tool_call_id") not in user_results for m in messages)
         assert all(not (m["role"] == "user" and m.get("tool_calls")) for m in messages)
     assert agent.seen[0][0]["role"] == "system"
-    assert agent.seen[0][1] == {"role": "assistant", "content": GREETING}
+    assert agent.seen[0][1] == {"role": "assistant", "content": greeting()}
 
 
 def test_agent_notes_and_step_meta_are_recorded() -> None:
@@ -318,5 +318,5 @@ def test_a_task_with_prior_history_starts_where_it_left_off() -> None:
         "tool_result",
     ]
     assert agent.seen[0][-1]["content"] == observation  # the agent moves first, after the result
-    assert GREETING not in [m["content"] for m in traj.messages[len(history) + 1 :]]
+    assert greeting() not in [m["content"] for m in traj.messages[len(history) + 1 :]]
     assert traj.reward == 1.0 and traj.errors == []

@@ -70,7 +70,7 @@ def test_greeting_and_stop_tokens_are_tau2s() -> None:
 
     from prour.env.users import is_stop
 
-    assert prompts.GREETING == DEFAULT_FIRST_AGENT_MESSAGE.content
+    assert prompts.greeting() == DEFAULT_FIRST_AGENT_MESSAGE.content
     assert prompts.USER_STOP_TOKENS == (STOP, TRANSFER, OUT_OF_SCOPE)
     for text in ("Thanks! ###STOP###", "###TRANSFER###", "ok ###OUT-OF-SCOPE###", "all good", ""):
         assert is_stop(text) == Tau2User.is_stop(UserMessage(role="user", content=text)), text
