@@ -139,6 +139,8 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     """Split, route every state with the decomposer, and write train/validation parquet + card."""
     from prour.cli.failures import backend_failures, complete_hints
     from prour.cli.recipe import preflight_or_exit, resumable, saved_lines
+    from prour.data.card import drop_lines
+    from prour.data.extract import prompts_warning
     from prour.data.pipeline import run_extract
 
     loaded = _recipe(recipe, overrides, on_bad_line)
@@ -160,9 +162,15 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     if result.errors:
         typer.echo("schema check failed:\n" + "\n".join(result.errors[:20]), err=True)
         raise typer.Exit(1)
-    rows = result.card["extraction"]["rows"]
+    extraction = result.card["extraction"]
+    warning = prompts_warning(extraction["prompts_hashes"], extraction["prompts_hash"])
+    if warning is not None:
+        typer.echo(f"warning: {warning}", err=True)
+    rows = extraction["rows"]
     typer.echo(f"train {rows['train']} rows, validation {rows['validation']} rows in "
                f"{result.dataset_dir}")
+    for line in drop_lines(extraction):
+        typer.echo(line)
     if not any(rows.values()):
         from prour.data.extract import empty_reason
 

@@ -112,12 +112,43 @@ def _extraction_markdown(summary: dict[str, Any]) -> list[str]:
               f"clarify {routes.get('clarify', 0)}, verify {routes.get('verify', 0)}).")
     cost = (f"Decomposer calls: {summary.get('decomposer_calls', 0)} in all, "
             f"{summary.get('decomposer_calls_per_state', 0.0):.2f} per routed state.")
-    lines = ["## Extraction", "", routed, cost]
-    dropped = summary.get("dropped", {})
-    if dropped:
-        listed = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
-        lines.append(f"Dropped states: {listed}.")
-    return lines + [""]
+    return ["## Extraction", "", routed, cost, *drop_lines(summary), ""]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def drop_lines(summary: dict[str, Any]) -> list[str]:
+    """What extraction left out, from its summary, as the card and ``prour extract`` say it:
+    trajectories (duplicate records named by key, invalid lines, errored episodes,
+    calibration-reserve tasks), states per reason (``over_budget``, ``verify_off_reference`` …),
+    and the prompts hashes the trajectories were collected with. Summaries written before these
+    were recorded give what they hold."""
+    duplicates = summary.get("duplicates") or {}
+    invalid = summary.get("invalid_lines") or []
+    trajectories = summary.get("trajectories") or {}
+    parts = [_plural(sum(duplicates.values()), "duplicate record")]
+    if duplicates:
+        keys = "; ".join(f"{key}: {n + 1} records, the last kept"
+                         for key, n in list(duplicates.items())[:5])
+        parts[0] += f" (key {keys}{'; …' if len(duplicates) > 5 else ''})"
+    parts.append(_plural(len(invalid), "invalid line") + (
+        f" (line {', '.join(map(str, invalid[:10]))}{', …' if len(invalid) > 10 else ''})"
+        if invalid else ""))
+    parts.append(_plural(trajectories.get("errored", 0), "errored episode"))
+    if trajectories.get("reserve_task"):
+        parts.append(f"{trajectories['reserve_task']} of calibration-reserve tasks")
+    dropped = summary.get("dropped") or {}
+    states = ", ".join(f"{n} {why}" for why, n in sorted(dropped.items())) or "none"
+    lines = [f"Dropped trajectories: {', '.join(parts)}.", f"Dropped states: {states}."]
+    hashes = summary.get("prompts_hashes") or {}
+    if hashes:
+        current = summary.get("prompts_hash", "")
+        counts = ", ".join(f"{n} with {digest}" + (" (this code's)" if digest == current else "")
+                           for digest, n in hashes.items())
+        lines.append(f"Prompts (prompts_hash) the trajectories were collected with: {counts}.")
+    return lines
 
 
 def card_markdown(card: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -333,7 +334,11 @@ def load_trajectories(path: str | Path, on_bad_line: str) -> JsonlRecords:
     """Stored trajectories, one per resume key (a rerun's later record wins).
 
     Corrupt lines raise a ValueError naming ``file:line`` (``on_bad_line="error"``) or are
-    skipped, logged, and listed in ``.skipped`` (``"skip"``); ``.duplicates`` counts replaced keys.
+    skipped, logged, and listed in ``.skipped`` (``"skip"``); ``.duplicates`` counts replaced
+    records and ``.duplicate_keys`` names them: trajectory id (:func:`trajectory_id`, the key
+    domain/task/seed/agent) → records left out. The seed is the trial (``data.trial_seeds``), so
+    several trials of one task are distinct trajectories; only records of the same key (a rerun
+    appended without compaction, or a file concatenated twice) are duplicates.
     """
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line must be 'error' or 'skip', got {on_bad_line!r}")
@@ -344,4 +349,6 @@ def load_trajectories(path: str | Path, on_bad_line: str) -> JsonlRecords:
     by_key = {traj.key: traj for traj in rows}
     out = JsonlRecords(by_key.values(), rows.skipped)
     out.duplicates = len(rows) - len(by_key)
+    repeats = Counter(trajectory_id(traj) for traj in rows)
+    out.duplicate_keys = {tid: n - 1 for tid, n in sorted(repeats.items()) if n > 1}
     return out

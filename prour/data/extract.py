@@ -22,6 +22,15 @@
 6. Keep the untruncated tool traffic before the decision (every tool call and its result, the
    agent's and the user's) and the DB hash of the environment it leads to: the verifier's
    environment is rebuilt from it and checked against that hash (:mod:`prour.data.schema`).
+
+What is left out is counted in the extraction summary, which the dataset card and ``prour
+extract`` report (:func:`prour.data.card.drop_lines`): duplicate records (one trajectory per key
+domain/task/seed/agent, the seed being the trial, so trials are distinct; a repeated key is named),
+invalid input lines, errored episodes, trajectories of calibration-reserve tasks, and states per
+reason (``over_budget``, ``verify_off_reference`` …). Trajectories carry the ``prompts_hash`` of
+the agent's and user's prompts they were collected with ("unknown" in older files); the summary
+counts them per hash and :func:`prompts_warning` says when they differ from each other or from
+this code's.
 """
 
 from __future__ import annotations
@@ -349,7 +358,8 @@ def decision_hashes(states: Sequence[DecisionState]) -> list[str]:
 def build_instance(state: DecisionState, routed: Routed, target: str, tokens: PolicyTokens,
                    budget: int, db_hash: str) -> Instance:
     """Truncate the history to the budget and assemble the instance for the routed mode
-    (``db_hash``: :func:`decision_hash` of the state)."""
+    (``db_hash``: :func:`decision_hash` of the state); :class:`~prour.data.truncate.OverBudget`
+    when the state cannot fit."""
     mode = routed.route
     cut = truncate_history(state.history, lambda h: tokens.chat(query_prompt(mode, h)), budget)
     return Instance(
@@ -364,7 +374,8 @@ def build_instance(state: DecisionState, routed: Routed, target: str, tokens: Po
 
 @dataclass
 class ExtractSummary:
-    """What extraction saw, kept and dropped; written next to the parquet files."""
+    """What extraction saw, kept and dropped, and the prompts hashes of its trajectories;
+    written next to the parquet files (the card reports it)."""
 
     trajectories: dict[str, int] = field(default_factory=dict)
     states: int = 0
@@ -375,6 +386,13 @@ class ExtractSummary:
     cache_hits: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     rows: dict[str, int] = field(default_factory=dict)
+    # what never became a trajectory: records of a repeated key (trajectory id → records left
+    # out) and the input file's invalid lines (1-based, data.on_bad_line: skip)
+    duplicates: dict[str, int] = field(default_factory=dict)
+    invalid_lines: list[int] = field(default_factory=list)
+    # prompts_hash → trajectories collected with it ("unknown": not recorded), and this code's
+    prompts_hashes: dict[str, int] = field(default_factory=dict)
+    prompts_hash: str = ""
 
     def to_dict(self, extra: dict[str, Any]) -> dict[str, Any]:
         per_state = lambda n: n / self.states if self.states else 0.0
@@ -385,15 +403,61 @@ class ExtractSummary:
             "decomposer_requests": self.decomposer_requests,
             "decomposer_requests_per_state": per_state(self.decomposer_requests),
             "cache_hits": self.cache_hits, "dropped": dict(self.dropped), "rows": self.rows,
+            "duplicates": self.duplicates, "invalid_lines": self.invalid_lines,
+            "prompts_hashes": self.prompts_hashes, "prompts_hash": self.prompts_hash,
             **extra,
         }
 
 
-def usable(trajectories: Sequence[Trajectory], summary: ExtractSummary) -> list[Trajectory]:
-    """Trajectories that ended without an error (errored episodes are counted and left out)."""
+def usable(trajectories: Sequence[Trajectory], summary: ExtractSummary,
+           cfg: DataConfig | None = None) -> list[Trajectory]:
+    """Trajectories that ended without an error and are not of a calibration-reserve task
+    (``cfg.calibration_reserve``: training never uses them); both kinds are counted and left
+    out. The input's duplicate keys and invalid lines (when ``trajectories`` is what
+    :func:`~prour.data.collect.load_trajectories` returned) are recorded in the summary."""
+    summary.duplicates = dict(getattr(trajectories, "duplicate_keys", {}))
+    summary.invalid_lines = list(getattr(trajectories, "skipped", []))
     kept = [t for t in trajectories if t.termination != "error"]
     summary.trajectories["errored"] = len(trajectories) - len(kept)
+    if cfg is not None and cfg.calibration_reserve:
+        from prour.data.reserve import reserve_task_ids
+
+        reserve = set(reserve_task_ids(cfg))
+        training = [t for t in kept if not (t.domain == cfg.domain and t.task_id in reserve)]
+        summary.trajectories["reserve_task"] = len(kept) - len(training)
+        kept = training
     return kept
+
+
+UNKNOWN_PROMPTS = "unknown"
+"""The prompts hash of a trajectory recorded before trajectories carried one."""
+
+
+def prompts_hashes(trajectories: Iterable[Trajectory]) -> dict[str, int]:
+    """prompts_hash → number of trajectories collected with it (most first)."""
+    counts = Counter(t.prompts_hash or UNKNOWN_PROMPTS for t in trajectories)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def prompts_warning(hashes: dict[str, int], current: str) -> str | None:
+    """One line naming the trajectories per prompts hash when they differ from each other or
+    from this code's (``current``: :func:`prour.env.prompts.prompts_hash`); None when every
+    trajectory has this code's."""
+    if not hashes or set(hashes) == {current}:
+        return None
+
+    def named(digest: str, n: int) -> str:
+        if digest == UNKNOWN_PROMPTS:
+            return f"{n} with unknown prompts (collected before trajectories recorded them)"
+        return f"{n} with prompts_hash {digest}" + (" (this code's)" if digest == current else "")
+
+    counts = ", ".join(named(h, n) for h, n in hashes.items())
+    if len(hashes) > 1:
+        return (f"the trajectories were collected with {len(hashes)} different agent/user prompt "
+                f"sets: {counts}; this code's is prompts_hash {current} (the rows mix prompt "
+                "sets; re-collect to train on one)")
+    return (f"the trajectories were collected with agent/user prompts other than this code's "
+            f"(prompts_hash {current}): {counts} (re-collect to train on this code's prompts)")
 
 
 def extract_instances(
@@ -406,8 +470,13 @@ def extract_instances(
     progress: bool = True,
 ) -> tuple[dict[str, list[Instance]], ExtractSummary]:
     """Split, build states, route, and assemble the instances of both splits."""
-    summary = ExtractSummary()
-    trajectories = usable(trajectories, summary)
+    from prour.env.prompts import prompts_hash
+
+    summary = ExtractSummary(prompts_hash=prompts_hash())
+    summary.prompts_hashes = prompts_hashes(trajectories)
+    if (warning := prompts_warning(summary.prompts_hashes, summary.prompts_hash)) is not None:
+        log.info("%s", warning)  # `prour extract` prints it
+    trajectories = usable(trajectories, summary, cfg)
     splits = split_trajectories(trajectories, cfg)
     states = [s for t in trajectories for s in decision_states(t, cfg)]
     hits_before = cache.hits

@@ -36,7 +36,7 @@ from prour.env.environment import (
     tool_schemas,
     user_tool_schemas,
 )
-from prour.env.prompts import AGENT_STOP, PROMPTS_VERSION, greeting
+from prour.env.prompts import AGENT_STOP, PROMPTS_VERSION, greeting, prompts_hash
 from prour.env.scoring import score_episode
 from prour.env.trajectory import (
     StepRecord,
@@ -88,6 +88,7 @@ class _Episode:
             agent_model=getattr(agent, "model_name", None),
             user_model=getattr(user, "model_name", None),
             prompts_version=PROMPTS_VERSION,
+            prompts_hash=prompts_hash(),
             started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         )
         self.env: Any = None
@@ -380,6 +381,7 @@ def _run_job(job: EpisodeJob, limits: EnvConfig) -> Trajectory:
             user="?",
             termination="error",
             prompts_version=PROMPTS_VERSION,
+            prompts_hash=prompts_hash(),
         )
         traj.errors.append("building the agent or user failed: " + _describe(exc))
         return traj

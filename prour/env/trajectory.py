@@ -74,6 +74,9 @@ class Trajectory(BaseModel):
     agent_model: str | None = None
     user_model: str | None = None
     prompts_version: str = ""
+    # prour.env.prompts.prompts_hash() of the code that ran the episode (the agent's and the user
+    # simulator's prompt texts); "" in files written before it was recorded: "unknown"
+    prompts_hash: str = ""
     messages: list[dict[str, Any]] = Field(default_factory=list)
     steps: list[StepRecord] = Field(default_factory=list)
     termination: Termination | None = None

@@ -330,7 +330,10 @@ def test_the_world_exercises_routes_truncation_and_excerpts(recomputed: World) -
                             for m in json.loads(r["extra_info"]["history"]))
                         for r in recomputed.rows[b]) for b in BUDGETS}
     assert excerpted[700] > 0 and excerpted[1400] > 0
-    for budget in BUDGETS:  # the card counts the rows whose newest turn is an excerpt
+    over = {b: recomputed.cards[b]["extraction"]["dropped"].get("over_budget", 0)
+            for b in BUDGETS}
+    assert over[700] > 0 and over[2600] == 0, over  # states that cannot fit are dropped
+    for budget in BUDGETS:  # the card counts the rows holding an excerpt
         card = recomputed.cards[budget]["splits"]
         assert sum(s["excerpted"] for s in card.values()) == excerpted[budget]
     lost = {b: sum(bool(dropped_writes(r["extra_info"])) for r in recomputed.rows[b]
