@@ -52,7 +52,9 @@ class DataConfig(Section):
     split_by: Literal["trajectory", "task"] = "task"
     max_decisions: int = Field(16, ge=1)  # first N agent decisions of each trajectory
     # The query generator's prompt budget in policy tokens (paper: 1400): histories are
-    # left-truncated to it here, and training (both backends) refuses longer prompts.
+    # left-truncated to it here, always keeping the newest user message and the calls after it
+    # (a state that cannot fit even with those calls' results cut is dropped, "over_budget";
+    # prour.data.truncate), and training (both backends) refuses longer prompts.
     max_prompt_tokens: int = Field(1400, ge=64)
     only_successful: bool = False  # verify targets only from trajectories with reward 1
     # The verify target Y. "agent" (default): the collected agent's own next tool call, also from
