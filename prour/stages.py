@@ -489,19 +489,21 @@ def _heldout_roles(recipe: Recipe) -> tuple[str, ...]:
 
 
 def _train_modes(recipe: Recipe) -> set[str]:
-    """The modes of the states in the train file: both while it does not exist yet or cannot be
-    read (the path check or the trainer names that)."""
+    """The modes of the states in the train file that training keeps (``train.modes``): all
+    of ``train.modes`` while the file does not exist yet or cannot be read (the path check or the
+    trainer names that)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from prour.train.reward import RESPONDERS
 
     files = _train_files(recipe)
+    wanted = set(recipe.train.modes or RESPONDERS) if recipe.train is not None else set(RESPONDERS)
     try:
-        return set(pq.read_table(files[0].path, columns=["extra_info"]).column("extra_info")
-                   .combine_chunks().field("mode").to_pylist())
+        return wanted & set(pq.read_table(files[0].path, columns=["extra_info"])
+                            .column("extra_info").combine_chunks().field("mode").to_pylist())
     except (IndexError, OSError, ValueError, KeyError, TypeError, pa.ArrowException):
-        return set(RESPONDERS)
+        return wanted
 
 
 def _train_roles(recipe: Recipe) -> tuple[str, ...]:

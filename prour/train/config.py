@@ -98,6 +98,10 @@ class TrainConfig(Section):
     backend: Literal["local", "verl"] = "local"
     train_file: str = "data/dataset/train.parquet"  # instances; relative to the run directory
     val_file: str | None = "data/dataset/validation.parquet"
+    # The belief modes of the train/validation files' states that training uses (the others are
+    # left out as the files are read, by both backends); None: every state. IG-Clarifier's run
+    # (recipes/ig-clarifier.yaml) trains on the clarify states only.
+    modes: list[Literal["clarify", "verify"]] | None = Field(None, min_length=1)
     states_per_step: int = Field(16, ge=1)  # prompts per training step
     total_steps: int = Field(2010, ge=1)
     # verl backend: its sampler stops training once more than this fraction of a step's asks

@@ -6,10 +6,14 @@ the states an uninterrupted run would have, without storing the permutation.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 
 class DataOrder:
@@ -42,6 +46,29 @@ class DataOrder:
         return [
             self.permutation(p // self.n_rows)[p % self.n_rows] for p in range(start, start + size)
         ]
+
+
+def row_mode(row: dict[str, Any]) -> str | None:
+    """The belief mode (clarify / verify) of a dataset row's state, None when it names none."""
+    return (row.get("extra_info") or {}).get("mode")
+
+
+def keep_modes(rows: list[dict[str, Any]], modes: Collection[str] | None,
+               where: str = "the training data") -> list[dict[str, Any]]:
+    """The rows whose state has one of ``modes`` (``train.modes``; None: every row, as read).
+
+    Both backends train on what this keeps: the local trainer on its rows, verl's dataset on the
+    rows of its files (:mod:`prour.train.verl_ext.dataset`). A filter that keeps nothing of a
+    non-empty file says so in the log (the local trainer then saves the untrained policy, as for
+    an empty file; verl refuses an empty dataset)."""
+    if modes is None:
+        return rows
+    kept = [row for row in rows if row_mode(row) in set(modes)]
+    if rows and not kept:
+        found = sorted({str(row_mode(row)) for row in rows})
+        logger.warning("train.modes=%s keeps none of the %d states of %s (their modes: %s)",
+                       list(modes), len(rows), where, ", ".join(found))
+    return kept
 
 
 def read_instances(path: str | Path) -> list[dict[str, Any]]:

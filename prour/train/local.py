@@ -31,7 +31,7 @@ from prour.train.algorithm import (
     select_kept,
 )
 from prour.train.config import TrainConfig
-from prour.train.data import DataOrder, read_instances
+from prour.train.data import DataOrder, keep_modes, read_instances, row_mode
 from prour.train.metrics import MetricsLog, sample_diagnostics
 from prour.train.policy import Policy, Rollout
 from prour.train.recipe import recipe_dict, train_section
@@ -162,6 +162,7 @@ class LocalTrainer:
             )
         if self._rows is None:  # read before any model loads: a missing file fails fast
             self._rows = read_instances(self._train_file())
+        self._rows = keep_modes(self._rows, self.cfg.modes, str(self._train_file()))
         self._setup_model(start or self._policy_path())
         self._setup_optimizer()
         if self._rows:  # an empty train file: nothing to order or score (see run)
@@ -469,11 +470,6 @@ class _Tally:
             grad_norm_max=max(finite) if finite else None,
         )
         return out
-
-
-def row_mode(row: dict[str, Any]) -> str | None:
-    """The belief mode (clarify / verify) of a dataset row's state, None when it names none."""
-    return (row.get("extra_info") or {}).get("mode")
 
 
 def sample_metrics(

@@ -102,7 +102,9 @@ def algorithm_overrides(cfg: TrainConfig) -> dict[str, Any]:
 
 def data_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     train_file = cfg.train_file  # absolute: the recipe's path rule
-    return {
+    # train.modes: the dataset keeps those states' rows (verl_ext.dataset), as the local trainer
+    modes = {"+data.prour_modes": list(cfg.modes)} if cfg.modes else {}
+    return {**modes,
         "data.train_files": train_file,
         "data.val_files": cfg.val_file or train_file,
         "data.train_batch_size": cfg.states_per_step,

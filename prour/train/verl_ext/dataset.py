@@ -67,9 +67,25 @@ class ProurRLDataset(RLHFDataset):
         )
         return len(normalize_token_ids(ids))
 
+    def keep_modes(self, dataframe: Any) -> Any:
+        """The rows of ``train.modes`` (``data.prour_modes``; unset: all), as the local trainer
+        keeps them (:func:`prour.train.data.keep_modes`); an empty result is refused."""
+        modes = self.config.get("prour_modes")
+        if not modes:
+            return dataframe
+        from prour.train.data import keep_modes
+
+        rows = [dataframe[i] for i in range(len(dataframe))]
+        keep = {id(row) for row in keep_modes(rows, list(modes), str(self.data_files))}
+        if not keep:
+            raise ValueError(f"{self.data_files}: train.modes={list(modes)} keeps no state")
+        return dataframe.select([i for i, row in enumerate(rows) if id(row) in keep])
+
     def maybe_filter_out_long_prompts(self, dataframe: Any = None) -> Any:
-        """Refuse the dataset when a prompt is over ``data.max_prompt_tokens`` (verl's own
-        filter would silently drop those rows; its agent loop would silently cut them)."""
+        """Keep ``train.modes``' rows, then refuse the dataset when a prompt is over
+        ``data.max_prompt_tokens`` (verl's own filter would silently drop those rows; its agent
+        loop would silently cut them)."""
+        dataframe = self.keep_modes(dataframe)
         lengths = [self.prompt_length(row) for row in dataframe]
         over = [i for i, n in enumerate(lengths) if n > self.max_prompt_length]
         if over:
