@@ -119,8 +119,9 @@ class SeededChat:
 
 
 class LLMAgent(SeededChat):
-    """The standard tool-calling agent: domain policy as system prompt, tools via the template;
-    it decodes as the recipe's ``env`` section says (``agent_temperature``, ``agent_max_tokens``)."""
+    """The standard tool-calling agent, prompted as tau2's LLMAgent (its system prompt over the
+    domain policy; the tools' OpenAI schemas in tau2's order, via the chat template); it decodes
+    as the recipe's ``env`` section says (``agent_temperature``, ``agent_max_tokens``)."""
 
     name = "llm"
 

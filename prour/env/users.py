@@ -1,5 +1,6 @@
-"""User simulators: the protocol, the standard tau-bench style LLM user, a scripted user for tests,
-the oracle user that performs a task's user-side reference actions, and a registry by name.
+"""User simulators: the protocol, the standard LLM user (tau2's UserSimulator prompt), a scripted
+user for tests, the oracle user that performs a task's user-side reference actions, and a
+registry by name.
 
 A user simulator knows the task (its scenario is the user's instruction). It sees the dialogue
 from its side: the agent's text messages, its own messages, its own tool calls and their
@@ -79,8 +80,10 @@ def flip_roles(messages: Sequence[Message]) -> list[Message]:
 
 
 class LLMUser(SeededChat):
-    """The standard simulated customer: scenario in the system prompt, one message per turn;
-    it decodes as the recipe's ``env`` section says (``user_temperature``, ``user_max_tokens``)."""
+    """The standard simulated customer, prompted as tau2's UserSimulator (its guidelines, the tool
+    guidelines when the domain gives the user tools, then ``str(task.user_scenario)``); it stops
+    on tau2's stop tokens and decodes as the recipe's ``env`` section says (``user_temperature``,
+    ``user_max_tokens``)."""
 
     name = "llm"
 
