@@ -2,13 +2,15 @@
 
 Every episode (whatever the task): the user opens as Yusuf Rossi; the agent looks up his user id
 (decision 0), returns an item of his delivered order #W2378156 (decision 1, a WRITE: the order
-becomes "return requested"), reads a product's details (decision 2, a long result), reads his
-user details (decision 3), then wraps up (decision 4) and the user stops.
+becomes "return requested"), says so and offers to check a product (decision 2); the user asks
+it to; the agent reads the product's details (decision 3, a long result), reads his user details
+(decision 4), then wraps up (decision 5) and the user stops.
 
-The scripted decomposer routes decision 1 to clarify (its goal readings disagree), decision 3 to
+The scripted decomposer routes decision 1 to clarify (its goal readings disagree), decision 4 to
 verify (every reading finds the candidates equally likely: EU = ln 3) and the rest to act. The
-prompt budget is set from the data so that decision 3's verify prompt keeps only the product
-call and its result: truncation drops the return, but the verifier's environment must have it.
+prompt budget is set from the data so that decision 4's verify prompt keeps only the newest user
+message, the product call and its result (truncation keeps the newest user message and what
+follows it): truncation drops the return, but the verifier's environment must have it.
 
 Expected values here are recomputed with tau2's own API, not with prour's replay code.
 """
@@ -52,8 +54,10 @@ PRODUCT_CALL = {"name": "get_product_details", "arguments": {"product_id": "6945
 USER_CALL = {"name": "get_user_details", "arguments": {"user_id": "yusuf_rossi_9620"}}
 OPENING = "Hi, I am Yusuf Rossi with zip 19122. I want to return something."
 WRAP_UP = "Your return is registered. Anything else?"
+RETURN_DONE = "The return is requested. Shall I check the product as well?"
+CHECK_IT = "Yes, please check the product."
 THRESHOLDS = (0.25, 0.20)
-VERIFY_STEP, CLARIFY_STEP = 3, 1
+VERIFY_STEP, CLARIFY_STEP = 4, 1
 
 
 def _tool_call(call: dict) -> str:
@@ -69,13 +73,15 @@ def agent_llm() -> ScriptedLLM:
     """Rules newest-first: the latest tool result decides the next call."""
     return ScriptedLLM([("tool get_user_details returned", WRAP_UP),
                         ("tool get_product_details returned", _tool_call(USER_CALL)),
-                        ("tool return_delivered_order_items returned", _tool_call(PRODUCT_CALL)),
+                        (CHECK_IT, _tool_call(PRODUCT_CALL)),
+                        ("tool return_delivered_order_items returned", RETURN_DONE),
                         ("tool find_user_id_by_name_zip returned", _tool_call(RETURN_CALL))],
                        default=_tool_call(FIND_CALL))
 
 
 def user_llm() -> ScriptedLLM:
-    return ScriptedLLM([(r"Anything else\?[^\n]*\Z", "###STOP###")], default=OPENING)
+    return ScriptedLLM([(r"Anything else\?[^\n]*\Z", "###STOP###"),
+                        (r"check the product as well\?[^\n]*\Z", CHECK_IT)], default=OPENING)
 
 
 GOALS = ["I want to exchange items of my order.", "I want to know my order status."]
@@ -123,10 +129,12 @@ class World:
 
 
 def verify_budget(traj: Trajectory, tokens: PolicyTokens, cfg: DataConfig) -> int:
-    """The budget that keeps exactly the newest (call, result) pair in the verify prompt."""
+    """The budget that keeps exactly the newest user message and the (call, result) pair after
+    it in the verify prompt."""
     history = decision_states(traj, cfg)[VERIFY_STEP].history
+    assert history[-3]["content"] == CHECK_IT
     assert history[-2]["tool_calls"][0]["function"]["name"] == PRODUCT_CALL["name"]
-    return tokens.chat(query_prompt("verify", history[-2:]))
+    return tokens.chat(query_prompt("verify", history[-3:]))
 
 
 def build_world(folder: Path, tiny_model_dir: Path) -> World:

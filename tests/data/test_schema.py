@@ -35,7 +35,8 @@ def _reward_view(state) -> dict:
 def test_world_has_one_clarify_and_one_truncated_verify_row_per_episode(world) -> None:
     got = sorted((r["extra_info"]["mode"], r["extra_info"]["step"], r["extra_info"]["truncated"])
                  for r in world.rows)
-    assert got == [("clarify", 1, False)] * 2 + [("verify", 3, True)] * 2
+    assert got == [("clarify", world_lib.CLARIFY_STEP, False)] * 2 + \
+        [("verify", world_lib.VERIFY_STEP, True)] * 2
     assert all(check_row(r) == [] for r in world.rows)
 
 
