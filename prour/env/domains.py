@@ -149,7 +149,7 @@ def _tasks_by_id(domain: str) -> dict[str, Task]:
     return tasks
 
 
-def split_task_ids(domain: str, split: str = "test") -> list[str]:
+def split_task_ids(domain: str, split: str) -> list[str]:
     """Task ids of a split in tau2's order."""
     splits = domain_spec(domain).splits
     if split not in splits:
