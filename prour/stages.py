@@ -2,7 +2,8 @@
 
 A :class:`Stage` is what ``--stages``, preflight, the GPU plan, ``slurm.<stage>`` and the Slurm
 jobs name (``serve``, ``collect``, ..., ``report``); its :class:`Step` rows are the chain as a run
-walks it (DESIGN.md §6): collect retail, collect airline, normalize, calibration states (dev,
+walks it (DESIGN.md §6): collect retail, collect the calibration reserve's dev episodes,
+collect airline, normalize, calibration states (dev,
 test), annotate, the review gate, threshold search, held-out evaluation, extract, train, export,
 eval, report. Each step says the command that runs it (printable, runnable as printed), the files
 it reads and writes (resolved the way the stage itself resolves them), how "done" is read from
@@ -32,6 +33,10 @@ GPU_EXTRA = "pip install -e '.[gpu]'"
 # airline decision states sampled from router.calibration.test_episodes = 60 episodes of the
 # airline train split).
 AIRLINE_TRAJECTORIES = "data/airline_trajectories.jsonl"
+# The retail collection of the calibration reserve's tasks (data.calibration_reserve) that yields
+# the dev candidate states (paper A.2.2: a development set disjoint from training);
+# router.calibration.dev_episodes episodes.
+DEV_TRAJECTORIES = "data/calibration_dev_trajectories.jsonl"
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,10 @@ def _airline(recipe: Recipe) -> File:
     return File("collect-airline (--set data.trajectories)", _run_dir(recipe) / AIRLINE_TRAJECTORIES)
 
 
+def _dev_trajectories(recipe: Recipe) -> File:
+    return File("collect-dev (--set data.trajectories)", _run_dir(recipe) / DEV_TRAJECTORIES)
+
+
 def _states(recipe: Recipe, split: str) -> tuple[File, ...]:
     """The split's calibration states where the calibrate stage reads them (none when unset)."""
     from prour.router.pipeline import states_path
@@ -238,11 +247,12 @@ def _states(recipe: Recipe, split: str) -> tuple[File, ...]:
 
 
 def _sampled_from(recipe: Recipe, split: str) -> tuple[File, ...]:
-    """The trajectories a split's states are sampled from: the retail training trajectories
-    (dev), the airline collection (test); none when the split has no states file."""
+    """The trajectories a split's states are sampled from: the retail collection of the
+    calibration reserve (dev), the airline collection (test); none when the split has no states
+    file."""
     if not _states(recipe, split):
         return ()
-    return (_data(recipe, "trajectories"),) if split == "dev" else (_airline(recipe),)
+    return (_dev_trajectories(recipe),) if split == "dev" else (_airline(recipe),)
 
 
 def _no_states(recipe: Recipe, split: str) -> str | None:
@@ -256,6 +266,12 @@ def _calibration(recipe: Recipe, kind: str, split: str) -> File:
 
     path = labels_path(recipe, split) if kind == "labels" else cache_path(recipe, split)
     return File(f"router.calibration.out_dir ({path.name})", path)
+
+
+def _mix_file(recipe: Recipe) -> File:
+    from prour.router.pipeline import mix_path
+
+    return File("router.calibration.out_dir (dev_mix.json)", mix_path(recipe))
 
 
 def _thresholds(recipe: Recipe) -> File:
@@ -296,6 +312,9 @@ def command_values(recipe: Recipe) -> dict[str, str]:
         "airline_trajectories": AIRLINE_TRAJECTORIES,
         "airline_path": str(_airline(recipe).path),
         "airline_episodes": str(recipe.router.calibration.test_episodes),
+        "dev_trajectories": DEV_TRAJECTORIES,
+        "dev_path": str(_dev_trajectories(recipe).path),
+        "dev_episodes": str(recipe.router.calibration.dev_episodes),
         # none without a train section: eval then evaluates models.generator as the recipe has it
         "checkpoints": str(_checkpoints(recipe)) if recipe.train is not None else "",
         "eval_dir": str(_eval_dir(recipe)),
@@ -346,6 +365,11 @@ def _airline_collected(recipe: Recipe) -> bool:
     return _collection_done(_airline(recipe).path, recipe.router.calibration.test_episodes, recipe)
 
 
+def _dev_collected(recipe: Recipe) -> bool:
+    return _collection_done(_dev_trajectories(recipe).path,
+                            recipe.router.calibration.dev_episodes, recipe)
+
+
 def _collection_done(path: Path, wanted: int, recipe: Recipe) -> bool:
     """What ``prour collect`` exits 0 on: ``wanted`` episodes stored, at most
     ``data.max_error_fraction`` of them errored (a failed collection reruns its errored ones)."""
@@ -363,6 +387,21 @@ def _covers(outputs: Callable[[Recipe, str], File], splits: tuple[str, ...]) -> 
                    and _lines(outputs(recipe, split).path) >= _lines(files[0].path)
                    for split, files in states.items())
     return done
+
+
+def _annotated(recipe: Recipe) -> bool:
+    """Every test state has a label line, and the dev labels' walk ended (its mix file is
+    there and the walk needs no further label); without dev_mix, every dev state labelled."""
+    from prour.router.pipeline import dev_mix, mix_path
+
+    if recipe.router.calibration.dev_mix is None or not _states(recipe, "dev"):
+        return _covers(_labels, ("dev", "test"))(recipe)
+    if _states(recipe, "test") and not _covers(_labels, ("test",))(recipe):
+        return False
+    try:
+        return mix_path(recipe).is_file() and dev_mix(recipe).pending is None
+    except ValueError:  # no candidates file yet
+        return False
 
 
 def _normalized(recipe: Recipe) -> bool:
@@ -625,6 +664,13 @@ def _no_calibration(recipe: Recipe) -> str | None:
     return f"{why} (the airline episodes feed only calibration)" if why else None
 
 
+def _no_dev_calibration(recipe: Recipe) -> str | None:
+    """The reserve's retail collection only feeds the dev calibration states."""
+    why = _thresholds_set(recipe) or (None if recipe.router.calibration.dev_states
+                                      else "router.calibration.dev_states is not set")
+    return f"{why} (the reserve's episodes feed only calibration)" if why else None
+
+
 def _approved(recipe: Recipe) -> bool:
     from prour.router.review import is_approved
 
@@ -647,6 +693,8 @@ _EPISODES = ("models.agent", "models.user", "models.teacher", "env", "data.teach
 _COLLECT_KEYS = (*_EPISODES, "data.domain", "data.split", "data.num_trajectories",
                  "data.calibration_reserve", "data.reserve_seed", "data.tasks")
 _AIRLINE_KEYS = (*_EPISODES, "router.calibration.test_episodes")
+_DEV_COLLECT_KEYS = (*_EPISODES, "data.domain", "data.split", "data.calibration_reserve",
+                     "data.reserve_seed", "router.calibration.dev_episodes")
 _NORMALIZE_KEYS = ("models.normalizer", "data.domain", "data.split", "data.max_tasks",
                    "data.calibration_reserve", "data.reserve_seed", "data.tasks",
                    "data.normalizer*")
@@ -674,6 +722,12 @@ STAGES: tuple[Stage, ...] = (
         Step("collect-retail", "training trajectories (data.domain, data.split)",
              ("collect", *_R), writes=lambda r: (_data(r, "trajectories"),),
              roles=_collect_roles, done=_collected, keys=_COLLECT_KEYS),
+        Step("collect-dev", "retail trajectories of the calibration reserve for the dev states",
+             ("collect", *_R, "--set", "data.tasks=reserve",
+              "--set", "data.trajectories={dev_trajectories}",
+              "--set", "data.num_trajectories={dev_episodes}"),
+             writes=lambda r: (_dev_trajectories(r),), roles=_collect_roles,
+             done=_dev_collected, keys=_DEV_COLLECT_KEYS, skip=_no_dev_calibration),
         Step("collect-airline", "airline trajectories for the held-out calibration states",
              ("collect", *_R, "--set", "data.domain=airline",
               "--set", "data.trajectories={airline_trajectories}",
@@ -687,12 +741,12 @@ STAGES: tuple[Stage, ...] = (
              done=_normalized, keys=_NORMALIZE_KEYS),
     ), placement="in_process", slurm_command=("normalize", *_R)),
     Stage("calibrate", "labelled decision states, (τ_AU, τ_EU) and their held-out score", (
-        Step("states-dev", "dev decision states from the training trajectories",
-             ("calibrate", "states", *_R, "--split", "dev", "--from", "{trajectories}"),
+        Step("states-dev", "dev candidate states from the reserve's trajectories",
+             ("calibrate", "states", *_R, "--split", "dev", "--from", "{dev_path}"),
              reads=lambda r: _sampled_from(r, "dev"), writes=lambda r: _states(r, "dev"),
              skip=lambda r: _no_states(r, "dev"),
-             keys=("router.calibration.dev*", "router.calibration.n_states", "seed",
-                   "data.on_bad_line")),
+             keys=("router.calibration.dev_states", "seed", "data.on_bad_line",
+                   "data.max_decisions", "data.calibration_reserve", "data.reserve_seed")),
         Step("states-test", "held-out decision states from the airline trajectories",
              ("calibrate", "states", *_R, "--split", "test", "--from", "{airline_path}"),
              reads=lambda r: _sampled_from(r, "test"), writes=lambda r: _states(r, "test"),
@@ -702,10 +756,10 @@ STAGES: tuple[Stage, ...] = (
         Step("annotate", "the annotator's reviewable label of every state",
              ("calibrate", *_R, "--stage", "label"),
              reads=lambda r: (*_states(r, "dev"), *_states(r, "test")),
-             writes=lambda r: (_labels(r, "dev"), _labels(r, "test")),
-             roles=lambda r: ("annotator",), done=_covers(_labels, ("dev", "test")),
+             writes=lambda r: (_labels(r, "dev"), _labels(r, "test"), _mix_file(r)),
+             roles=lambda r: ("annotator",), done=_annotated,
              keys=("models.annotator", "router.calibration.annotator*",
-                   "router.calibration.excerpt_chars")),
+                   "router.calibration.excerpt_chars", "router.calibration.dev_mix")),
         Step("review", "review the labels by hand (fix a wrong one in its labels file)", None,
              reads=lambda r: (_labels(r, "dev"), _labels(r, "test")), by_stage=False,
              done=_approved),

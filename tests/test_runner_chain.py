@@ -32,7 +32,8 @@ COUNTS = ("env.max_steps=4", "env.agent_max_tokens=16", "env.user_max_tokens=12"
           "router.goal_max_tokens=12", "router.action_max_tokens=48",
           "reward.responder_max_tokens=8", "train.total_steps=3", "train.states_per_step=1",
           "train.rollout.n=2", "train.rollout.keep=2", "train.rollout.max_response_tokens=8",
-          "eval.max_tasks=1", "eval.methods=[base]", "eval.seeds=[0]")
+          "eval.max_tasks=1", "eval.methods=[base]", "eval.seeds=[0]",
+          "data.calibration_reserve=1", "router.calibration.dev_episodes=2")
 STEP_LINE = re.compile(r"^== (\S+): (\w+)", re.MULTILINE)
 TRAINER_STEP = re.compile(r"prour\.train\.local: step (\d+)/3 ")
 
@@ -61,7 +62,7 @@ def collected(warm_tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -
                   "--to", "extract")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _lines(done) == {"serve": "skipped", "collect-retail": "done",
-                            "collect-airline": "skipped", "normalize": "done",
+                            "collect-dev": "skipped", "collect-airline": "skipped", "normalize": "done",
                             "states-dev": "skipped", "states-test": "skipped",
                             "annotate": "skipped", "review": "skipped", "search": "skipped",
                             "heldout": "skipped", "extract": "done"}
@@ -132,7 +133,7 @@ def test_a_killed_train_resumes_only_its_missing_steps_then_reruns_skip_and_stal
     assert dry.returncode == 0 and status.returncode == 0, status.stderr
     table = [line for line in dry.stdout.splitlines() if line.startswith("  ")
              and not line.startswith("    ")]
-    assert len(table) == 15 and all(" done " in line or " skipped " in line for line in table)
+    assert len(table) == 16 and all(" done " in line or " skipped " in line for line in table)
     assert table == [line for line in status.stdout.splitlines() if line.startswith("  ")]
 
 
@@ -153,7 +154,8 @@ def test_the_review_gate_stops_with_its_message_and_the_printed_command_goes_on(
     assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-2000:]
     words = _lines(stopped)
     assert words["collect-retail"] == "skipped"  # its values did not change
-    assert {words[n] for n in ("collect-airline", "states-dev", "states-test", "annotate")} == \
+    assert {words[n] for n in ("collect-dev", "collect-airline", "states-dev", "states-test",
+                               "annotate")} == \
         {"done"}
     assert "search" not in words  # the gate stopped the run before it
     gate = stopped.stdout[stopped.stdout.index("== review:"):]
@@ -185,8 +187,9 @@ def test_the_review_gate_stops_with_its_message_and_the_printed_command_goes_on(
 @pytest.mark.vllm
 def test_each_step_gets_the_servers_it_calls_and_the_next_step_stops_them(
         collected: Path, warm_tiny_model: Path, vllm_python: Path, tmp_path: Path) -> None:
-    """normalize calls the normalizer, served by the vLLM CPU server; states-dev calls no model,
-    so its server is stopped before it starts."""
+    """normalize calls the normalizer, served by the vLLM CPU server; states-dev (after
+    collect-dev, in process, wrote the reserve's trajectories) calls no model, so its server is
+    stopped before it starts."""
     run_dir = tmp_path / "run"
     shutil.copytree(collected, run_dir)
     (run_dir / "data" / "goals.jsonl").unlink()  # normalize runs again, on the served model
@@ -198,7 +201,7 @@ def test_each_step_gets_the_servers_it_calls_and_the_next_step_stops_them(
         warm_tiny_model, run_dir, f"models.normalizer={normalizer}", f"serve.models={served}",
         f"serve.python={vllm_python}", "serve.startup_timeout_s=300", "router.tau_au=null",
         "router.tau_eu=null", "router.calibration.dev_states=calibration/states_dev.jsonl",
-        "router.calibration.n_states=2"), "--only", "normalize,states-dev"]
+        "router.calibration.n_states=2"), "--only", "collect-dev,normalize,states-dev"]
     done = _prour("run", *args)
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-2000:]

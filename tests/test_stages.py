@@ -31,7 +31,8 @@ def test_the_stages_and_steps_follow_the_papers_chain() -> None:
     assert stage_names() == ("serve", "collect", "normalize", "calibrate", "extract", "train",
                              "export", "eval", "report")
     assert [step.name for step in steps()] == [
-        "serve", "collect-retail", "collect-airline", "normalize", "states-dev", "states-test",
+        "serve", "collect-retail", "collect-dev", "collect-airline", "normalize", "states-dev",
+        "states-test",
         "annotate", "review", "search", "heldout", "extract", "train", "export", "eval", "report"]
     assert [step.name for step in steps() if step.command is None] == ["review"]  # the one gate
 
@@ -225,14 +226,25 @@ def test_done_is_read_from_the_outputs(tmp_path: Path) -> None:
     out.write_text(_episodes(("0", 0, "user_stop"), ("1", 0, "max_steps")))
     assert collect.is_done(recipe)
     for split in ("dev", "test"):
-        (tmp_path / f"{split}.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+        (tmp_path / f"{split}.jsonl").write_text('{"id": "a", "messages": []}\n'
+                                                 '{"id": "b", "messages": []}\n')
     labels = tmp_path / "calibration"
     labels.mkdir()
-    (labels / "labels_dev.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
-    (labels / "labels_test.jsonl").write_text('{"id": 1}\n')
+    (labels / "labels_dev.jsonl").write_text('{"state_id": "a", "label": "act"}\n')
+    (labels / "labels_test.jsonl").write_text('{"state_id": "a"}\n')
     assert not annotate.is_done(recipe)  # one test state unlabelled
-    (labels / "labels_test.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    (labels / "labels_test.jsonl").write_text('{"state_id": "a"}\n{"state_id": "b"}\n')
+    assert not annotate.is_done(recipe)  # the dev walk waits for candidate b's label
+    (labels / "labels_dev.jsonl").write_text('{"state_id": "a", "label": "act"}\n'
+                                             '{"state_id": "b", "label": "verify"}\n')
+    assert not annotate.is_done(recipe)  # candidates ran out, but no mix was stored
+    (labels / "dev_mix.json").write_text("{}")
     assert annotate.is_done(recipe)
+    # without router.calibration.dev_mix: a label line per dev state
+    plain = recipe.model_copy(deep=True)
+    plain.router.calibration.dev_mix = None
+    (labels / "labels_dev.jsonl").write_text('{"state_id": "a", "label": "act"}\n')
+    assert not annotate.is_done(plain)
     assert not get_stage("calibrate").steps[3].is_done(recipe)  # the review gate: a person
 
 

@@ -43,6 +43,22 @@ def scores_table(title: str, scores: RoutingScores):
     return table
 
 
+def _print_mix(recipe: Recipe, console, lacking: bool) -> None:
+    """The dev labels' mix against router.calibration.dev_mix (and what it lacks)."""
+    from prour.router.pipeline import dev_mix, labels_path, mix_path
+
+    labelled = recipe.router.calibration.dev_states and labels_path(recipe, "dev").is_file()
+    mix = dev_mix(recipe) if labelled else None
+    if mix is None:
+        return
+    console.print(f"{mix.line()} -> {mix_path(recipe)}", soft_wrap=True)
+    if lacking and mix.short():
+        wanted = ", ".join(f"{n} {name}" for name, n in mix.short().items())
+        console.print(f"lacking: {wanted} dev states: {mix.walked} candidates labelled, "
+                      f"{len(mix.unusable)} without a usable label (collect more with "
+                      "router.calibration.dev_episodes)", soft_wrap=True)
+
+
 def _stage_label(builder: Builder, console) -> None:
     from prour.router.pipeline import label_split, labels_path
 
@@ -52,6 +68,8 @@ def _stage_label(builder: Builder, console) -> None:
             new = label_split(builder, split)
             console.print(f"labelled {len(new)} new {split} states -> "
                           f"{labels_path(recipe, split)}")
+            if split == "dev":
+                _print_mix(recipe, console, lacking=True)
 
 
 def _measure(builder: Builder, split: str, console) -> None:
@@ -71,6 +89,7 @@ def _stage_search(builder: Builder, console) -> None:
     from prour.router.pipeline import labels_path, search_thresholds
     from prour.router.thresholds import thresholds_path
 
+    _print_mix(builder.recipe, console, lacking=False)
     _measure(builder, "dev", console)
     result, stored, joined = search_thresholds(builder)
     scores = RoutingScores(result.macro_f1, result.per_class_f1, result.confusion)
@@ -136,18 +155,21 @@ def states(
     trajectories: str = typer.Option(
         ..., "--from", help="Trajectories JSONL written by `prour collect`."),
     n: int | None = typer.Option(
-        None, "--n", min=1, help="States to sample (default: router.calibration.n_states)."),
+        None, "--n", min=1, help="States to sample (test default: router.calibration.n_states; "
+        "dev default: every candidate)."),
     seed: int | None = typer.Option(None, "--seed", help="Sampling seed (default: the recipe's)."),
     out: str | None = typer.Option(
         None, "--out", help="Output JSONL (default: router.calibration.<split>_states)."),
     on_bad_line: str | None = BadLineOpt,
     overrides: list[str] | None = SetOpt,
 ) -> None:
-    """Sample --n decision states (the agent's view before one of its turns) into the JSONL that
-    `prour calibrate` labels; refuses, with the count, when there are fewer. Corrupt lines of
+    """Write the decision states (the agent's view before one of its turns) that `prour
+    calibrate` labels. test: --n sampled, refused with the count when there are fewer. dev: the
+    candidates, every state of --from (trajectories of the calibration reserve's tasks only) in
+    a seeded order that annotation walks up to router.calibration.dev_mix. Corrupt lines of
     --from follow data.on_bad_line (--on-bad-line)."""
     from prour.cli.recipe import recipe_errors
-    from prour.data.calibration_states import sample_states, write_states
+    from prour.data.calibration_states import dev_candidates, sample_states, write_states
     from prour.recipes import load_recipe
     from prour.router.pipeline import SPLITS, states_path
 
@@ -158,14 +180,17 @@ def states(
                              endpoints=True)
     try:
         path = Path(out) if out else states_path(loaded, split)
-        records = sample_states(trajectories, loaded.data,
-                                loaded.router.calibration.n_states if n is None else n,
-                                loaded.seed if seed is None else seed)
+        seed = loaded.seed if seed is None else seed
+        records = (dev_candidates(trajectories, loaded.data, seed, n) if split == "dev" else
+                   sample_states(trajectories, loaded.data,
+                                 loaded.router.calibration.n_states if n is None else n, seed))
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     write_states(path, records)
     spread = len({r["trajectory_id"] for r in records})
-    typer.echo(f"{len(records)} {split} decision states from {spread} trajectories -> {path}")
+    what = "candidate " if split == "dev" else ""
+    typer.echo(f"{len(records)} {split} {what}decision states from {spread} trajectories -> "
+               f"{path}")
 
 
 @calibrate_app.command("approve")

@@ -7,6 +7,11 @@ results; never the system prompt, the task instruction, G* or reference actions)
 this sampler sits in the data stage and not with the router that reads its output. The
 decomposer sees exactly this history, untruncated, during extract and calibration.
 
+The dev split's candidates (:func:`dev_candidates`) are every decision state of trajectories of
+the calibration reserve's tasks (:mod:`prour.data.reserve`), ordered the same way; annotation
+keeps them in that order up to the label mix (:mod:`prour.router.dev_mix`). The test split's
+states (:func:`sample_states`) are ``n`` of them.
+
 Sampling is seeded and spread over trajectories: trajectories are shuffled, each one's decisions
 are shuffled, then states are taken round-robin, one per trajectory per round, so every
 trajectory contributes before any contributes twice. Asking for more states than the
@@ -56,15 +61,51 @@ def spread_sample(groups: Sequence[list[dict[str, Any]]], n: int, seed: int) -> 
     return picked
 
 
+def _usable(path: Path, cfg: DataConfig) -> list[Trajectory]:
+    if not path.is_file():
+        raise ValueError(f"trajectories file not found: {path}")
+    # one record per episode (a rerun's retry wins); corrupt lines as data.on_bad_line says
+    return [t for t in load_trajectories(path, cfg.on_bad_line) if t.termination != "error"]
+
+
+def outside_reserve(trajectories: Sequence[Trajectory], cfg: DataConfig) -> list[str]:
+    """Ids of trajectories that are not of a reserve task of ``data.domain`` (empty without a
+    reserve: then the protocol guard says whether dev states may come from training)."""
+    if not cfg.calibration_reserve:
+        return []
+    from prour.data.collect import trajectory_id
+    from prour.data.reserve import reserve_task_ids
+
+    reserve = set(reserve_task_ids(cfg))
+    return [trajectory_id(t) for t in trajectories
+            if t.domain != cfg.domain or str(t.task_id) not in reserve]
+
+
+def dev_candidates(trajectories_path: str | Path, cfg: DataConfig, seed: int,
+                   n: int | None = None) -> list[dict[str, Any]]:
+    """Every decision state of the reserve-task trajectories (the first ``n`` when given), in a
+    seeded order spread round-robin over the trajectories: the order annotation keeps them in
+    (``router.calibration.dev_mix``). A trajectory of a task outside the reserve is refused."""
+    path = Path(trajectories_path)
+    trajectories = _usable(path, cfg)
+    foreign = outside_reserve(trajectories, cfg)
+    if foreign:
+        raise ValueError(
+            f"{path}: {len(foreign)} of {len(trajectories)} trajectories are not of the "
+            f"{cfg.calibration_reserve} calibration-reserve tasks of {cfg.domain} {cfg.split} "
+            f"(data.calibration_reserve), e.g. {foreign[:3]}: dev states never come from "
+            "training tasks; collect them with `prour collect --set data.tasks=reserve` "
+            "(the chain's collect-dev step)")
+    groups = [trajectory_states(t, cfg, str(path)) for t in trajectories]
+    total = sum(map(len, groups))
+    return spread_sample(groups, total if n is None else min(n, total), seed)
+
+
 def sample_states(trajectories_path: str | Path, cfg: DataConfig, n: int,
                   seed: int) -> list[dict[str, Any]]:
     """``n`` decision states from a trajectories JSONL, or a ValueError saying how many exist."""
     path = Path(trajectories_path)
-    if not path.is_file():
-        raise ValueError(f"trajectories file not found: {path}")
-    # one record per episode (a rerun's retry wins); corrupt lines as data.on_bad_line says
-    trajectories = [t for t in load_trajectories(path, cfg.on_bad_line)
-                    if t.termination != "error"]
+    trajectories = _usable(path, cfg)
     groups = [trajectory_states(t, cfg, str(path)) for t in trajectories]
     available = sum(map(len, groups))
     if available < n:

@@ -11,14 +11,33 @@ from prour.section import Section
 RouteName = Literal["act", "clarify", "verify"]
 
 
+class DevMix(Section):
+    """Labelled dev states kept per route (paper A.2.2: 60 clarify, 90 verify, 90 act)."""
+
+    clarify: int = Field(60, ge=0)
+    verify: int = Field(90, ge=0)
+    act: int = Field(90, ge=0)
+
+    def quotas(self) -> dict[str, int]:
+        return {"clarify": self.clarify, "verify": self.verify, "act": self.act}
+
+
 class CalibrationConfig(Section):
     """Where the labelled decision states live and how the threshold grid is laid out."""
 
-    dev_states: str | None = None  # JSONL of decision states used to fit (τ_AU, τ_EU)
+    # JSONL of the dev candidate states: every decision state of the reserve-task trajectories
+    # (collect-dev), in a seeded order; annotation keeps them in that order up to dev_mix
+    dev_states: str | None = None
     test_states: str | None = None  # disjoint held-out JSONL, used only after the search
     out_dir: str | None = None  # labels and AU/EU caches; default <run_dir>/calibration
-    # `prour calibrate states`: decision states sampled per split (A.2.2: 240 dev, 240 test)
+    # `prour calibrate states --split test`: held-out decision states sampled (A.2.2: 240)
     n_states: int = Field(240, ge=1)
+    # Labelled dev states kept per route (A.2.2: 60 clarify, 90 verify, 90 act): candidates are
+    # annotated in order and a state is kept while its label's quota is open; null keeps every
+    # labelled dev state
+    dev_mix: DevMix | None = DevMix()
+    # retail episodes of the calibration reserve the chain collects for the dev candidates
+    dev_episodes: int = Field(80, ge=1)
     # airline episodes the chain collects for the held-out states (A.2.2: 240 states from 60)
     test_episodes: int = Field(60, ge=1)
     lo: float = Field(0.0, ge=0)  # grid start (both thresholds), nats

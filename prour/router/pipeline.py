@@ -3,13 +3,18 @@ grid-search the thresholds on the development set, evaluate them on the held-out
 
 Files under ``router.calibration.out_dir`` (default ``<run_dir>/calibration``):
 ``labels_{dev,test}.jsonl`` (reviewable, see :mod:`prour.router.annotation`),
-``uncertainty_{dev,test}.jsonl`` (one decomposer decision per state; resumable cache) and, unless
+``uncertainty_{dev,test}.jsonl`` (one decomposer decision per state; resumable cache),
+``dev_mix.json`` (the dev labels kept per route, :mod:`prour.router.dev_mix`) and, unless
 ``router.thresholds_file`` names another place, ``thresholds.json``.
+
+The dev states file holds candidates; the dev states the search uses are those the quota walk
+keeps (``router.calibration.dev_mix``); the test states are all used.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import zlib
 from collections.abc import Callable, Iterable
@@ -19,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from prour.config import Recipe
 from prour.env.trajectory import read_jsonl
-from prour.files import append_jsonl
-from prour.router.annotation import annotate, read_labels, read_states
+from prour.files import append_jsonl, write_atomic
+from prour.router.annotation import DecisionState, annotate, read_labels, read_states
 from prour.router.calibration import Calibration, RoutingScores, calibrate, score_routes
+from prour.router.dev_mix import MIX_NAME, Mix, fill_quotas, remaining
 from prour.router.routing import ROUTES, route_many
 from prour.router.thresholds import (
     calibration_dir,
@@ -70,11 +76,68 @@ def state_seed(recipe_seed: int, state_id: str) -> int:
     return zlib.crc32(f"{recipe_seed}:{state_id}".encode())
 
 
-def label_split(builder: Builder, split: str) -> list[dict[str, Any]]:
-    """Annotate the split's states not yet labelled; returns the new records."""
+def mix_path(recipe: Recipe) -> Path:
+    """Where the dev labels' mix (target, reached, kept ids) is stored."""
+    return calibration_dir(recipe) / MIX_NAME
+
+
+def _labels_or_none(path: Path) -> dict[str, str | None]:
+    """state id -> route, None for an annotated state with no usable label."""
+    if not path.is_file():
+        return {}
+    unusable: list[str] = []
+    labels: dict[str, str | None] = dict(read_labels(path, unusable))
+    labels.update(dict.fromkeys(unusable))
+    return labels
+
+
+def dev_mix(recipe: Recipe) -> Mix | None:
+    """The quota walk over the dev candidates and their current labels (None: no dev_mix)."""
+    quotas = recipe.router.calibration.dev_mix
+    if quotas is None:
+        return None
+    order = [s.state_id for s in read_states(states_path(recipe, "dev"))]
+    return fill_quotas(order, _labels_or_none(labels_path(recipe, "dev")), quotas.quotas())
+
+
+def split_states(recipe: Recipe, split: str) -> list[DecisionState]:
+    """The states a split's search or evaluation uses: every test state; the dev candidates the
+    quota walk keeps (a walk that needs more labels is an error naming the command)."""
+    states = read_states(states_path(recipe, split))
+    mix = dev_mix(recipe) if split == "dev" else None
+    if mix is None:
+        return states
+    if mix.pending is not None:
+        from prour.recipes import prour_command
+
+        if not labels_path(recipe, split).is_file():
+            raise ValueError(f"labels file not found: {labels_path(recipe, split)}; run "
+                             f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first")
+        raise ValueError(
+            f"the dev labels ({labels_path(recipe, split)}) stop at candidate {mix.pending + 1} "
+            f"with quotas still open ({mix.line()}); run "
+            f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first")
+    kept = set(mix.kept)
+    return [s for s in states if s.state_id in kept]
+
+
+def label_split(builder: Builder, split: str, chunk_size: int = 64) -> list[dict[str, Any]]:
+    """Annotate the split's states not yet labelled; returns the new records. Dev with
+    ``dev_mix``: candidates in order, a chunk at a time, until every quota is met or they run
+    out; the mix reached is written to :func:`mix_path`."""
     recipe = builder.recipe
-    return annotate(builder.llm("annotator"), read_states(states_path(recipe, split)),
-                    recipe.router.calibration, out_path=labels_path(recipe, split))
+    states = read_states(states_path(recipe, split))
+    cfg, out = recipe.router.calibration, labels_path(recipe, split)
+    if split != "dev" or cfg.dev_mix is None:
+        return annotate(builder.llm("annotator"), states, cfg, out_path=out)
+    new: list[dict[str, Any]] = []
+    while (mix := dev_mix(recipe)).pending is not None:
+        done = _labels_or_none(out)
+        todo = [s for s in states[mix.pending:] if s.state_id not in done]
+        chunk = todo[: max(1, min(chunk_size, remaining(mix)))]
+        new += annotate(builder.llm("annotator"), chunk, cfg, out_path=out)
+    write_atomic(mix_path(recipe), json.dumps(mix.to_dict(), indent=2) + "\n")
+    return new
 
 
 def read_cache(path: Path) -> dict[str, dict[str, Any]]:
@@ -91,7 +154,7 @@ def measure_split(
 
     The decomposer measures AU/EU only (no thresholds yet); one per domain (tools differ)."""
     recipe, model_id = builder.recipe, _model_id(builder)
-    states = read_states(states_path(recipe, split))
+    states = split_states(recipe, split)
     cache = cache_path(recipe, split)
     done = set(read_cache(cache))
     todo = [s for s in states if s.state_id not in done]
@@ -144,7 +207,7 @@ def join_split(recipe: Recipe, split: str) -> Joined:
                          f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first")
     labels = read_labels(labels_path(recipe, split), unusable)
     cache = read_cache(cache_path(recipe, split))
-    states = [s.state_id for s in read_states(states_path(recipe, split))]
+    states = [s.state_id for s in split_states(recipe, split)]
     skipped = set(unusable)
     missing = [s for s in states if s not in skipped and (s not in labels or s not in cache)]
     if missing:
@@ -154,6 +217,9 @@ def join_split(recipe: Recipe, split: str) -> Joined:
             f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first"
         )
     joined = Joined([], [], [], [], [], [s for s in states if s in skipped])
+    mix = dev_mix(recipe) if split == "dev" else None
+    if mix is not None:  # candidates the quota walk met without a usable label
+        joined.unlabelled = list(mix.unusable)
     for state_id in states:
         if state_id in skipped:
             continue
@@ -220,7 +286,7 @@ def evaluate_llm_router(
     label); also its invalid count."""
     recipe = builder.recipe
     labels = read_labels(labels_path(recipe, split), [])  # unusable labels: left out
-    states = read_states(states_path(recipe, split))
+    states = split_states(recipe, split)
     predicted: dict[str, str] = {}
     invalid = 0
     for domain in sorted({s.domain or recipe.data.domain for s in states}):

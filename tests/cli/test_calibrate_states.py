@@ -94,7 +94,7 @@ def test_states_are_the_agents_view_spread_and_reproducible(recipe: Path, tmp_pa
     out = recipe.parent / "cal" / "dev_states.jsonl"
     states = read(out)
     assert len(states) == n and len({s["id"] for s in states}) == n
-    assert f"{n} dev decision states from 3 trajectories" in result.output
+    assert f"{n} dev candidate decision states from 3 trajectories" in result.output
     for state in states:
         assert state["messages"] == expected[state["id"]], state["id"]
         assert state["id"] == f"{state['trajectory_id']}#{state['step']}"
@@ -206,3 +206,39 @@ def test_a_torn_last_line_follows_data_on_bad_line(recipe: Path, tmp_path: Path)
         assert result.exit_code == 0, result.output
         assert [(s["id"], s["messages"]) for s in read(out)] == \
             [(s["id"], s["messages"]) for s in read(clean)]
+
+
+def test_dev_states_come_only_from_the_reserves_trajectories(recipe: Path, tmp_path: Path) -> None:
+    """With a calibration reserve, the dev candidates are the decision states of trajectories of
+    reserve tasks (collected with data.tasks=reserve): every one of them, ids within
+    reserve_task_ids; trajectories of training tasks are refused, naming them and the fix."""
+    from prour.data.reserve import reserve_task_ids, training_task_ids
+    from prour.recipes import load_recipe
+
+    reserve = ["--set", "data.calibration_reserve=2"]
+    dev = tmp_path / "dev_trajectories.jsonl"
+    result = invoke("collect", "--recipe", str(recipe), *reserve, "--set", "data.tasks=reserve",
+                    "--set", f"data.trajectories={dev}", "--set", "data.num_trajectories=2",
+                    "--no-progress")
+    assert result.exit_code == 0, result.output
+    cfg = load_recipe(str(recipe), reserve[1:]).data
+    reserved = set(reserve_task_ids(cfg))
+    assert len(reserved) == 2 and not reserved & set(training_task_ids(cfg))
+    out = tmp_path / "dev_states.jsonl"
+    result = invoke("calibrate", "states", "--recipe", str(recipe), *reserve, "--split", "dev",
+                    "--from", str(dev), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    states = read(out)
+    assert {s["task_id"] for s in states} == reserved  # both reserve tasks, nothing else
+    assert sorted(s["id"] for s in states) == sorted(expected_prefixes(dev))  # every state
+
+    training = trajectories_of(recipe)  # the fixture's: training tasks (no reserve then)
+    foreign = [json.loads(x)["task_id"] for x in training.read_text().splitlines()]
+    outside = [t for t in foreign if t not in reserved]
+    assert outside
+    refused = invoke("calibrate", "states", "--recipe", str(recipe), *reserve, "--split", "dev",
+                     "--from", str(training), "--out", str(tmp_path / "no.jsonl"))
+    assert refused.exit_code == 2 and not (tmp_path / "no.jsonl").exists()
+    text = " ".join(refused.output.split())
+    assert f"{len(outside)} of {len(foreign)} trajectories are not of the 2 calibration-reserve" \
+        in text and "data.tasks=reserve" in text
