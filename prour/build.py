@@ -239,12 +239,13 @@ class Builder:
 
         return self.recipe.train.rollout if self.recipe.train is not None else RolloutSettings()
 
-    def query_generator(self) -> QueryGenerator:
-        """The query generator on ``models.generator`` (an evaluation's clarify/verify writer)."""
+    def query_generator(self, llm: LLM | None = None) -> QueryGenerator:
+        """The query generator on ``models.generator`` (an evaluation's clarify/verify writer),
+        or the same prompts and decoding on ``llm`` (a baseline's own question writer)."""
         from prour.eval.agent import QueryGenerator
 
         rollout, temperature = self.generator_rollout(), self.recipe.eval.generator_temperature
-        return QueryGenerator(self.llm("generator"),
+        return QueryGenerator(llm if llm is not None else self.llm("generator"),
                               temperature=rollout.temperature if temperature is None
                               else temperature,
                               max_tokens=rollout.max_response_tokens,

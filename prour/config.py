@@ -36,6 +36,7 @@ MODEL_ROLES = (
     "verifier",  # read-only ReAct verifier
     "teacher",  # teacher query generator during collection
     "generator",  # the query generator being trained / evaluated (the policy)
+    "ig_clarifier",  # the IG-Clarifier baseline's clarifier: its own trained checkpoint
     "normalizer",  # goal normalization
     "annotator",  # calibration labels
     "router",  # prompted LLM router ablation

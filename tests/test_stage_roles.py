@@ -160,11 +160,19 @@ def _calibration_states(folder: Path) -> dict[str, Path]:
     return paths
 
 
+def _roles(recipe: Recipe) -> list[str]:
+    """The recipe's roles, and ``ig_clarifier`` for an eval of the ig-clarifier method: the
+    chain's eval step sets it to the baseline's exported checkpoint (`--set models.ig_clarifier…`),
+    as this test does with a double."""
+    extra = ["ig_clarifier"] if "ig-clarifier" in recipe.eval.methods else []
+    return [*recipe.models, *(role for role in extra if role not in recipe.models)]
+
+
 def _overrides(recipe: Recipe, stage: str, run: Path, policy: Path) -> list[str]:
     """A tiny run of ``stage``: every role a double of its own (the generator the asking policy in
     the stages that need weights), sizes cut to one task, one step, one episode."""
     sets = [f"run_dir={run}", "env.max_steps=30"]
-    for role in recipe.models:
+    for role in _roles(recipe):
         if role == "generator" and stage in HF_STAGES:
             sets += [f"models.{role}.backend=hf", f"models.{role}.path={policy}",
                      f"models.{role}.device=cpu", f"models.{role}.dtype=float32"]
@@ -205,7 +213,7 @@ def _run_stages(name: str, tmp: Path, policy: Path, loads: list[tuple[str, Path]
     runner = CliRunner()
     for stage in [s for s in run_stages(recipe) if s != "serve"]:
         calls = Calls(policy)
-        for role in recipe.models:
+        for role in _roles(recipe):
             register_script(f"roles-{role}", calls.double(stage, role))
         loads.clear()
         sets = [part for item in _overrides(recipe, stage, run, policy) for part in ("--set", item)]

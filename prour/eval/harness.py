@@ -33,7 +33,13 @@ from prour.build import Builder
 from prour.config import ModelConfig, Recipe, run_path
 from prour.env import runner as episode_runner
 from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
-from prour.eval.methods import MethodKit, check_method, checkpoint_model, variant_name
+from prour.eval.methods import (
+    MethodKit,
+    check_method,
+    checkpoint_model,
+    question_writer,
+    variant_name,
+)
 from prour.files import append_jsonl, write_atomic
 
 logger = logging.getLogger(__name__)
@@ -247,7 +253,9 @@ class Evaluation:
             "task_counts": {d: len(self.tasks(d)) for d in self.cfg.domains},
             "generator": self.generator_swap() or "default",
             "checkpoint": self.checkpoint.record() if self.checkpoint else None,
-            "checkpoint_steps": self.sweep_steps})
+            "checkpoint_steps": self.sweep_steps,
+            "question_writers": {m: question_writer(m, self.recipe.models)
+                                 for m in self.cfg.methods}})
 
     def tasks(self, domain: str) -> list[Any]:
         from prour.env.domains import select_tasks
@@ -296,7 +304,8 @@ class Evaluation:
         for arm, traj in zip(arms, trajectories):
             line = stored.get(result_key(traj.key))
             if line is None or not _same_episode(line, traj):
-                line = result_line(traj, arm, judge, self.generator_of(arm))
+                line = result_line(traj, arm, judge, self.generator_of(arm),
+                                   self.writer_of(arm))
                 append_jsonl(path, line)
             out.append(line)
         return out
@@ -310,6 +319,13 @@ class Evaluation:
         if self.generator is None or same_model(self.generator, self.default_generator):
             return None
         return model_name(self.generator)
+
+    def writer_of(self, arm: Arm) -> str | None:
+        """The model that wrote the arm's questions (:func:`prour.eval.methods.question_writer`;
+        a checkpoint arm's is its step's folder)."""
+        if arm.checkpoint is not None and check_method(arm.method).writer == "generator":
+            return str(Path(arm.checkpoint.path).resolve())
+        return question_writer(arm.method, self.recipe.models)
 
     def generator_of(self, arm: Arm) -> str | None:
         """The swapped generator's name for a method that writes queries with it."""
@@ -438,9 +454,10 @@ def is_timeout(trajectory: Trajectory) -> bool:
 
 
 def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
-                generator: str | None = None) -> dict[str, Any]:
+                generator: str | None = None, writer: str | None = None) -> dict[str, Any]:
     """The compact, report-ready record of one episode; ``generator`` names a query generator
-    swapped in for the recipe's default (None: the default, or a method without one)."""
+    swapped in for the recipe's default (None: the default, or a method without one);
+    ``writer`` is the model that wrote its questions (None: no model writes them)."""
     from prour.eval.agent import turn_labels
     from prour.eval.metrics import is_success, paper_split
 
@@ -473,6 +490,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
         "router": trajectory.meta.get("router"),
         "episode_started_at": trajectory.started_at,
         "generator": generator,
+        "question_writer": writer,  # the model (folder or served id) that wrote its questions
         "checkpoint": arm.checkpoint.record() if arm.checkpoint is not None else None,
         "attention": None,
     }

@@ -15,10 +15,14 @@
 ======================  ===========================================================================
 
 Baselines (:mod:`prour.eval.baselines`, one module each) run on the recipe's agent backbone
-(``models.agent``; their own modules are counted under their own role names) and write their
-questions with ``models.generator``, so a generator swap (``--set models.generator…``) applies to
-them as to prour (``saber`` and ``sage-agent`` word their confirmations and questions from
-templates and use no generator).
+(``models.agent``; their own modules are counted under their own role names). None writes its
+questions with ``models.generator``, prour's query generator (``prour eval --checkpoint`` sets
+it to prour's trained checkpoint): ``ask-before-plan`` writes them on the backbone (the paper:
+the baselines "are all reimplemented on the Qwen3-8B backbone"), ``ig-clarifier`` with its own
+trained clarifier, ``models.ig_clarifier`` (the chain trains it: ``train-ig-clarifier``), and
+``saber`` and ``sage-agent`` word their confirmations and questions from templates.
+:attr:`MethodSpec.writer` names the role whose model writes a method's questions; every result
+line records that model (``question_writer``) and the report names it per method.
 
 The query generator is whatever ``models.generator`` names (any backend: a prompted model, a
 served checkpoint) or, with ``--checkpoint DIR``, an HF folder written by the local trainer or a
@@ -29,7 +33,7 @@ for a sweep.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,39 +64,63 @@ class MethodSpec:
     router: str | None = None  # "decomposer" or "llm"
     oracle: bool = False
     baseline: str | None = None  # module of prour.eval.baselines whose build() makes the agent
+    writer: str | None = None  # the role whose model writes its questions (None: no model does)
 
     @property
     def proactive(self) -> bool:
         return bool(self.routes)
 
 
-def _baseline(name: str, summary: str, module: str, *roles: str) -> MethodSpec:
-    """A baseline on the agent backbone (agent, user and the roles it adds)."""
-    return MethodSpec(name, summary, ("agent", "user", *roles), baseline=module)
+def _baseline(name: str, summary: str, module: str, *roles: str,
+              writer: str | None = None) -> MethodSpec:
+    """A baseline on the agent backbone (agent, user and the roles it adds); ``writer``: the
+    role whose model writes its questions."""
+    return MethodSpec(name, summary, tuple(dict.fromkeys(("agent", "user", *roles))),
+                      baseline=module, writer=writer)
 
 
 _PROACTIVE = ("agent", "user", "generator")
+_G = "generator"
 METHODS: Registry[MethodSpec] = Registry("method", {
     "base": MethodSpec("base", "task agent alone", ("agent", "user")),
     "prour": MethodSpec("prour", "decomposer routing, generator, verifier",
-                        (*_PROACTIVE, "decomposer", "verifier"), ROUTES, "decomposer"),
+                        (*_PROACTIVE, "decomposer", "verifier"), ROUTES, "decomposer", writer=_G),
     "clarify-only": MethodSpec("clarify-only", "prour without the verify branch",
-                               (*_PROACTIVE, "decomposer"), ("act", "clarify"), "decomposer"),
+                               (*_PROACTIVE, "decomposer"), ("act", "clarify"), "decomposer",
+                               writer=_G),
     "verify-only": MethodSpec("verify-only", "prour without the clarify branch",
                               (*_PROACTIVE, "decomposer", "verifier"), ("act", "verify"),
-                              "decomposer"),
+                              "decomposer", writer=_G),
     "llm-router": MethodSpec("llm-router", "prompted router instead of the decomposer",
-                             (*_PROACTIVE, "router", "verifier"), ROUTES, "llm"),
+                             (*_PROACTIVE, "router", "verifier"), ROUTES, "llm", writer=_G),
     "oracle": MethodSpec("oracle", "reference-action replay (harness check)", (), oracle=True),
-    "ig-clarifier": _baseline("ig-clarifier", "clarifier decides to ask at every step",
-                              "ig_clarifier", "generator"),
+    "ig-clarifier": _baseline("ig-clarifier", "its trained clarifier decides to ask at every step",
+                              "ig_clarifier", "ig_clarifier", writer="ig_clarifier"),
     "ask-before-plan": _baseline("ask-before-plan", "clarification-need predictor, then a question",
-                                 "ask_before_plan", "generator"),
+                                 "ask_before_plan", writer="agent"),
     "verifiagent": _baseline("verifiagent", "meta- and tool-based verification of each step",
                              "verifiagent"),
     "saber": _baseline("saber", "confirmation before mutating calls, reflection", "saber"),
     "sage-agent": _baseline("sage-agent", "EVPI question over call parameters", "sage_agent"),
 })
+
+
+IG_STEP_HINT = ("the train-ig-clarifier and export-ig-clarifier steps, or `prour train --recipe "
+                "recipes/ig-clarifier.yaml` and `prour train export` with it")
+
+
+def question_writer(method: str, models: Mapping[str, ModelConfig]) -> str | None:
+    """The model that writes ``method``'s questions: the local folder (``path``, resolved) or the
+    served model id of its writer role in ``models`` (None: the method writes none, or the
+    role has no model)."""
+    role = check_method(method).writer
+    cfg = models.get(role) if role is not None else None
+    if cfg is None:
+        return None
+    if cfg.backend == "hf" and cfg.path:
+        folder = Path(cfg.path)
+        return str(folder.resolve()) if folder.exists() else cfg.path
+    return cfg.model or cfg.path or cfg.script or cfg.backend
 
 
 def check_method(name: str) -> MethodSpec:
@@ -166,6 +194,10 @@ class MethodKit:
         except ValueError as exc:
             if "generator" in roles and not self.builder.has("generator"):
                 raise ValueError(f"{exc} (or give --checkpoint for the generator)") from None
+            if "ig_clarifier" in roles and not self.builder.has("ig_clarifier"):
+                raise ValueError(f"{exc}: the IG-Clarifier baseline writes with its own trained "
+                                 f"clarifier; set --set models.ig_clarifier.path=<its exported "
+                                 f"checkpoint> (`prour run` trains it: {IG_STEP_HINT})") from None
             raise
         if attention is not None and policy_spec(attention.policy).needs_llm and spec.oracle:
             raise ValueError(f"attention policy {attention.policy!r} reviews drafts with the "

@@ -67,6 +67,16 @@ class System:
         return next((line["generator"] for line in self.lines if line.get("generator")), None)
 
     @property
+    def question_writers(self) -> list[str] | None:
+        """The models that wrote this system's questions, as its episodes recorded them
+        (``question_writer``); [] when it writes none with a model; None when its lines predate
+        the record."""
+        if not any("question_writer" in line for line in self.lines):
+            return None
+        return sorted({line["question_writer"] for line in self.lines
+                       if line.get("question_writer")})
+
+    @property
     def checkpoint(self) -> dict[str, Any] | None:
         """The training checkpoint the generator was (run name, step, folder), if any."""
         return next((line["checkpoint"] for line in self.lines if line.get("checkpoint")), None)
@@ -344,6 +354,19 @@ def sweep_table(systems: Sequence[System], summaries: Sequence[SystemSummary]) -
     return table(header, rows)
 
 
+def writers_table(systems: Sequence[System]) -> list[str]:
+    """Who wrote each system's questions: the model folder or served id its episodes recorded
+    (prour's methods: the generator or its checkpoint; ig-clarifier: its own trained clarifier;
+    the other baselines: the agent backbone, or no model for templated questions)."""
+    def cell(writers: list[str] | None) -> str:
+        if writers is None:
+            return "not recorded (results from before the record)"
+        return ", ".join(f"`{w}`" for w in writers) if writers else "no model (none or templates)"
+
+    return table(["System", "Questions written by"],
+                 [[s.label, cell(s.question_writers)] for s in systems])
+
+
 def router_table(summaries: Sequence[SystemSummary]) -> list[str]:
     """Decomposer (or LLM-router) budget and frequency (paper A.2.3) and the calls they allowed:
     one row per system that routes."""
@@ -430,7 +453,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     summaries = [summarize(s, n_boot, ci) for s in systems]
     comparisons = compare(systems, baseline, n_boot, ci)
     written = _plots(systems, summaries, out)
-    lines = _header(run_dirs, systems, ci, n_boot) + ["## Pass@1 (%) and interaction cost", ""]
+    lines = _header(run_dirs, systems, ci, n_boot)
+    lines += ["## Question writers", "", *writers_table(systems), ""]
+    lines += ["## Pass@1 (%) and interaction cost", ""]
     lines += main_table(summaries, domains) + [""]
     if any(s.errors for s in summaries):
         lines += [ERROR_NOTE, ""]
@@ -448,6 +473,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         lines += ["## Paired differences in Pass@1 (percentage points)", "",
                   *comparison_table(comparisons, domains), ""]
     payload: dict[str, Any] = {"systems": [jsonable(asdict(s)) for s in summaries],
+                               "question_writers": {s.label: s.question_writers for s in systems},
                                "comparisons": [jsonable(asdict(c)) for c in comparisons]}
     if attention:
         section, data, plot = attention_section(systems, out, n_boot, ci, accounting, lam)

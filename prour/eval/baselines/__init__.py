@@ -7,8 +7,11 @@ How a baseline plugs in:
 
 1. a module ``prour/eval/baselines/<name>.py`` with ``build(context: BaselineContext) -> Agent``;
 2. one line in :data:`prour.eval.methods.METHODS`:
-   ``"name": _baseline("name", "summary", "<module>", *extra_roles)`` (agent and user are
-   implied; add ``"generator"`` when it writes questions with ``models.generator``);
+   ``"name": _baseline("name", "summary", "<module>", *extra_roles, writer=...)`` (agent and
+   user are implied; ``writer`` names the role whose model writes its questions: ``agent``, the
+   backbone, for a baseline that writes them with the query generator's prompts
+   (:meth:`BaselineContext.new_generator`), or a role of its own such as ``ig_clarifier``;
+   never ``generator``, which ``prour eval --checkpoint`` sets to prour's trained generator);
 3. its agent tags every step it returns: ``meta["turn"]`` is one of
    :data:`prour.eval.agent.TURN_TAGS` (``clarify`` a question to the user, ``confirm`` a request
    for consent before a mutating action, ``act`` the task agent's step), ``meta["verify"]`` (a
@@ -42,6 +45,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.router.routing import DecomposerBudget
 
 
+QUESTION_WRITER = "question_writer"
+"""The role name the backbone's question-writing calls are counted under."""
+
+
 @dataclass
 class BaselineContext:
     """What a baseline's ``build`` gets for one episode: the domain, the task agent and the
@@ -56,9 +63,13 @@ class BaselineContext:
         ``module``)."""
         return self.episode.backbone(module)
 
-    def new_generator(self) -> QueryGenerator:
-        """The query generator on ``models.generator`` (as prour's)."""
-        return self.episode.query_generator()
+    def new_generator(self, role: str = "agent") -> QueryGenerator:
+        """A question writer with the query generator's prompts and decoding on ``role``'s
+        model: ``agent`` (the backbone, counted as ``question_writer``; the default, so that no
+        baseline writes with ``models.generator``, which ``--checkpoint`` sets to prour's
+        trained generator) or a baseline's own role (``ig_clarifier``)."""
+        llm = self.episode.backbone(QUESTION_WRITER) if role == "agent" else self.episode.llm(role)
+        return self.episode.query_generator(llm)
 
     def budget(self) -> DecomposerBudget:
         """A fresh per-episode budget of ``router.budget`` / ``router.every_n``."""

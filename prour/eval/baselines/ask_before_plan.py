@@ -12,14 +12,15 @@ What it does here: before the task agent's first mutating action (a tau2 ``write
 plan being carried out), a clarification predictor on the agent backbone (role
 ``clarification_predictor``) reads the dialogue, tool results included, and answers strict JSON
 ``{"clarification_needed": bool, "missing": str}``. When it predicts a need, the question is
-written by ``models.generator`` (clarify template; its ``NO`` or an invalid answer lets the agent
-act) and sent to the user (turn tag ``clarify``); otherwise the task agent acts. The task agent
+written on the agent backbone (``models.agent``, counted as ``question_writer``, with the query
+generator's clarify template; its ``NO`` or an invalid answer lets the agent act) and sent to the user (turn tag ``clarify``); otherwise the task agent acts. The task agent
 is the execution and planning agent at once. After the first write call the predictor is no
 longer asked (decision ``phase: "execution"``). An invalid predictor reply lets the agent act and
 is recorded (``valid: false``).
 
-Simplified: the predictor is prompted, not trajectory-tuned; the question comes from prour's
-query generator rather than from the predictor itself (so a generator swap applies); execution
+Simplified: the predictor is prompted, not trajectory-tuned; the question is written by a second
+backbone call with the query generator's clarify prompt rather than by the predictor itself
+(never by prour's trained generator); execution
 and planning are the one task agent of the recipe, without memory recollection.
 """
 

@@ -8,15 +8,19 @@ question-and-answer turn minus without it. Its decision rule is the clarifier's 
 dialogue state: ``NO`` (no question needed) or ``YES [QUESTION]…[/QUESTION]``; no separate
 router, no uncertainty estimate and no world-side verification.
 
-What it does here: at every agent decision the clarifier (``models.generator``, the clarify
-template, which asks the same YES/NO question) decides; ``YES`` sends its question to the user
+What it does here: at every agent decision the clarifier (``models.ig_clarifier``: the checkpoint
+of its own DAPO run, :mod:`prour.train.ig_clarifier` and ``recipes/ig-clarifier.yaml``, on the
+clarify template, which asks the same YES/NO question) decides; ``YES`` sends its question to the user
 (turn tag ``clarify``), ``NO`` or an invalid answer lets the task agent act. The decision
 records ``{"router": "ig-clarifier", "route": "clarify"}`` and the clarifier's answer under
 ``query``.
 
-Simplified: the clarifier is whatever ``models.generator`` names (prompted, or a checkpoint via
-``--checkpoint``) rather than a model trained by IG-Clarifier's own DAPO run; its calls follow
-``router.budget`` / ``router.every_n`` like prour's router calls.
+The clarifier is trained as the public code trains it (the information-gain reward of its
+clarify states, per-token mean, 0 without a question), from the same initial generator and with
+the same DAPO settings as prour's; ``prour run`` trains and exports it (``train-ig-clarifier``,
+``export-ig-clarifier``) and its eval step sets ``models.ig_clarifier.path`` to the export.
+``prour eval --checkpoint`` never touches it. Simplified: its calls follow ``router.budget`` /
+``router.every_n`` like prour's router calls.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.eval.baselines import BaselineContext
 
 NAME = "ig-clarifier"
+ROLE = "ig_clarifier"  # models.ig_clarifier: its own trained clarifier
 
 
 class ClarifierGate:
@@ -42,5 +47,5 @@ class ClarifierGate:
 
 
 def build(context: BaselineContext) -> Agent:
-    return ProactiveAgent(context.task_agent, ClarifierGate(), context.new_generator(),
+    return ProactiveAgent(context.task_agent, ClarifierGate(), context.new_generator(ROLE),
                           routes=("act", "clarify"), new_budget=context.budget)

@@ -3,8 +3,8 @@
 The scripted task agent carries out its plan at once: one mutating call (a cancellation of an
 order or reservation that does not exist, which tau2 refuses), then it closes. The scripted
 clarification predictor (the agent backbone) predicts a need until the customer has answered a
-question. So: decision 0 is predicted to need clarification and the generator's question goes to
-the user; decision 1 is predicted clear and the agent makes its mutating call; decision 2 comes
+question. So: decision 0 is predicted to need clarification and the question, written on the
+backbone with the query generator's clarify prompt (never with models.generator), goes to the user; decision 1 is predicted clear and the agent makes its mutating call; decision 2 comes
 after the plan started, so the predictor is not asked and the agent closes.
 """
 
@@ -13,7 +13,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from eval_world import CLARIFY_ANSWER, CLARIFY_Q, CLOSING, TASKS, domain_of, tool_call
+from eval_world import (
+    CLARIFY_ANSWER,
+    CLARIFY_Q,
+    CLOSING,
+    TASKS,
+    domain_of,
+    generator_llm,
+    tool_call,
+)
 from method_run import check_report, run_method
 
 from prour.llm.scripted import ScriptedLLM
@@ -38,7 +46,9 @@ def prediction(messages: list[dict]) -> str:
 
 
 def backbone(predictor_reply) -> ScriptedLLM:
-    return ScriptedLLM(rules=[(PREDICTOR, predictor_reply), (r".", planner_reply)])
+    """The agent backbone: predictor, question writer (the clarify prompt) and task agent."""
+    writer = generator_llm().rules[0]
+    return ScriptedLLM(rules=[(PREDICTOR, predictor_reply), writer, (r".", planner_reply)])
 
 
 @pytest.mark.parametrize("domain_task", TASKS)
@@ -61,8 +71,8 @@ def test_ask_before_plan_asks_only_before_the_first_mutating_action(abp_run, dom
         WRITE[domain][0]
     # predictor at the two decisions before the plan, one question, the agent's two turns,
     # the user's opening, answer and stop
-    assert run.calls(domain, task) == {"clarification_predictor.chat": 2, "generator.chat": 1,
-                                       "agent.chat": 2, "user.chat": 3}
+    assert run.calls(domain, task) == {"clarification_predictor.chat": 2,
+                                       "question_writer.chat": 1, "agent.chat": 2, "user.chat": 3}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +81,9 @@ def abp_run(tmp_path_factory):
                      llms={"agent": backbone(prediction)})
     check_report(run)
     assert run.system()["calls_by_role"]["clarification_predictor"] == pytest.approx(2.0)
+    # its questions are the backbone's (models.agent), and the report says so
+    assert {line["question_writer"] for line in run.lines} == {"eval-agent"}
+    assert "| ask-before-plan | `eval-agent` |" in run.markdown
     return run
 
 
@@ -82,4 +95,5 @@ def test_an_invalid_prediction_lets_the_agent_act(tmp_path) -> None:
         first = run.agent_steps(domain, task)[0].meta["decision"]
         assert first["valid"] is False and first["route"] == "act"
         assert first["error"].startswith("not valid JSON")
+        assert "question_writer.chat" not in run.calls(domain, task)
         assert "generator.chat" not in run.calls(domain, task)
