@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
@@ -317,6 +317,8 @@ def command_values(recipe: Recipe) -> dict[str, str]:
         "dev_episodes": str(recipe.router.calibration.dev_episodes),
         # none without a train section: eval then evaluates models.generator as the recipe has it
         "checkpoints": str(_checkpoints(recipe)) if recipe.train is not None else "",
+        # eval's models.ig_clarifier: the exported ig-clarifier checkpoint (none: not trained)
+        "ig_clarifier": _ig_clarifier_set(recipe),
         "eval_dir": str(_eval_dir(recipe)),
     }
 
@@ -496,6 +498,66 @@ def _exported_done(recipe: Recipe) -> bool:
 def _export_clears(recipe: Recipe) -> tuple[File, ...]:
     """What a rerun of export replaces: verl's merged folder; a local step_N is train's own."""
     return (File("train.output_dir", _exported(recipe)),) if _verl(recipe) else ()
+
+
+# ---- the IG-Clarifier baseline's own training (prour.train.ig_clarifier) -----------------------
+
+
+def _ig_trains(recipe: Recipe) -> bool:
+    """Whether the run trains the ig-clarifier baseline: eval.methods holds it and the recipe
+    trains (a recipe without ``train`` evaluates it with a given ``models.ig_clarifier``)."""
+    from prour.train.ig_clarifier import NAME
+
+    return recipe.train is not None and NAME in recipe.eval.methods
+
+
+def _no_ig(recipe: Recipe) -> str | None:
+    if recipe.train is None:
+        return "the recipe has no `train` section"
+    return None if _ig_trains(recipe) else "eval.methods has no ig-clarifier"
+
+
+def ig_recipe(recipe: Recipe) -> Recipe:
+    """The run's recipe with IG-Clarifier's settings (:data:`prour.train.ig_clarifier.SETTINGS`,
+    the ``--set`` items its steps pass) applied: what its train and export steps run on."""
+    from prour.config import apply_override, parse_recipe
+    from prour.train.ig_clarifier import setting_items
+
+    data = recipe.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for item in setting_items():
+        apply_override(data, item)
+    return parse_recipe(data, "the ig-clarifier settings (prour.train.ig_clarifier)")
+
+
+def _ig(fn: Callable[[Recipe], Any]) -> Callable[[Recipe], Any]:
+    """``fn`` of the ig-clarifier recipe (:func:`ig_recipe`); nothing without its training."""
+    return lambda recipe: fn(ig_recipe(recipe)) if _ig_trains(recipe) else ()
+
+
+def _ig_exported(recipe: Recipe) -> Path | None:
+    """The exported ig-clarifier checkpoint that eval's ``models.ig_clarifier`` loads."""
+    return _exported(ig_recipe(recipe)) if _ig_trains(recipe) else None
+
+
+def _ig_clarifier_set(recipe: Recipe) -> str:
+    """Eval's ``--set`` of ``models.ig_clarifier``: the exported ig-clarifier checkpoint, loaded
+    as ``prour eval --checkpoint`` loads prour's (dtype, device and context of an ``hf``
+    generator kept); empty without its training."""
+    import json
+
+    if not _ig_trains(recipe):
+        return ""
+    model: dict[str, Any] = {"backend": "hf", "path": str(_ig_exported(recipe))}
+    base = recipe.models.get("generator")
+    if base is not None and base.backend == "hf":
+        model.update(dtype=base.dtype, device=base.device, max_model_len=base.max_model_len)
+    return "models.ig_clarifier=" + json.dumps({k: v for k, v in model.items() if v is not None})
+
+
+def _ig_sets() -> tuple[str, ...]:
+    from prour.train.ig_clarifier import setting_items
+
+    return tuple(part for item in setting_items() for part in ("--set", item))
 
 
 def _endpoints(recipe: Recipe) -> File:
@@ -786,6 +848,15 @@ STAGES: tuple[Stage, ...] = (
              reads=_train_files, writes=lambda r: (File("train.output_dir", _final_step(r)),),
              roles=_train_roles, done=_trained, keys=_TRAIN_KEYS,
              clears=lambda r: (File("train.output_dir", _checkpoints(r)),), resume=("--resume",)),
+        # The IG-Clarifier baseline's own DAPO run: the same recipe with its settings (one table,
+        # prour.train.ig_clarifier.SETTINGS) into its own folder; only when eval.methods has it.
+        Step("train-ig-clarifier", "the ig-clarifier baseline's clarifier (its own reward)",
+             ("train", *_R, *_ig_sets()), reads=_ig(_train_files),
+             writes=_ig(lambda r: (File("train.output_dir", _final_step(r)),)),
+             roles=_ig(_train_roles), done=lambda r: _ig_trains(r) and _trained(ig_recipe(r)),
+             keys=_TRAIN_KEYS,
+             clears=_ig(lambda r: (File("train.output_dir", _checkpoints(r)),)),
+             resume=("--resume",), skip=_no_ig),
     ), placement="trainer", slurm="train", extras=_train_extras, weights=_verl_policy,
         gpus=_trainer_gpus, skip=_no_train),
     Stage("export", "the saved steps as Hugging Face folders", (
@@ -795,11 +866,22 @@ STAGES: tuple[Stage, ...] = (
              writes=lambda r: (File("train.output_dir", _exported(r) / "config.json"),),
              done=_exported_done, keys=("train.output_dir", "train.total_steps",
                                         "train.backend"), clears=_export_clears),
+        Step("export-ig-clarifier", "the ig-clarifier's final step (what eval's "
+             "models.ig_clarifier loads)", ("train", "export", *_R, *_ig_sets()),
+             reads=_ig(lambda r: (File("train.output_dir", _final_step(r)),)),
+             writes=_ig(lambda r: (File("train.output_dir", _exported(r) / "config.json"),)),
+             done=lambda r: _ig_trains(r) and _exported_done(ig_recipe(r)),
+             keys=("train.output_dir", "train.total_steps", "train.backend"),
+             clears=_ig(_export_clears), skip=_no_ig),
     ), placement="none", slurm_command=("train", "export", *_R), skip=_no_train,
         preflight=False),
     Stage("eval", "every method of eval.methods on tau2, with the final checkpoint", (
-        Step("eval", "one result line per episode", ("eval", *_R, "--checkpoint", "{checkpoints}"),
-             reads=lambda r: (File("--checkpoint", _exported(r) / "config.json", checked=False),),
+        Step("eval", "one result line per episode", ("eval", *_R, "--checkpoint", "{checkpoints}",
+                                                     "--set", "{ig_clarifier}"),
+             reads=lambda r: (File("--checkpoint", _exported(r) / "config.json", checked=False),
+                              *_ig(lambda i: (File("models.ig_clarifier.path",
+                                                   _exported(i) / "config.json",
+                                                   checked=False),))(r)),
              writes=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
              roles=_eval_roles, done=_evaluated, keys=_EVAL_KEYS),
     ), placement="in_process", slurm="eval", routes=_eval_routes),
@@ -865,9 +947,20 @@ def stage_roles(recipe: Recipe, name: str) -> tuple[str, ...]:
 
 def required_roles(recipe: Recipe, name: str) -> tuple[str, ...]:
     """The roles a stage (or step) needs in the recipe: those it calls and those whose tokenizer
-    it reads (extract counts prompt tokens with the policy's)."""
-    return _union([*(step.roles(recipe) for step in _rows(name)),
-                   *(step.tokenizers(recipe) for step in _rows(name))])
+    it reads (extract counts prompt tokens with the policy's), less those the chain's own
+    commands supply (:func:`chain_supplied`)."""
+    supplied = chain_supplied(recipe)
+    return tuple(role for role in _union([*(step.roles(recipe) for step in _rows(name)),
+                                          *(step.tokenizers(recipe) for step in _rows(name))])
+                 if role not in supplied)
+
+
+def chain_supplied(recipe: Recipe) -> set[str]:
+    """Roles the recipe need not have because a step's command sets them: eval's
+    ``models.ig_clarifier`` when the run trains the ig-clarifier baseline (``--set
+    models.ig_clarifier.path=<its export>``)."""
+    return {"ig_clarifier"} if _ig_trains(recipe) and "ig_clarifier" not in recipe.models \
+        else set()
 
 
 def writer_of(recipe: Recipe, path: Path) -> Step:

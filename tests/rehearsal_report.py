@@ -21,4 +21,23 @@ def every_method_reported(run_dir: Path, recipe: Any) -> list[str]:
     rows = [line.split("|")[1].strip() for line in table.splitlines()
             if line.startswith("| ") and not line.startswith(("| System", "| ---"))]
     assert [row.split(" (")[0] for row in rows] == recipe.eval.methods  # a row per method
+    questions_written_by_their_own_models(results, recipe)
+    assert "## Question writers" in report
     return rows
+
+
+def questions_written_by_their_own_models(results: list[dict[str, Any]], recipe: Any) -> None:
+    """ig-clarifier's questions come from its own exported checkpoint (the chain's
+    export-ig-clarifier), prour's methods' from prour's exported step, ask-before-plan's from the
+    agent backbone: as every episode's result line records it."""
+    from prour.eval.methods import check_method
+    from prour.stages import _exported, ig_recipe
+
+    prour_step = str(_exported(recipe).resolve())
+    ig_step = str(_exported(ig_recipe(recipe)).resolve())
+    assert ig_step != prour_step
+    wanted = {"generator": prour_step, "ig_clarifier": ig_step,
+              "agent": recipe.models["agent"].model}
+    for line in results:
+        writer = check_method(line["method"]).writer
+        assert line["question_writer"] == wanted.get(writer), (line["method"], line)

@@ -27,13 +27,14 @@ PAPER, ATTENTION, SMOKE = (RECIPES / f"{name}.yaml" for name in ("paper", "paper
 
 def test_the_stages_and_steps_follow_the_papers_chain() -> None:
     """DESIGN.md §6: serve beside everything, then collect retail and airline, normalize, the
-    calibration states, annotate, review, search, held-out, extract, train, export, eval, report."""
+    calibration states, annotate, review, search, held-out, extract, train, export, eval, report;
+    the ig-clarifier baseline's own training and export beside prour's (issue 24)."""
     assert stage_names() == ("serve", "collect", "normalize", "calibrate", "extract", "train",
                              "export", "eval", "report")
     assert [step.name for step in steps()] == [
         "serve", "collect-retail", "collect-dev", "collect-airline", "normalize", "states-dev",
-        "states-test",
-        "annotate", "review", "search", "heldout", "extract", "train", "export", "eval", "report"]
+        "states-test", "annotate", "review", "search", "heldout", "extract", "train",
+        "train-ig-clarifier", "export", "export-ig-clarifier", "eval", "report"]
     assert [step.name for step in steps() if step.command is None] == ["review"]  # the one gate
 
 
@@ -54,7 +55,8 @@ def test_a_file_no_step_writes_is_external(tmp_path: Path) -> None:
     assert writer_of(recipe, tmp_path / "data" / "goals.jsonl").name == "normalize"
 
 
-EVAL_PAPER = {"agent", "user", "generator", "decomposer", "verifier", "router"}
+# ig_clarifier: the ig-clarifier baseline's own checkpoint (the chain's eval step sets it)
+EVAL_PAPER = {"agent", "user", "generator", "decomposer", "verifier", "router", "ig_clarifier"}
 PAPER_ROLES = {  # hand-written from the recipe: data.teacher is on, models.router exists, the
     # train file does not exist yet (both responders), no eval.attention (no judge)
     "serve": set(), "collect": {"agent", "user", "teacher"}, "normalize": {"normalizer"},
@@ -78,6 +80,45 @@ def test_roles_each_stage_calls(path: Path, expected: dict[str, set[str]]) -> No
     assert {name: set(stage_roles(recipe, name)) for name in stage_names()} == expected
     # extract reads the policy's tokenizer from models.generator without calling it
     assert set(required_roles(recipe, "extract")) == {"decomposer", "generator"}
+
+
+def test_the_chain_trains_exports_and_evaluates_the_ig_clarifier(tmp_path: Path) -> None:
+    """eval.methods with ig-clarifier and a train section: train-ig-clarifier and
+    export-ig-clarifier run the recipe with prour.train.ig_clarifier's settings into their own
+    folder (on the clarify states: the strict user only), and eval loads that export as
+    models.ig_clarifier, which the recipe then need not have; without the method the steps
+    are left out and eval sets nothing."""
+    import json
+
+    from prour.stages import get_step, run_steps
+    from prour.train.ig_clarifier import OUTPUT_DIR, setting_items
+
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", "train.backend=local"])
+    names = [step.name for step in run_steps(recipe)]
+    assert names[names.index("train"):names.index("eval")] == [
+        "train", "train-ig-clarifier", "export", "export-ig-clarifier"]
+    train = get_step("train-ig-clarifier")
+    argv = train.argv(recipe, "R.yaml")
+    assert argv[:3] == ["train", "--recipe", "R.yaml"]
+    assert [argv[i + 1] for i in range(3, len(argv), 2)] == setting_items()
+    export = tmp_path / OUTPUT_DIR / "step_2010"
+    assert [f.path for f in train.writes(recipe)] == [export]
+    assert [f.path for f in get_step("export-ig-clarifier").writes(recipe)] == [
+        export / "config.json"]
+    assert train.roles(recipe) == ("generator", "strict_user")
+    eval_argv = get_step("eval").argv(recipe, "R.yaml")
+    ig = json.loads(eval_argv[eval_argv.index("--set") + 1].split("=", 1)[1])
+    assert ig == {"backend": "hf", "path": str(export), "dtype": "bfloat16", "device": "auto"}
+    assert "ig_clarifier" in stage_roles(recipe, "eval")
+    assert "ig_clarifier" not in required_roles(recipe, "eval")  # the eval step supplies it
+    assert writer_of(recipe, export / "config.json").name == "export-ig-clarifier"
+    without = load_recipe(PAPER, [f"run_dir={tmp_path}", "eval.methods=[base,prour]"])
+    assert not {"train-ig-clarifier", "export-ig-clarifier"} & {
+        step.name for step in run_steps(without)}
+    assert "--set" not in get_step("eval").argv(without, "R.yaml")
+    # a recipe that trains nothing evaluates ig-clarifier with a models.ig_clarifier of its own
+    untrained = load_recipe(PAPER, ["train=null"])
+    assert "ig_clarifier" in required_roles(untrained, "eval")
 
 
 def test_roles_follow_the_recipe() -> None:
