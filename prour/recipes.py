@@ -17,7 +17,7 @@ from typing import Any
 
 from prour.config import Recipe, apply_override, parse_recipe, read_recipe_data
 
-__all__ = ["flag_overrides", "load_recipe", "prour_command"]
+__all__ = ["flag_overrides", "load_recipe", "prour_command", "with_settings"]
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
@@ -58,6 +58,16 @@ def load_recipe(
 
         recipe = resolve_endpoints(recipe)
     return recipe
+
+
+def with_settings(recipe: Recipe, items: list[str], source: str) -> Recipe:
+    """``recipe`` with ``key.sub=value`` items laid over it as ``--set`` would, validated again
+    (``source`` names them in an error): a step that runs its recipe with settings of its own
+    (the chain's ig-clarifier training) reads the recipe its command will."""
+    data = recipe.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for item in items:
+        apply_override(data, item)
+    return parse_recipe(data, source)
 
 
 def prour_command(recipe: Recipe, *argv: str) -> str:

@@ -520,13 +520,11 @@ def _no_ig(recipe: Recipe) -> str | None:
 def ig_recipe(recipe: Recipe) -> Recipe:
     """The run's recipe with IG-Clarifier's settings (:data:`prour.train.ig_clarifier.SETTINGS`,
     the ``--set`` items its steps pass) applied: what its train and export steps run on."""
-    from prour.config import apply_override, parse_recipe
+    from prour.recipes import with_settings
     from prour.train.ig_clarifier import setting_items
 
-    data = recipe.model_dump(mode="json", by_alias=True, exclude_none=True)
-    for item in setting_items():
-        apply_override(data, item)
-    return parse_recipe(data, "the ig-clarifier settings (prour.train.ig_clarifier)")
+    return with_settings(recipe, setting_items(),
+                         "the ig-clarifier settings (prour.train.ig_clarifier)")
 
 
 def _ig(fn: Callable[[Recipe], Any]) -> Callable[[Recipe], Any]:

@@ -37,7 +37,8 @@ def _paper(tmp_path: Path, *sets: str):
 def test_a_change_of_n_actions_makes_the_routing_steps_and_all_after_them_stale(tmp_path) -> None:
     made, now = _paper(tmp_path), _paper(tmp_path, "router.n_actions=3")
     assert affected_steps(made, now) == [
-        "search", "heldout", "extract", "train", "export", "eval", "report"]
+        "search", "heldout", "extract", "train", "train-ig-clarifier", "export",
+        "export-ig-clarifier", "eval", "report"]
 
 
 @pytest.mark.parametrize(("change", "first"), [
@@ -74,8 +75,10 @@ def test_stamped_values_name_paths_relative_to_the_run_folder(tmp_path) -> None:
 def test_names_select_stages_steps_and_ranges_in_chain_order() -> None:
     assert select(only=["calibrate"]) == [
         "states-dev", "states-test", "annotate", "review", "search", "heldout"]
-    assert select(only=["report,train", "normalize"]) == ["normalize", "train", "report"]
-    assert select(first="extract", last="export") == ["extract", "train", "export"]
+    assert select(only=["report,train", "normalize"]) == [
+        "normalize", "train", "train-ig-clarifier", "report"]
+    assert select(first="extract", last="export") == [
+        "extract", "train", "train-ig-clarifier", "export", "export-ig-clarifier"]
     assert select(first="eval") == ["eval", "report"]
     with pytest.raises(RunError, match="comes after"):
         select(first="eval", last="collect")
