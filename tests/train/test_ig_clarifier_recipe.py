@@ -33,7 +33,7 @@ def tiny_sets(model: Path, run_dir: Path) -> list[str]:
             "train.states_per_step=1", "train.total_steps=3", "train.save_every=3",
             "train.rollout.n=2", "train.rollout.keep=2", "train.rollout.max_response_tokens=12",
             "train.rollout.enable_thinking=false", "train.ppo.epochs=1",
-            "train.optim.warmup_steps=0", "reward.responder_max_tokens=8", "train.val_file=null"]
+            "train.optim.warmup_steps=0", "reward.responder_max_tokens=8"]
 
 
 def test_the_recipe_is_paper_with_the_chains_settings():
@@ -62,7 +62,8 @@ def write_rows(path: Path) -> None:
 def test_prour_train_with_the_recipe_trains_clarify_states_into_its_own_folder(
         tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
-    write_rows(run_dir / "data" / "dataset" / "train.parquet")
+    for split in ("train", "validation"):
+        write_rows(run_dir / "data" / "dataset" / f"{split}.parquet")
     result = CliRunner().invoke(app, ["train", "--recipe", str(IG),
                                       *(p for s in tiny_sets(tiny_model_dir, run_dir)
                                         for p in ("--set", s))])
