@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.llm.base import LLM, SamplingParams
     from prour.rollout.strict_user import StrictUserSimulator
     from prour.rollout.verifier import Verifier
+    from prour.router.config import RouterConfig
     from prour.router.decomposer import Decomposer
     from prour.router.llm_router import LLMRouter
     from prour.train.config import RolloutSettings
@@ -252,10 +253,11 @@ class Builder:
                               enable_thinking=rollout.enable_thinking)
 
     def proactive_agent(self, task_agent: Agent, domain: str, routes: tuple[str, ...],
-                        router: str) -> ProactiveAgent:
+                        router: str, budget: RouterConfig | None = None) -> ProactiveAgent:
         """``task_agent`` with prour's proactive module: ``router`` ``decomposer`` (AU/EU on
         ``models.decomposer``) or ``llm`` (the prompted router), the query generator, and the
-        verifier when ``routes`` has ``verify``; a fresh ``router.budget`` per episode."""
+        verifier when ``routes`` has ``verify``; a fresh ``router.budget`` per episode (of
+        ``budget``'s budget and every_n when given: an eval.sweep point)."""
         from prour.eval.agent import DecomposerRouter, ProactiveAgent, PromptedRouter
         from prour.router.routing import episode_budget
 
@@ -263,7 +265,7 @@ class Builder:
             else DecomposerRouter(self.decomposer(domain))
         verifier = self.verifier(domain) if "verify" in routes else None
         return ProactiveAgent(task_agent, chooser, self.query_generator(), verifier, routes,
-                              lambda: episode_budget(self.recipe.router))
+                              lambda: episode_budget(budget or self.recipe.router))
 
     def request_classifier(self, domain: str, attention: AttentionConfig,
                            cache: JsonCache | None = None) -> RequestClassifier:

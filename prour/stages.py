@@ -414,8 +414,8 @@ def _normalized(recipe: Recipe) -> bool:
 
 
 def _evaluated(recipe: Recipe) -> bool:
-    """A result line for every episode the eval section plans: methods x attention variants x
-    the tasks of each domain x seeds (``prour eval`` reruns only the missing ones)."""
+    """A result line for every episode the eval section plans: methods (a routed one once per
+    eval.sweep point) x attention variants x the tasks of each domain x seeds (``prour eval`` reruns only the missing ones)."""
     from prour.env.domains import select_tasks
     from prour.eval.harness import wanted_tasks
 
@@ -423,7 +423,10 @@ def _evaluated(recipe: Recipe) -> bool:
     tasks = sum(len(select_tasks(domain, cfg.split, None if cfg.tasks is None
                                  else wanted_tasks(cfg.tasks, domain), cfg.max_tasks,
                                  key="eval.tasks")) for domain in cfg.domains)
-    planned = len(cfg.methods) * len(cfg.variants()) * tasks * len(cfg.seeds)
+    from prour.eval.harness import arm_points
+
+    arms = sum(len(arm_points(cfg, method)) for method in cfg.methods) * len(cfg.variants())
+    planned = arms * tasks * len(cfg.seeds)
     return _lines(_eval_dir(recipe) / "results.jsonl") >= planned
 
 
@@ -887,7 +890,7 @@ STAGES: tuple[Stage, ...] = (
         Step("report", "the report of the eval run", ("report", "{eval_dir}"),
              reads=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
              writes=lambda r: (File("eval (run_dir/eval/report)", _eval_dir(r) / "report"),),
-             keys=("eval.methods", "eval.seeds", "eval.domains")),
+             keys=("eval.methods", "eval.seeds", "eval.domains", "eval.sweep")),
     ), placement="none", slurm_command=("report", "{eval_dir}"), preflight=False),
 )
 

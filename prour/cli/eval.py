@@ -38,6 +38,9 @@ MaxTasksOpt = typer.Option(None, "--max-tasks", help="First N tasks of each doma
 SeedsOpt = typer.Option(None, "--seeds", help="Seeds (repeat or comma list).")
 PolicyOpt = typer.Option(None, "--attention-policy",
                          help="Attention variants, e.g. no-ask, budgeted@2 (repeat or comma list).")
+SweepOpt = typer.Option(
+    None, "--sweep", help="Trade-off sweep (eval.sweep): KEY=V1,V2 for router.budget (none: "
+    "unlimited) or router.every_n; repeat for both (every combination), into one run folder.")
 ConcurrencyOpt = typer.Option(None, "--concurrency", help="Episodes run at the same time.")
 OutOpt = typer.Option(None, "--out", help="Run folder (default <run_dir>/eval).")
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
@@ -70,6 +73,7 @@ def eval_command(
     out: str | None = OutOpt,
     overrides: list[str] | None = SetOpt,
     progress: bool = ProgressOpt,
+    sweep: list[str] | None = SweepOpt,
 ) -> None:
     """Evaluate methods on tau2; reruns finish the missing and the errored episodes. Exits 1 when
     more than eval.max_error_fraction of the episodes ended in an error. With --checkpoint the
@@ -89,7 +93,8 @@ def eval_command(
         loaded = load_recipe(recipe, overrides, endpoints=True, flags={
             "eval.methods": _split(method), "eval.domains": _split(domains),
             "eval.seeds": _split(seeds), "eval.attention_policies": _split(attention_policy),
-            "eval.max_tasks": max_tasks, "eval.concurrency": concurrency})
+            "eval.max_tasks": max_tasks, "eval.concurrency": concurrency,
+            "eval.sweep": _sweep(sweep)})
     default_generator = _file_generator(recipe) if overrides or checkpoint else None
     checkpoints = _checkpoints(checkpoint, _split(steps))
     # every checkpoint is a local HF folder already: check the run with the first as generator
@@ -108,6 +113,24 @@ def eval_command(
             results = _evaluate(loaded, run_dir, progress, default_generator, checkpoints)
     _print_summary(results, run_dir)
     _check_errors(results, loaded.eval.max_error_fraction)
+
+
+def _sweep(entries: list[str] | None) -> dict[str, list[int | None]] | None:
+    """``--sweep router.budget=1,2`` entries as the eval.sweep mapping; exit 2 on a bad entry."""
+    if not entries:
+        return None
+    out: dict[str, list[int | None]] = {}
+    for entry in entries:
+        key, sep, text = entry.partition("=")
+        try:
+            if not sep or not text:
+                raise ValueError
+            out[key.strip()] = [None if v.strip().lower() in ("none", "null", "inf") else
+                                int(v) for v in text.split(",")]
+        except ValueError:
+            _fail(f"--sweep {entry!r}: write KEY=V1,V2 (integers; none for unlimited), e.g. "
+                  "--sweep router.budget=1,2")
+    return out
 
 
 def _check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:

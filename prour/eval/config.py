@@ -10,6 +10,7 @@ differs here; the verifier answers as in training (``reward.verifier_max_steps``
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -57,6 +58,18 @@ def parse_variant(text: str) -> tuple[str, int | None]:
     if budget < 0:
         raise ValueError(f"attention variant {text!r}: the budget must be >= 0")
     return name, budget
+
+
+# The router keys a trade-off sweep varies (eval.sweep, ``prour eval --sweep KEY=V1,V2``).
+SWEEP_KEYS = ("router.budget", "router.every_n")
+
+
+def sweep_label(point: dict[str, int | None] | None) -> str | None:
+    """``budget=2 every_n=1`` (``budget=inf`` for unlimited) of a sweep point; None: no point."""
+    if point is None:
+        return None
+    return " ".join(f"{key.split('.', 1)[1]}={'inf' if v is None else v}"
+                    for key, v in point.items())
 
 
 # The share of errored episodes past which a run of episodes failed (eval.max_error_fraction and
@@ -111,6 +124,10 @@ class EvalConfig(Section):
     classifier: Literal["judge", "heuristic"] = "judge"  # request labels: models.judge or rules
     saber: SaberConfig = Field(default_factory=SaberConfig)  # the saber baseline's settings
     sage_agent: SageAgentConfig = Field(default_factory=SageAgentConfig)  # sage-agent's settings
+    # Trade-off sweep (paper Figures 5 and 8, A.2.3): values of router.budget (null: unlimited)
+    # and router.every_n; the methods with a router run once per point of their grid (every
+    # combination), all into one run folder; each result line records its point (``sweep``).
+    sweep: dict[str, list[int | None]] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -140,6 +157,29 @@ class EvalConfig(Section):
         if len(set(value)) != len(value):
             raise ValueError(f"seeds repeat: {value}")
         return value
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_keys(cls, value: dict[str, list[int | None]]) -> dict[str, list[int | None]]:
+        for key, values in value.items():
+            if key not in SWEEP_KEYS:
+                raise ValueError(unknown_name("eval.sweep key", key, SWEEP_KEYS))
+            if not values:
+                raise ValueError(f"eval.sweep.{key}: list at least one value")
+            if len(set(values)) != len(values):
+                raise ValueError(f"eval.sweep.{key}: values repeat: {values}")
+            least = 1 if key == "router.every_n" else 0
+            for v in values:
+                if (v is None and key == "router.every_n") or (v is not None and v < least):
+                    raise ValueError(f"eval.sweep.{key}: {v!r} is not an integer >= {least}")
+        return {key: list(value[key]) for key in SWEEP_KEYS if key in value}
+
+    def sweep_points(self) -> list[dict[str, int | None] | None]:
+        """Every combination of the ``sweep`` values (``[None]`` without a sweep), in order."""
+        if not self.sweep:
+            return [None]
+        keys = list(self.sweep)
+        return [dict(zip(keys, combo)) for combo in itertools.product(*self.sweep.values())]
 
     @model_validator(mode="after")
     def _variants_fit(self) -> EvalConfig:

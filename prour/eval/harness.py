@@ -33,6 +33,7 @@ from prour.build import Builder
 from prour.config import ModelConfig, Recipe, run_path
 from prour.env import runner as episode_runner
 from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
+from prour.eval.config import sweep_label
 from prour.eval.methods import (
     MethodKit,
     check_method,
@@ -41,6 +42,7 @@ from prour.eval.methods import (
     variant_name,
 )
 from prour.files import append_jsonl, write_atomic
+from prour.router.config import RouterConfig
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +84,30 @@ class Arm:
     method: str
     attention: Any = None  # AttentionConfig | None
     checkpoint: GeneratorCheckpoint | None = None
+    # The eval.sweep point (router key, value) pairs this arm runs under (None: no sweep).
+    point: tuple[tuple[str, int | None], ...] | None = None
 
     @property
     def variant(self) -> str | None:
         return variant_name(self.attention)
 
     @property
+    def sweep(self) -> dict[str, int | None] | None:
+        return dict(self.point) if self.point is not None else None
+
+    def router(self, base: RouterConfig) -> RouterConfig:
+        """``base`` with this arm's sweep point applied (``router.budget``, ``router.every_n``)."""
+        if self.point is None:
+            return base
+        return base.model_copy(update={k.split(".", 1)[1]: v for k, v in self.point})
+
+    @property
     def key(self) -> str:
         """Stored as the trajectory's agent name (part of the resume key); a checkpoint's step
         is part of it, so one run folder holds every step of a sweep."""
         key = self.method if self.variant is None else f"{self.method}/{self.variant}"
+        if self.point is not None:
+            key += f" [{sweep_label(self.sweep)}]"
         if self.checkpoint is not None and self.checkpoint.step is not None:
             key += f" [step {self.checkpoint.step}]"
         return key
@@ -142,6 +158,19 @@ def checkpoint_generators(checkpoint: str | Path,
     run = training_run(folders[0])
     name, root = run if run is not None else (given.name, given)
     return [GeneratorCheckpoint(name, checkpoint_step(f), str(f), str(root)) for f in folders]
+
+
+def uses_router(method: str) -> bool:
+    """Whether a method routes with a router whose budget and frequency a sweep varies."""
+    return check_method(method).router is not None
+
+
+def arm_points(cfg: Any, method: str) -> list[tuple[tuple[str, int | None], ...] | None]:
+    """The ``eval.sweep`` points a method runs under: every point for a routed method, else
+    one run without a point (its result does not depend on the router)."""
+    if not cfg.sweep or not uses_router(method):
+        return [None]
+    return [tuple(point.items()) for point in cfg.sweep_points()]
 
 
 def uses_generator(method: str) -> bool:
@@ -203,8 +232,9 @@ class Evaluation:
                   "judge": JsonCache(cache_root / "judge_cache.jsonl")}
         self.kit = MethodKit(builder or Builder(recipe), caches)
         self.checkpoint, self.sweep_steps = checkpoint, sweep_steps
-        self.arms = [Arm(m, a, checkpoint if uses_generator(m) else None)
-                     for m in self.cfg.methods for a in self.cfg.variants()]
+        self.arms = [Arm(m, a, checkpoint if uses_generator(m) else None, point)
+                     for m in self.cfg.methods for a in self.cfg.variants()
+                     for point in arm_points(self.cfg, m)]
 
     # -- setup --
 
@@ -224,8 +254,11 @@ class Evaluation:
                     "reward.responder_max_tokens": reward.responder_max_tokens}
         if self.cfg.generator_temperature is None:
             decoding["train.rollout.temperature"] = rollout.temperature
+        router = self.recipe.router.model_dump(mode="json")
+        for key in self.cfg.sweep:  # each point's value is in the arm's key and result lines
+            router[key.split(".", 1)[1]] = "swept"
         return {"models": models, "eval": eval_part, "env": self.recipe.env.model_dump(mode="json"),
-                "decoding": decoding, "router": self.recipe.router.model_dump(mode="json")}
+                "decoding": decoding, "router": router}
 
     def check_run_dir(self) -> None:
         """Refuse to mix results of different settings in one folder (names the keys)."""
@@ -270,7 +303,8 @@ class Evaluation:
         out = []
         for arm in self.arms:
             for domain in self.cfg.domains:
-                make_agent = self.kit.agent_factory(arm.method, domain, arm.attention)
+                make_agent = self.kit.agent_factory(arm.method, domain, arm.attention,
+                                                    arm.router(self.recipe.router))
                 make_user = self.kit.user_factory(arm.method)
                 for task in self.tasks(domain):
                     for seed in self.cfg.seeds:
@@ -492,6 +526,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
         "generator": generator,
         "question_writer": writer,  # the model (folder or served id) that wrote its questions
         "checkpoint": arm.checkpoint.record() if arm.checkpoint is not None else None,
+        "sweep": arm.sweep,  # the eval.sweep point ({"router.budget": 2, ...}; None: none)
         "attention": None,
     }
     line["model_calls_total"] = sum(line["model_calls"].values())

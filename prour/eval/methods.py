@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.eval.agent import CallCounts
     from prour.eval.attention.config import AttentionConfig
     from prour.eval.attention.strict_json import JsonCache
+    from prour.router.config import RouterConfig
 
 
 @dataclass(frozen=True)
@@ -213,9 +214,10 @@ class MethodKit:
 
         return self.builder.metered(lambda role, llm: CountingLLM(llm, counts, role))
 
-    def agent_factory(self, method: str, domain: str,
-                      attention: AttentionConfig | None) -> Callable[[], Agent]:
-        """A zero-argument builder of a fresh, metered agent for one episode."""
+    def agent_factory(self, method: str, domain: str, attention: AttentionConfig | None,
+                      router: RouterConfig | None = None) -> Callable[[], Agent]:
+        """A zero-argument builder of a fresh, metered agent for one episode; ``router``: the
+        budget and frequency settings of its episodes (None: the recipe's ``router``)."""
         spec = check_method(method)
 
         def build() -> Agent:
@@ -223,7 +225,7 @@ class MethodKit:
 
             counts = CallCounts()
             episode = self._episode(counts)
-            agent = self._core_agent(spec, domain, episode)
+            agent = self._core_agent(spec, domain, episode, router)
             if attention is not None:
                 agent = episode.attentive_agent(agent, domain, attention,
                                                 self.caches.get("classifier"))
@@ -246,7 +248,8 @@ class MethodKit:
         return build
 
     @staticmethod
-    def _core_agent(spec: MethodSpec, domain: str, episode: Builder) -> Agent:
+    def _core_agent(spec: MethodSpec, domain: str, episode: Builder,
+                    router: RouterConfig | None = None) -> Agent:
         from prour.env.agents import OracleAgent
 
         if spec.oracle:
@@ -258,4 +261,5 @@ class MethodKit:
             return build_baseline(spec.baseline, BaselineContext(domain, task_agent, episode))
         if not spec.proactive:
             return task_agent
-        return episode.proactive_agent(task_agent, domain, spec.routes, spec.router or "")
+        return episode.proactive_agent(task_agent, domain, spec.routes, spec.router or "",
+                                       budget=router)

@@ -160,3 +160,39 @@ def plot_uncertainty(curves: Mapping[str, Mapping[str, Sequence[float | None]]],
     axes[0].set_ylabel("nats")
     axes[0].legend(fontsize=7)
     return save_plot(fig, out, series)
+
+
+def plot_tradeoff(rows: Sequence[Mapping[str, Any]], key: str, name: str,
+                  out: str | Path) -> Path:
+    """Success (%) against mean decomposer calls per episode (the prour paper's Figures 5 and
+    8): one line per (method, other sweep key's value, domain) through the points of ``key``
+    (``budget`` or ``every_n``) in value order, each point's value in the legend order."""
+    plt = pyplot()
+    other = "every_n" if key == "budget" else "budget"
+    lines: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        label = f"{row['method']} {row['domain']}"
+        if len({r[other] for r in rows}) > 1:
+            label += f" ({other}={'inf' if row[other] is None else row[other]})"
+        lines.setdefault(label, []).append(row)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    series: dict[str, Any] = {}
+    order = lambda r: (r[key] is None, r[key] if isinstance(r[key], int) else 0)
+    for i, (label, points) in enumerate(lines.items()):
+        points = sorted(points, key=order)
+        xs = [float(p["decomposer_calls"]) for p in points]
+        ys = [float(p["success"]) for p in points]
+        values = ["inf" if p[key] is None else p[key] for p in points]
+        ax.plot(xs, ys, "-" + MARKERS[i % len(MARKERS)], markerfacecolor="none", clip_on=False,
+                label=f"{label}: {name} " + ", ".join(map(str, values)))
+        series[label] = {"x": xs, "y": ys, name: values}
+    xs = [v for s in series.values() for v in s["x"]]
+    ax.set_xlim(*padded_limits(xs, min_span=1.0, bounds=(0.0, math.inf)))
+    ax.set_ylim(*padded_limits([v for s in series.values() for v in s["y"]], min_span=10.0,
+                               bounds=PERCENT_FRAMED))
+    ax.set_xlabel("decomposer calls per episode")
+    ax.set_ylabel("success (%)")
+    ax.set_title(f"Success versus decomposer calls ({name} sweep)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, frameon=False)
+    return save_plot(fig, out, series)

@@ -12,7 +12,10 @@ means over a domain's episodes, then averaged over domains (like Pass@1). A syst
 generator was swapped for the recipe's default is labelled ``method (generator NAME)``; a
 training checkpoint is named by its training run and step (``method (generator RUN step N)``),
 and a checkpoint sweep gets a table of Pass@1 by step and the success-versus-training-step
-plot.
+plot. An ``eval.sweep`` run (router.budget / router.every_n points) labels each point's systems
+``method [budget=B every_n=N]`` and adds the trade-off figures (the prour paper's Figures 5 and
+8: success versus decomposer calls per episode, one point per sweep value, one line per method
+and domain) with their points in ``tradeoff.csv``.
 
 With ``attention=True`` the ask-less tables follow (built by :mod:`prour.eval.attention.tables`
 from the gated conversations): R, A, V, U, request statistics and cut conversations per (system,
@@ -24,6 +27,8 @@ burden study exports equal-count pairs for annotators and scores their answers
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import math
@@ -34,6 +39,7 @@ from typing import Any
 
 from prour.env.domains import DOMAINS
 from prour.env.trajectory import is_cut
+from prour.eval.config import sweep_label
 from prour.eval.harness import RESULTS_FILE, load_result_lines
 from prour.eval.markdown import jsonable, pct, table
 from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
@@ -48,6 +54,9 @@ SUCCESS_PLOT = "success_vs_steps.png"
 TRAINING_STEP_PLOT = "success_vs_training_step.png"
 UNCERTAINTY_PLOT = "uncertainty_over_steps.png"
 ATTENTION_PLOT = "reward_vs_attention.png"
+BUDGET_PLOT = "success_vs_calls_by_budget.png"  # Figure 5 (eval.sweep over router.budget)
+FREQUENCY_PLOT = "success_vs_calls_by_every_n.png"  # Figure 8 (over router.every_n)
+TRADEOFF_CSV = "tradeoff.csv"  # both figures' points
 
 
 @dataclass
@@ -87,10 +96,16 @@ class System:
         return (self.checkpoint or {}).get("step")
 
     @property
+    def sweep(self) -> dict[str, int | None] | None:
+        """The eval.sweep point of the system's episodes (None: not part of a sweep)."""
+        return next((line["sweep"] for line in self.lines if line.get("sweep")), None)
+
+    @property
     def base_label(self) -> str:
         name = self.method if self.generator is None else \
             f"{self.method} (generator {self.generator})"
-        return name if self.variant is None else f"{name} [{self.variant}]"
+        name = name if self.variant is None else f"{name} [{self.variant}]"
+        return name if self.sweep is None else f"{name} [{sweep_label(self.sweep)}]"
 
     @property
     def domains(self) -> list[str]:
@@ -118,9 +133,10 @@ def load_systems(run_dirs: Sequence[str | Path]) -> list[System]:
         path = Path(run_dir) / RESULTS_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{run_dir} holds no {RESULTS_FILE}; run `prour eval` first")
-        groups: dict[tuple[str, str | None, str | None], System] = {}
+        groups: dict[tuple[str, str | None, str | None, str | None], System] = {}
         for line in load_result_lines(path).values():
-            key = (line["method"], line.get("variant"), line.get("generator"))
+            key = (line["method"], line.get("variant"), line.get("generator"),
+                   sweep_label(line.get("sweep")))
             if key not in groups:
                 groups[key] = System(Path(run_dir).name, *key[:2], folder=Path(run_dir))
             groups[key].lines.append(line)
@@ -551,6 +567,52 @@ def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],
     curves = {k: v for k, v in curves.items() if any(x is not None for x in v["total"])}
     if curves:
         written["uncertainty_over_steps"] = plot_uncertainty(curves, out / UNCERTAINTY_PLOT)
+    if any(s.sweep is not None for s in systems):
+        written.update(_tradeoff_plots(systems, out))
+    return written
+
+
+def tradeoff_series(systems: Sequence[System]) -> list[dict[str, Any]]:
+    """One row per (method, domain, sweep point) of the eval.sweep systems: the point's
+    router.budget and router.every_n, its episodes, mean decomposer (router) calls per episode
+    and success rate (%) over its episodes (the prour paper's Figures 5 and 8)."""
+    rows = []
+    for system in systems:
+        if system.sweep is None:
+            continue
+        for domain in system.domains:
+            lines = [line for line in system.lines if line["domain"] == domain]
+            calls = [(line.get("router") or {}).get("calls", 0) for line in lines]
+            rows.append({"method": system.method, "variant": system.variant, "domain": domain,
+                         "label": system.label,
+                         "budget": system.sweep.get("router.budget", "recipe"),
+                         "every_n": system.sweep.get("router.every_n", "recipe"),
+                         "episodes": len(lines),
+                         "decomposer_calls": sum(calls) / len(lines),
+                         "success": 100 * sum(bool(line["success"]) for line in lines)
+                         / len(lines)})
+    return rows
+
+
+def _tradeoff_plots(systems: Sequence[System], out: Path) -> dict[str, Path]:
+    """Figures 5 (by router.budget) and 8 (by router.every_n), their series as CSV beside."""
+    from prour.eval.plots import plot_tradeoff
+
+    rows = tradeoff_series(systems)
+    written: dict[str, Path] = {}
+    csv_path = out / TRADEOFF_CSV
+    header = ["method", "variant", "domain", "budget", "every_n", "episodes",
+              "decomposer_calls", "success"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, header, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:  # an unlimited budget reads "inf"
+        writer.writerow({**row, "budget": "inf" if row["budget"] is None else row["budget"]})
+    write_atomic(csv_path, buffer.getvalue())
+    written["tradeoff_csv"] = csv_path
+    for key, name, plot in (("budget", "router.budget", BUDGET_PLOT),
+                            ("every_n", "router.every_n", FREQUENCY_PLOT)):
+        written[f"tradeoff_{key}"] = plot_tradeoff(rows, key, name, out / plot)
     return written
 
 
