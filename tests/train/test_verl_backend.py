@@ -557,3 +557,42 @@ def test_ray_gets_the_slurm_cpu_share(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.delenv("SLURM_CPUS_PER_TASK")
     _, config = _composed(tmp_path, tiny_model_dir)
     assert config.ray_kwargs.ray_init.num_cpus is None
+
+
+def test_the_dataset_keeps_the_states_of_train_modes(tmp_path, tiny_model_dir):
+    """train.modes reaches verl as data.prour_modes and its dataset keeps those states' rows, as
+    the local trainer does; a filter that keeps none is refused."""
+    import json
+
+    from omegaconf import OmegaConf
+    from train_helpers import instance_rows
+    from transformers import AutoTokenizer
+
+    from prour.data.dataset import write_rows
+    from prour.train.verl_backend import data_overrides
+    from prour.train.verl_ext.dataset import ProurRLDataset
+
+    recipe, cfg = paper_like(tmp_path, tiny_model_dir, modes=["clarify"])
+    assert data_overrides(recipe, cfg)["+data.prour_modes"] == ["clarify"]
+    assert "+data.prour_modes" not in data_overrides(*paper_like(tmp_path, tiny_model_dir))
+    rows = instance_rows(3)
+    rows[1]["extra_info"] = {**rows[1]["extra_info"], "mode": "verify"}
+    rows[1]["reward_model"] = {**rows[1]["reward_model"], "ground_truth": json.dumps(
+        {"arguments": {}, "name": "x"}, sort_keys=True, separators=(",", ":"))}
+    path = write_rows(rows, tmp_path / "train.parquet")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    def dataset(modes):
+        config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1400,
+                                   "filter_overlong_prompts": False, "return_raw_chat": True,
+                                   "cache_dir": str(tmp_path / "cache"), "prour_modes": modes})
+        return ProurRLDataset(str(path), tokenizer, config)
+
+    assert len(dataset(None)) == 3
+    clarify = dataset(["clarify"])
+    assert [clarify[i]["extra_info"]["state_id"] for i in range(len(clarify))] == [
+        rows[0]["extra_info"]["state_id"], rows[2]["extra_info"]["state_id"]]
+    assert len(dataset(["verify"])) == 1
+    write_rows([rows[1]], path)
+    with pytest.raises(ValueError, match=r"train.modes=\['clarify'\] keeps no state"):
+        dataset(["clarify"])
