@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from prour.cluster.config import ServeConfig, SlurmConfig
 from prour.data.config import DataConfig
 from prour.eval.config import EvalConfig
+from prour.protocol import ProtocolConfig
 from prour.registry import unknown_name
 from prour.rewards.config import RewardConfig
 from prour.router.config import RouterConfig
@@ -181,6 +182,10 @@ class Recipe(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)  # methods, seeds, attention protocol
     serve: ServeConfig = Field(default_factory=ServeConfig)  # vLLM servers for frozen models
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)  # sbatch resources per stage
+    # What a broken protocol rule (prour.protocol: eval tasks among training tasks, dev states
+    # from training trajectories, train/validation sharing a task, a baseline on the trained
+    # checkpoint) does: `error` stops preflight, `warn` prints it and the report header says so.
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
     # The recipe file and the `key=value` overrides it was loaded with (prour.recipes.load_recipe),
     # so that a hint names the command on the same recipe as the user typed it.
     _origin: tuple[str, tuple[str, ...]] | None = PrivateAttr(None)

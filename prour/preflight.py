@@ -334,6 +334,31 @@ def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
     return problems
 
 
+# ---- the protocol (prour.protocol) ----------------------------------------------------------------
+
+
+def check_protocol(recipe: Recipe) -> list[Problem]:
+    """The broken protocol rules as problems (``protocol.on_breach: error``); none under ``warn``
+    (the CLI prints them as warnings: :func:`protocol_warnings`)."""
+    if recipe.protocol.on_breach != "error":
+        return []
+    return [Problem("protocol", line.removeprefix("protocol: ")) for line in _protocol_lines(recipe)]
+
+
+def protocol_warnings(recipe: Recipe) -> list[str]:
+    """The ``protocol:`` lines a ``warn`` recipe prints instead of stopping."""
+    return _protocol_lines(recipe) if recipe.protocol.on_breach == "warn" else []
+
+
+def _protocol_lines(recipe: Recipe) -> list[str]:
+    from prour.protocol import protocol_findings
+
+    try:
+        return [finding.line() for finding in protocol_findings(recipe)]
+    except ValueError as exc:  # a split or reserve the recipe cannot have (named by its key)
+        return [f"protocol: {exc}"]
+
+
 # ---- all together --------------------------------------------------------------------------------
 
 
@@ -355,6 +380,7 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
         problems += check_parquet(recipe, stage)
         problems += check_thresholds(recipe, stage, run)
     problems += check_gpus(recipe, stages)
+    problems += check_protocol(recipe)
     left_out = set(skip)
     # dict.fromkeys: a problem two stages share (thresholds for extract and eval) is named once
     return [p for p in dict.fromkeys(problems) if p.check not in left_out]

@@ -42,6 +42,16 @@ def validate(
         typer.echo(f"ok: {recipe} (recipe {loaded.name!r}); preflight passed for "
                    f"{', '.join(stages)}")
         return
+    from prour.preflight import check_protocol, protocol_warnings
+
+    # the protocol rules need no model or node: plain validate checks them too
+    for line in protocol_warnings(loaded):
+        typer.echo(f"warning: {line} (protocol.on_breach: warn)", err=True)
+    breaches = check_protocol(loaded)
+    for problem in breaches:
+        typer.echo(f"error: {problem.line()}", err=True)
+    if breaches:
+        raise typer.Exit(2)
     typer.echo(f"ok: {recipe} (recipe {loaded.name!r})")
 
 

@@ -66,9 +66,12 @@ def preflight_problems(recipe: Recipe, *stages: str, whole_run: bool = False,
                        skip: tuple[str, ...] = ()) -> list[str]:
     """The preflight lines of ``stages`` (:mod:`prour.preflight`), each printed as an error."""
     from prour.cli.failures import complete_hints
-    from prour.preflight import preflight
+    from prour.preflight import preflight, protocol_warnings
 
     found = preflight(recipe, stages, whole_run=whole_run, skip=skip)
+    if "protocol" not in skip:
+        for line in protocol_warnings(recipe):
+            typer.echo(f"warning: {line} (protocol.on_breach: warn)", err=True)
     lines = [complete_hints(problem.line(), recipe) for problem in found]
     for line in lines:
         typer.echo(f"error: {line}", err=True)

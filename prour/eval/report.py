@@ -521,10 +521,30 @@ def _header(run_dirs: Sequence[str | Path], systems: Sequence[System], ci: float
         commit = ((record.get("git") or {}).get("commit") or "")[:12]
         lines.append(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else "") + ": "
                      + _protocol_line(record, [s for s in systems if s.folder == Path(run_dir)]))
+    for run_dir in run_dirs:
+        block = _protocol_block(Path(run_dir))
+        if block:
+            lines += ["", f"Protocol of `{run_dir}`:", *(f"- {line}" for line in block)]
     note = (f"Intervals: {100 * ci:.0f}% paired task bootstrap ({n_boot} draws); seeds are "
             "averaged within each task. Average: unweighted mean over domains.")
     lines += ["", note, ""]
     return lines
+
+
+def _protocol_block(run_dir: Path) -> list[str]:
+    """The Protocol lines (:func:`prour.protocol.protocol_block`) of the recipe the eval run
+    saved (``recipe.resolved.yaml``); none when it has none or it no longer reads."""
+    from prour.protocol import protocol_block
+    from prour.recipes import load_recipe
+    from prour.section import ConfigError
+
+    path = run_dir / "recipe.resolved.yaml"
+    if not path.is_file():
+        return []
+    try:
+        return protocol_block(load_recipe(path))
+    except (ConfigError, ValueError) as exc:
+        return [f"unknown: the saved recipe {path} does not read ({exc})"]
 
 
 def _provenance(run_dir: Path) -> dict[str, Any]:

@@ -35,6 +35,8 @@ from prour.env.environment import tool_schemas
 from prour.env.prompts import greeting
 from prour.env.users import LLMUser
 from prour.llm.scripted import ScriptedLLM, render_prompt
+from prour.protocol import protocol_findings, shared_tasks
+from prour.recipes import load_recipe
 from prour.router.config import RouterConfig
 from prour.router.decomposer import Decomposer
 
@@ -54,6 +56,8 @@ def canary_task():
         Action(action_id="canary", name="get_order_details",
                arguments={"order_id": f"#{CANARY_ACTION}"}))
     return task
+
+PAPER = Path(__file__).resolve().parents[2] / "recipes" / "paper.yaml"
 
 
 @dataclass
@@ -123,10 +127,23 @@ def test_splits_are_valid_non_empty_and_disjoint(run: Run) -> None:
     assert (len(ids[0]), len(ids[1])) == (2, 2)
     tasks = [{tid.rsplit("/", 2)[0] for tid in side} for side in ids]
     assert len(tasks[0]) == len(tasks[1]) == 1 and not tasks[0] & tasks[1]
+    assert shared_tasks(data) == []  # the protocol guard reads the parquet files the same way
     # each episode has 3 decisions: verify (before any tool result), clarify (after the teacher's
     # question), act (after the order details) → one verify and one clarify row per trajectory
     modes = sorted(r["extra_info"]["mode"] for r in all_rows(data))
     assert modes == ["clarify"] * 4 + ["verify"] * 4
+
+
+def test_the_protocol_guard_counts_a_task_with_rows_on_both_sides(run: Run, tmp_path) -> None:
+    import shutil
+
+    shutil.copytree(run.folder / "dataset", tmp_path / "both")
+    val = split_path(tmp_path / "both", "validation")
+    task = read_rows(val)[0]["extra_info"]["task_id"]
+    shutil.copy(val, split_path(tmp_path / "both", "train"))  # validation's task on both sides
+    assert shared_tasks(tmp_path / "both") == [("retail", str(task))]
+    found = protocol_findings(load_recipe(PAPER), dataset_dir=tmp_path / "both")
+    assert [(f.count, f.ids) for f in found if f.rule == "shared-task"] == [(1, (f"retail:{task}",))]
 
 
 def test_trajectories_record_the_teacher_exchange(run: Run) -> None:

@@ -1,0 +1,149 @@
+"""The protocol guard (prour.protocol, DESIGN §6): breaches found from the recipe's splits before
+any trajectory exists, and from the dev states file and the dataset parquet once they exist."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from prour.cli.main import app
+from prour.data.reserve import reserve_task_ids, training_task_ids
+from prour.env.domains import split_task_ids
+from prour.protocol import protocol_block, protocol_findings
+from prour.provenance import write_provenance
+from prour.recipes import load_recipe
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+PAPER = RECIPES / "paper.yaml"
+ONE = ("eval.methods=[base,prour]",)  # the other rules' tests: no baseline in the way
+
+
+@pytest.fixture(autouse=True)
+def _clean_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """As tests/test_preflight.py: no models folder, an empty HF cache and no GPUs."""
+    monkeypatch.delenv("PROUR_MODELS_DIR", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+def _extending(tmp_path: Path, name: str, **sections: dict) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"extends": str(PAPER), "name": name,
+                                    "run_dir": str(tmp_path / name), **sections}))
+    return path
+
+
+def _protocol_lines(output: str, prefix: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(f"{prefix}: protocol: ")]
+
+
+def test_training_on_tau2_train_overlaps_74_eval_tasks_before_any_trajectory(tmp_path):
+    expected = len(set(split_task_ids("retail", "train")) & set(split_task_ids("retail", "base")))
+    assert expected == 74  # tau2's retail train split lies inside its base split
+    recipe = _extending(tmp_path, "on-train", data={"split": "train"})
+    result = CliRunner().invoke(app, ["validate", "--preflight", str(recipe)])
+    assert result.exit_code == 2
+    lines = _protocol_lines(result.output, "error")
+    overlap = [line for line in lines if "eval tasks" in line]
+    assert len(overlap) == 1 and overlap[0].startswith("error: protocol: 74 retail eval tasks")
+    assert "--set data.split=v1-train" in overlap[0]
+    assert not (tmp_path / "on-train").exists()  # nothing collected, nothing written
+
+    warned = _extending(tmp_path, "on-train-warn", data={"split": "train"},
+                        protocol={"on_breach": "warn"})
+    again = CliRunner().invoke(app, ["validate", "--preflight", str(warned)])
+    assert _protocol_lines(again.output, "error") == []
+    assert [line for line in _protocol_lines(again.output, "warning") if "74 retail" in line]
+    plain = CliRunner().invoke(app, ["validate", str(warned)])  # weights/GPUs not checked here
+    assert plain.exit_code == 0, plain.output
+    assert _protocol_lines(plain.output, "warning")
+
+
+def test_paper_and_its_extensions_print_no_protocol_line():
+    result = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER)])
+    assert result.exit_code == 2  # no weights, no GPUs on this node
+    assert [line for line in result.output.splitlines() if "protocol:" in line] == []
+    for name in ("rehearsal", "smoke", "gpu-smoke", "paper-attention"):
+        assert [f.line() for f in protocol_findings(load_recipe(RECIPES / f"{name}.yaml"))] == []
+
+
+def test_a_trajectory_split_is_refused(tmp_path):
+    recipe = load_recipe(PAPER, ["data.split_by=trajectory", f"run_dir={tmp_path / 'r'}", *ONE])
+    assert [f.rule for f in protocol_findings(recipe)] == ["shared-task"]
+    assert "--set data.split_by=task" in protocol_findings(recipe)[0].line()
+    # the parquet case (extract's own output): tests/data/test_pipeline.py
+
+
+def test_dev_states_of_training_tasks_are_refused(tmp_path):
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", *ONE])
+    training, reserve = training_task_ids(recipe.data), reserve_task_ids(recipe.data)
+    states = Path(recipe.router.calibration.dev_states)
+    states.parent.mkdir(parents=True)
+    records = [{"id": f"s{i}", "domain": "retail", "task_id": task, "messages": []}
+               for i, task in enumerate([reserve[0], training[0], training[1]])]
+    states.write_text("".join(json.dumps(r) + "\n" for r in records))
+    found = protocol_findings(recipe)
+    assert [(f.rule, f.count, f.ids) for f in found] == [
+        ("dev-states", 2, (f"retail:{training[0]}", f"retail:{training[1]}"))]
+    states.write_text(json.dumps(records[0]) + "\n")
+    assert protocol_findings(recipe) == []
+    # from the recipe alone: calibrating without a reserve means training trajectories
+    bare = load_recipe(PAPER, ["data.calibration_reserve=0", f"run_dir={tmp_path / 'bare'}", *ONE])
+    assert [f.rule for f in protocol_findings(bare)] == ["dev-states"]
+    assert "--set data.calibration_reserve=40" in protocol_findings(bare)[0].line()
+
+
+def test_report_header_has_the_protocol_block(tmp_path):
+    shipped = load_recipe(PAPER, [f"run_dir={tmp_path / 'a'}"])
+    block = protocol_block(shipped)
+    assert block[0] == (f"training tasks: retail v1-train, {len(training_task_ids(shipped.data))} "
+                        "tasks (calibration reserve: 40)")
+    assert "eval tasks: retail base 114, airline base 50" in block
+    assert "overlap: 0" in block and "split_by: task" in block and block[-1] == "on_breach: error"
+    assert any(line.startswith("note: calibration test states (airline)") for line in block)
+
+    warn = load_recipe(PAPER, ["data.split=train", "protocol.on_breach=warn",
+                               f"run_dir={tmp_path / 'b'}"])
+    assert protocol_block(warn)[-1].startswith(
+        "on_breach: warn — this study deliberately breaks: eval-overlap (74)")
+
+    from prour.eval.harness import RESULTS_FILE
+
+    for recipe, folder in ((shipped, tmp_path / "a"), (warn, tmp_path / "b")):
+        folder.mkdir()
+        write_provenance(folder, recipe)
+        line = {"schema": 1, "key": ["retail", "1", 0, "base"], "method": "base", "variant": None,
+                "domain": "retail", "task_id": "1", "seed": 0, "reward": 1.0, "score": 1.0,
+                "success": True, "termination": "user_stop", "error": False, "timeout": False,
+                "unscored": False, "errors": [], "steps": {"act": 1, "clarify": 0, "verify": 0},
+                "records": 1, "model_calls": {}, "model_calls_total": 0, "seconds": 1.0,
+                "decisions": [], "episode_started_at": "t", "attention": None}
+        (folder / RESULTS_FILE).write_text(json.dumps(line) + "\n")
+    out = CliRunner().invoke(app, ["report", str(tmp_path / "a"), str(tmp_path / "b"),
+                                   "--out", str(tmp_path / "out")])
+    assert out.exit_code == 0, out.output
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert f"Protocol of `{tmp_path / 'a'}`:" in text and "- overlap: 0" in text
+    assert "- overlap: 74 (" in text and "- on_breach: warn — this study deliberately breaks" in text
+
+
+def test_a_baseline_writing_with_the_trained_generator_is_refused(tmp_path, monkeypatch):
+    from prour.eval import methods
+
+    spec = methods.check_method("saber")
+    writes = dataclasses.replace(spec, roles=(*spec.roles, "generator"))
+    if hasattr(spec, "writer"):
+        writes = dataclasses.replace(writes, writer="generator")
+    real = methods.check_method
+    monkeypatch.setattr(methods, "check_method", lambda m: writes if m == "saber" else real(m))
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", "eval.methods=[base,prour,saber]"])
+    found = [f for f in protocol_findings(recipe) if f.rule == "baseline-checkpoint"]
+    assert [(f.count, f.ids) for f in found] == [(1, ("saber",))]
+    assert "--set 'eval.methods=[base,prour]'" in found[0].line()
+    no_train = recipe.model_copy(update={"train": None})  # eval passes no --checkpoint
+    assert [f for f in protocol_findings(no_train) if f.rule == "baseline-checkpoint"] == []
