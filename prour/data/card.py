@@ -142,6 +142,11 @@ def drop_lines(summary: dict[str, Any]) -> list[str]:
     dropped = summary.get("dropped") or {}
     states = ", ".join(f"{n} {why}" for why, n in sorted(dropped.items())) or "none"
     lines = [f"Dropped trajectories: {', '.join(parts)}.", f"Dropped states: {states}."]
+    for domain, counts in sorted((summary.get("verify_targets") or {}).items()):
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items())
+                        if reason != "target") or "none"
+        lines.append(f"Verify targets ({domain}): {counts.get('target', 0)} of "
+                     f"{sum(counts.values())} verify states; dropped: {why}.")
     hashes = summary.get("prompts_hashes") or {}
     if hashes:
         current = summary.get("prompts_hash", "")

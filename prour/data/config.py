@@ -58,11 +58,15 @@ class DataConfig(Section):
     max_prompt_tokens: int = Field(1400, ge=64)
     only_successful: bool = False  # verify targets only from trajectories with reward 1
     # The verify target Y. "agent" (default): the collected agent's own next tool call, also from
-    # failed episodes (unless only_successful). "gold": the task's next reference action (tau2's
-    # evaluation_criteria.actions), only at states whose agent tool calls so far match the
-    # reference actions in order (compared as tau2's evaluator compares them); states that left
-    # the reference path are dropped ("verify_off_reference").
-    verify_target: Literal["agent", "gold"] = "agent"
+    # failed episodes (unless only_successful). "reference" (paper A.2.1: "the reference next
+    # action a_t*"): the earliest of the task's reference actions (tau2's evaluation_criteria
+    # .actions, requestor assistant) that no agent tool call before the decision matches, matched
+    # order-free as tau2's action check does (extra calls allowed); a WRITE call matching no
+    # reference action takes the trajectory off the path and its later states are dropped
+    # ("verify_off_reference"); the calls of one turn all count for the next decision. "gold"
+    # (stricter): only states whose agent tool calls so far are the first reference actions in
+    # order; the others are dropped ("verify_off_reference").
+    verify_target: Literal["agent", "reference", "gold"] = "agent"
     success_threshold: float = 1.0  # reward at or above which a trajectory counts as successful
     # Verify states whose next agent decision is a text reply rather than a tool call: "drop"
     # them (the target is defined as the next *tool call*), or use the decomposer's

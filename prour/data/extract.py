@@ -10,12 +10,23 @@
 3. Route every state with the decomposer (decisions cached in JSONL, resumable); drop act.
 4. Targets: G* for clarify; for verify (``verify_target``), the canonical JSON
    ``{"tool","arguments"}`` of the decision's first tool call (``agent``, the default), or of the
-   task's next reference action where the agent's tool calls so far match the reference actions
-   in order (``gold``; other states are dropped). When the next action is a text reply to the user
-   (``agent``: the decision is a reply; ``gold``: the reference actions are all done),
-   ``verify_on_reply`` says whether the state is dropped (default: the target is defined as a
-   *tool call*) or gets the decomposer's ``respond`` action. Malformed tool calls give no target
-   and are dropped.
+   task's next reference action a_t* (paper A.2.1) by one of two rules. ``reference`` matches the
+   agent's tool calls before the decision against the task's reference actions of requestor
+   ``assistant`` (telecom's user-side actions left out) as tau2's action check does: order-free,
+   a reference action is done once some call compares equal to it (``compare_with_tool_call``),
+   extra calls allowed. The target is the earliest reference action, in reference order, not yet
+   done. A WRITE call (tau2 ``ToolType.WRITE`` of the domain's agent tools) that matches no
+   reference action takes the trajectory off the path: every later state of it is dropped
+   (``verify_off_reference``); extra READ/GENERIC calls are fine. Several calls in one turn: they
+   all count for the *next* decision; the turn's own state gets the earliest reference action not
+   done before the turn (so the state deciding the stray write keeps that target: its history is
+   still on the path). ``gold`` (older, stricter): the calls so far must be the first reference
+   actions in order; other states are dropped. When the next action is a text reply to the user
+   (``agent``: the decision is a reply; ``reference``/``gold``: the reference actions are all
+   done), ``verify_on_reply`` says whether the state is dropped (default: the target is defined
+   as a *tool call*) or gets the decomposer's ``respond`` action. Malformed tool calls give no
+   target and are dropped. ``prour extract`` counts per domain how many verify states got a
+   target and why the others were dropped (the card's "Verify targets" line).
 5. Left-truncate the history to the prompt budget measured with the policy tokenizer, keeping the
    newest user message and what follows it (:mod:`prour.data.truncate`); a state that cannot fit
    even so is dropped and counted (``over_budget``).
@@ -39,7 +50,7 @@ import json
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -108,7 +119,7 @@ class DecisionState:
     key: str = ""
     seed: int = 0
     env_history: list[Message] = field(default_factory=list)  # tool traffic before the decision
-    gold: GoldNext | None = None  # the reference's next action (data.verify_target = gold)
+    gold: GoldNext | None = None  # the reference's next action (verify_target gold/reference)
 
 
 def is_agent_decision(step: Any) -> bool:
@@ -178,13 +189,35 @@ def gold_next(reference: Sequence[Any], calls: Sequence[dict[str, Any]]) -> Gold
     return GoldNext(canonical_json({"tool": action.name, "arguments": action.arguments}))
 
 
+def reference_next(reference: Sequence[Any], calls: Sequence[dict[str, Any]],
+                   write_tools: Collection[str]) -> GoldNext:
+    """The earliest reference action no call in ``calls`` matches (tau2's order-free action
+    check; extra calls allowed), or off the path once a call to one of ``write_tools`` matches
+    no reference action. None once every reference action is matched."""
+    for call in calls:
+        if call.get("name") in write_tools and not any(matches(a, call) for a in reference):
+            return GoldNext(None, on_reference=False)
+    for action in reference:
+        if not any(matches(action, call) for call in calls):
+            return GoldNext(canonical_json({"tool": action.name, "arguments": action.arguments}))
+    return GoldNext(None)
+
+
+def agent_write_tools(domain: str) -> set[str]:
+    """The domain's agent tools tau2 marks ``ToolType.WRITE``."""
+    from prour.env.environment import tool_types
+
+    return {name for name, kind in tool_types(domain).items() if kind == "write"}
+
+
 def decision_states(traj: Trajectory, cfg: DataConfig) -> list[DecisionState]:
     """The first ``cfg.max_decisions`` decision states of a trajectory."""
     tid = trajectory_id(traj)
     ok = traj.reward is not None and traj.reward >= cfg.success_threshold
     decisions = [s for s in traj.steps if is_agent_decision(s)][: cfg.max_decisions]
-    reference = reference_actions(traj.domain, traj.task_id) if cfg.verify_target == "gold" \
-        else None
+    reference = reference_actions(traj.domain, traj.task_id) \
+        if cfg.verify_target in ("gold", "reference") else None
+    writes = agent_write_tools(traj.domain) if cfg.verify_target == "reference" else set()
     states = []
     for t, step in enumerate(decisions):
         before = [s for s in traj.steps if s.message_index < step.message_index]
@@ -197,7 +230,9 @@ def decision_states(traj: Trajectory, cfg: DataConfig) -> list[DecisionState]:
                                     ok, seed=stable_seed(tid, t),
                                     env_history=tool_traffic(traj, step.message_index)))
         if reference is not None:
-            states[-1].gold = gold_next(reference, agent_calls(traj, step.message_index))
+            calls = agent_calls(traj, step.message_index)
+            states[-1].gold = reference_next(reference, calls, writes) \
+                if cfg.verify_target == "reference" else gold_next(reference, calls)
     return states
 
 
@@ -313,10 +348,11 @@ def target_of(state: DecisionState, mode: str, goals: dict[tuple[str, str], Goal
         return (goal.goal, None) if goal.goal else (None, "clarify_empty_goal")
     if cfg.only_successful and not state.successful:
         return None, "verify_unsuccessful"
-    if cfg.verify_target == "gold":
+    if cfg.verify_target in ("gold", "reference"):
         if state.gold is None:
-            raise ValueError(f"trajectory {state.trajectory_id} decision {state.step}: no gold "
-                             "next action (decision_states ran without data.verify_target=gold)")
+            raise ValueError(f"trajectory {state.trajectory_id} decision {state.step}: no "
+                             "reference next action (decision_states ran with another "
+                             f"data.verify_target than {cfg.verify_target})")
         if not state.gold.on_reference:
             return None, "verify_off_reference"
         return (state.gold.action, None) if state.gold.action else reply_target(cfg)
@@ -393,6 +429,13 @@ class ExtractSummary:
     # prompts_hash → trajectories collected with it ("unknown": not recorded), and this code's
     prompts_hashes: dict[str, int] = field(default_factory=dict)
     prompts_hash: str = ""
+    # domain → verify-routed states: "target" (became a row) or the reason it was dropped
+    verify_targets: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def count_verify(self, state: DecisionState, mode: str, outcome: str) -> None:
+        """Count a verify state's outcome (``target`` or a drop reason) under its domain."""
+        if mode == "verify":
+            self.verify_targets.setdefault(state.domain, Counter())[outcome] += 1
 
     def to_dict(self, extra: dict[str, Any]) -> dict[str, Any]:
         per_state = lambda n: n / self.states if self.states else 0.0
@@ -404,6 +447,7 @@ class ExtractSummary:
             "decomposer_requests_per_state": per_state(self.decomposer_requests),
             "cache_hits": self.cache_hits, "dropped": dict(self.dropped), "rows": self.rows,
             "duplicates": self.duplicates, "invalid_lines": self.invalid_lines,
+            "verify_targets": {d: dict(c) for d, c in sorted(self.verify_targets.items())},
             "prompts_hashes": self.prompts_hashes, "prompts_hash": self.prompts_hash,
             **extra,
         }
@@ -490,6 +534,7 @@ def extract_instances(
         target, why = target_of(state, r.route, goals, cfg)
         if target is None:
             summary.dropped[why or "unknown"] += 1
+            summary.count_verify(state, r.route, why or "unknown")
             continue
         kept.append((state, r, target))
     out: dict[str, list[Instance]] = {split: [] for split in SPLITS}
@@ -499,7 +544,9 @@ def extract_instances(
             instance = build_instance(state, r, target, tokens, cfg.max_prompt_tokens, db_hash)
         except OverBudget:  # the newest user message and what follows it cannot fit
             summary.dropped["over_budget"] += 1
+            summary.count_verify(state, r.route, "over_budget")
             continue
+        summary.count_verify(state, r.route, "target")
         out[splits[state.trajectory_id]].append(instance)
     for split in SPLITS:
         summary.trajectories[split] = sum(1 for v in splits.values() if v == split)
