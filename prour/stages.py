@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import Recipe
+    from prour.config import ModelConfig, Recipe
 
 GPU_EXTRA = "pip install -e '.[gpu]'"
 # The airline collection that yields the held-out calibration states (README, paper A.2.2: 240
@@ -962,6 +962,14 @@ def chain_supplied(recipe: Recipe) -> set[str]:
     models.ig_clarifier.path=<its export>``)."""
     return {"ig_clarifier"} if _ig_trains(recipe) and "ig_clarifier" not in recipe.models \
         else set()
+
+
+def supplied_model(recipe: Recipe, role: str) -> ModelConfig | None:
+    """What a chain-supplied role loads, for plans that size it: the ig-clarifier checkpoint is a
+    fine-tune of ``models.generator`` (same shape and dtype). None: not supplied."""
+    if role not in chain_supplied(recipe):
+        return None
+    return recipe.models.get("generator")
 
 
 def writer_of(recipe: Recipe, path: Path) -> Step:

@@ -36,7 +36,7 @@ from typing import Any
 from prour.cluster.config import VLLM_DEFAULT_GPU_SHARE, ServedModel
 from prour.cluster.recipe import served_models, served_roles
 from prour.config import Recipe
-from prour.stages import get_stage, stage_roles
+from prour.stages import get_stage, stage_roles, supplied_model
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}  # auto: Qwen3's bfloat16
@@ -242,7 +242,9 @@ def plan_in_process(plan: GpuPlan, recipe: Recipe, stage: str) -> None:
     """Add the ``hf`` roles a stage loads in process (on the first GPU, as ``device: auto``
     places them): their weights in their dtype and a CUDA context each."""
     for role in stage_roles(recipe, stage):
-        cfg = recipe.models.get(role)
+        # a role the chain's own command sets (eval's models.ig_clarifier) is sized as the model
+        # it is a checkpoint of
+        cfg = recipe.models.get(role) or supplied_model(recipe, role)
         if cfg is None or cfg.backend != "hf" or cfg.device == "cpu":
             continue
         shape = model_shape(cfg.path or "", cfg.path)

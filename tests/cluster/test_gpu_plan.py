@@ -140,13 +140,15 @@ def test_the_update_estimate_matches_the_measured_peak() -> None:
 
 
 def test_eval_counts_the_generator_it_loads_in_process() -> None:
-    """The evaluated Qwen3-1.7B (hf, bf16) sits alone on GPU 0: 1,720,574,976 x 2 B (3.2 GiB) +
-    0.5, since no method of the paper's eval calls a 32B role (teacher, annotator, judge: the
-    32B server is not in the plan); GPU 1 holds the 8B server (0.45 x 80 + 0.5). Without
-    servers the generator alone makes the plan one GPU."""
+    """The evaluated Qwen3-1.7B (hf, bf16) and the ig-clarifier's own checkpoint of it (the eval
+    step sets models.ig_clarifier) sit on GPU 0: 2 x (1,720,574,976 x 2 B (3.2 GiB) + 0.5),
+    since no method of the paper's eval calls a 32B role (teacher, annotator, judge: the 32B
+    server is not in the plan); GPU 1 holds the 8B server (0.45 x 80 + 0.5). Without servers
+    the two in-process models make the plan one GPU."""
     plan = check_stage(load_recipe(PAPER, cluster=True), "eval")
-    weights = 1_720_574_976 * 2 / GIB
+    weights = 2 * (1_720_574_976 * 2 / GIB + 0.5) - 0.5
     assert plan.total(0) == pytest.approx(weights + 0.5)
+    assert [what for what, _ in plan.uses[0]].count("models.ig_clarifier in process (bfloat16)") == 1
     assert plan.total(1) == pytest.approx(0.45 * 80 + 0.5)
     assert not any("Qwen3-32B" in what for uses in plan.uses.values() for what, _ in uses)
     alone = gpu_plan(load_recipe(PAPER, ["serve.models={}"], cluster=True), "eval")
@@ -156,7 +158,8 @@ def test_eval_counts_the_generator_it_loads_in_process() -> None:
 def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None:
     """On Slurm each job serves what its own steps call: train's plan holds the trainer
     (12.8 + 16 + 1 GiB per GPU) and, on GPU 1, the 8B the reward calls (0.45 x 80 + 0.5 GiB);
-    eval's the in-process generator (3.2 + 0.5 GiB) and the same 8B; neither the 32B."""
+    eval's the in-process generator and ig-clarifier checkpoint (2 x (3.2 + 0.5) GiB) and the
+    same 8B; neither the 32B."""
     from typer.testing import CliRunner
 
     from prour.cli.main import app
@@ -170,7 +173,7 @@ def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None
     out = result.output
     assert "GPU memory plan, stage train: 2 x 80 GiB\n  GPU 0: 29.8 / 80 GiB" in out
     assert "  GPU 1: 66.3 / 80 GiB = Qwen/Qwen3-8B vLLM (0.45) 36.0 + CUDA context 0.5" in out
-    assert "GPU memory plan, stage eval: 2 x 80 GiB\n  GPU 0: 3.7 / 80 GiB" in out
+    assert "GPU memory plan, stage eval: 2 x 80 GiB\n  GPU 0: 7.4 / 80 GiB" in out
     assert "  GPU 1: 36.5 / 80 GiB = Qwen/Qwen3-8B vLLM (0.45) 36.0 + CUDA context 0.5\n" in out
     assert "Qwen3-32B vLLM" not in out
     assert out.count("#SBATCH --gpus-per-node=2") == 2
