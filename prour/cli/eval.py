@@ -60,6 +60,12 @@ AnnotationsOpt = typer.Option(
     "choice a/b/same) on pairs exported before; adds their agreement with the cost ranking.")
 
 
+PosthocOpt = typer.Option(
+    False, "--posthoc-uncertainty", help="Figure 6 for baselines: run the run's decomposer "
+    "(its recipe.resolved.yaml) over the first 16 decisions of each episode without AU/EU of "
+    "its own, cached resumably in RUN/posthoc_uncertainty.jsonl.")
+
+
 def eval_command(
     recipe: str = RecipeOpt,
     checkpoint: str | None = CheckpointOpt,
@@ -220,6 +226,7 @@ def report_command(
     n_boot: int = BootOpt,
     burden_pairs: int = BurdenPairsOpt,
     annotations: str | None = AnnotationsOpt,
+    posthoc: bool = PosthocOpt,
 ) -> None:
     """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots; a training
     output folder (metrics.jsonl, no results.jsonl) gets the training report instead."""
@@ -236,6 +243,8 @@ def report_command(
         training_report(run, out if len(training) == 1 else None)
     if not evaluations:
         return
+    if posthoc:
+        _posthoc(evaluations)
     try:
         written = write_report(evaluations, out, attention=attention, baseline=baseline,
                                n_boot=n_boot, accounting=accounting, lam=lam,
@@ -246,6 +255,19 @@ def report_command(
         _fail(complete_from_records(str(exc), *evaluations))
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
+
+
+def _posthoc(runs: list[str]) -> None:
+    """The post-hoc decomposer pass over each run's episodes without AU/EU (resumable)."""
+    from prour.config import ConfigError
+    from prour.eval.posthoc import POSTHOC_FILE, posthoc_uncertainty
+
+    for run in runs:
+        try:
+            measured = posthoc_uncertainty(run)
+        except (OSError, ValueError, LookupError, ConfigError) as exc:
+            _fail(f"--posthoc-uncertainty on {run}: {exc}")
+        typer.echo(f"post-hoc AU/EU: {len(measured)} episode(s) in {Path(run) / POSTHOC_FILE}")
 
 
 def training_report(output_dir: str, out: str | None) -> None:

@@ -15,7 +15,10 @@ and a checkpoint sweep gets a table of Pass@1 by step and the success-versus-tra
 plot. An ``eval.sweep`` run (router.budget / router.every_n points) labels each point's systems
 ``method [budget=B every_n=N]`` and adds the trade-off figures (the prour paper's Figures 5 and
 8: success versus decomposer calls per episode, one point per sweep value, one line per method
-and domain) with their points in ``tradeoff.csv``.
+and domain) with their points in ``tradeoff.csv``. The uncertainty-over-steps figure (Figure 6)
+holds the recorded AU/EU of the decomposer-routed methods and, once ``prour report RUN
+--posthoc-uncertainty`` has run the decomposer over the other methods' episodes
+(:mod:`prour.eval.posthoc`), their curves labelled ``(post-hoc)``.
 
 With ``attention=True`` the ask-less tables follow (built by :mod:`prour.eval.attention.tables`
 from the gated conversations): R, A, V, U, request statistics and cut conversations per (system,
@@ -40,7 +43,7 @@ from typing import Any
 from prour.env.domains import DOMAINS
 from prour.env.trajectory import is_cut
 from prour.eval.config import sweep_label
-from prour.eval.harness import RESULTS_FILE, load_result_lines
+from prour.eval.harness import RESULTS_FILE, load_result_lines, result_key
 from prour.eval.markdown import jsonable, pct, table
 from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
 from prour.eval.stats import BootstrapResult, holm_table
@@ -585,11 +588,32 @@ def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],
         written["success_vs_training_step"] = _training_step_plot(systems, summaries, out)
     curves = {s.label: mean_curves([line["decisions"] for line in s.lines]) for s in systems}
     curves = {k: v for k, v in curves.items() if any(x is not None for x in v["total"])}
+    curves.update(_posthoc_curves(systems, set(curves)))
     if curves:
         written["uncertainty_over_steps"] = plot_uncertainty(curves, out / UNCERTAINTY_PLOT)
     if any(s.sweep is not None for s in systems):
         written.update(_tradeoff_plots(systems, out))
     return written
+
+
+def _posthoc_curves(systems: Sequence[System], recorded: set[str]) -> dict[str, Any]:
+    """``label (post-hoc)`` curves of systems without recorded AU/EU, from the run folder's
+    post-hoc decomposer pass (:mod:`prour.eval.posthoc`; none when it has not run)."""
+    from prour.eval.plots import mean_curves
+    from prour.eval.posthoc import load_posthoc
+
+    measured: dict[Path, dict[str, list[dict[str, Any]]]] = {}
+    out = {}
+    for system in systems:
+        if system.label in recorded or system.folder is None:
+            continue
+        if system.folder not in measured:
+            measured[system.folder] = load_posthoc(system.folder)
+        episodes = [measured[system.folder][result_key(line["key"])] for line in system.lines
+                    if result_key(line["key"]) in measured[system.folder]]
+        if episodes:
+            out[f"{system.label} (post-hoc)"] = mean_curves(episodes)
+    return out
 
 
 def tradeoff_series(systems: Sequence[System]) -> list[dict[str, Any]]:
