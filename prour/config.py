@@ -19,7 +19,6 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from prour.cluster.config import ServeConfig, SlurmConfig
 from prour.data.config import DataConfig
 from prour.eval.config import EvalConfig
-from prour.protocol import ProtocolConfig
 from prour.registry import unknown_name
 from prour.rewards.config import RewardConfig
 from prour.router.config import RouterConfig
@@ -112,6 +111,15 @@ class EnvConfig(Section):
     agent_max_tokens: int = Field(1024, ge=1)  # task agent reply / tool call length
     user_temperature: float = Field(1.0, ge=0)  # user simulator (paper: 1.0)
     user_max_tokens: int = Field(512, ge=1)  # user simulator message length
+
+
+class ProtocolConfig(Section):
+    """The ``protocol`` section: what a broken protocol rule (:mod:`prour.protocol`) does."""
+
+    # error: `prour validate` (with or without --preflight), `prour run` and every stage's
+    # preflight stop with one `protocol:` line per broken rule; warn: the lines are printed as
+    # warnings and the report header names the rules the study deliberately breaks.
+    on_breach: Literal["error", "warn"] = "error"
 
 
 # The one path rule. ``run_dir`` is relative to the working directory; every other relative path

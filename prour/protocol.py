@@ -10,7 +10,7 @@ Rules (each a :class:`Finding` when broken):
 
 The airline calibration *test* states only evaluate thresholds fitted on retail: allowed, listed
 as a note (:func:`protocol_notes`). ``protocol.on_breach`` (``error`` by default) says whether a
-finding stops preflight or is printed as a warning.
+finding stops preflight or is printed as a warning (the section: prour.config.ProtocolConfig).
 """
 
 from __future__ import annotations
@@ -18,24 +18,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import Field
-
-from prour.section import Section
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prour.config import Recipe
 
 MAX_IDS = 5
-
-
-class ProtocolConfig(Section):
-    """The ``protocol`` recipe section: what a broken protocol rule does."""
-
-    # error: preflight (`prour validate --preflight`, `prour run`) stops with one `protocol:` line
-    # per broken rule; warn: the lines are warnings and the report header names the breach.
-    on_breach: Literal["error", "warn"] = Field("error")
 
 
 @dataclass(frozen=True)
