@@ -53,7 +53,8 @@ RESULT_SCHEMA = 1
 _MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
 _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
-                 "retry_errors", "max_error_fraction", "attention_policies", "protocol")
+                 "retry_errors", "max_error_fraction", "attention_policies", "protocol",
+                 "sweep")  # sweep points are in the arm keys (router marks the swept keys)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 
 import pytest
 from eval_world import TAU_AU, TAU_EU, replay_llms
@@ -76,6 +77,8 @@ def test_one_folder_holds_every_point_and_resume_runs_nothing(swept) -> None:
     # a rerun finds every point's episode done: nothing new is appended
     again = run(recipe, run_dir)
     assert len(read_jsonl(run_dir / RESULTS_FILE)) == 5 and len(again) == 5
+    # eval.sweep is no run setting (folders made before it still resume; points are in the keys)
+    assert "sweep" not in json.loads((run_dir / "run.json").read_text())["settings"]["eval"]
     # the chain's planned-episode count counts the points
     from prour.stages import _evaluated
 
