@@ -122,8 +122,12 @@ def test_paper_recipe_is_the_whole_run():
     assert not any(m.base_url for m in recipe.models.values())
     for stage in stage_names():
         assert set(required_roles(recipe, stage)) <= set(recipe.models), stage
-    for method in recipe.eval.methods:
-        assert set(METHODS.get(method).roles) <= set(recipe.models), method
+    from prour.stages import chain_supplied
+
+    for method in recipe.eval.methods:  # the chain's eval step sets models.ig_clarifier
+        assert set(METHODS.get(method).roles) <= set(recipe.models) | chain_supplied(recipe), \
+            method
+    assert chain_supplied(recipe) == {"ig_clarifier"}
     ours = {"base", "prour", "clarify-only", "verify-only", "llm-router"}  # A.2.1 + ablations
     assert ours <= set(recipe.eval.methods) <= set(METHODS.names()) - {"oracle"}
     assert (recipe.data.num_trajectories, recipe.data.max_decisions) == (500, 16)
