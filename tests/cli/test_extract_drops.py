@@ -67,9 +67,12 @@ def recipe_in(folder: Path, episodes: Path, tiny_model_dir: Path, lines: list[st
         "data": {"trajectories": str(folder / "traj.jsonl"), "goals": str(folder / "goals.jsonl"),
                  "decisions": str(folder / "decisions.jsonl"),
                  "dataset_dir": str(folder / "dataset"), "tokenizer": str(tiny_model_dir),
-                 "verify_target": "gold", "on_bad_line": "skip", "concurrency": 1,
+                 "verify_target": "reference", "on_bad_line": "skip", "concurrency": 1,
                  "split_by": "trajectory", "val_ratio": 0.5},  # one trial on each side
         "router": {"tau_au": world.THRESHOLDS[0], "tau_eu": world.THRESHOLDS[1]},
+        # one task, two trials split by trajectory: a deliberate breach of the protocol's
+        # train/validation rule, so that both sides hold a trial
+        "protocol": {"on_breach": "warn"},
     }
     path = folder / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
@@ -83,8 +86,8 @@ def extract(recipe: Path):
 
 def off_reference_verify_states(record: dict) -> int:
     """Verify states (the world's route: tool results seen ≡ 0 mod 3) among the first 16
-    decisions that come after the extra write: the agent's calls are no longer the reference's
-    first actions."""
+    decisions that come after the extra write: a WRITE no reference action matches takes the
+    trajectory off the reference path (data.verify_target: reference; gold drops them too)."""
     by_index = {s["message_index"]: s for s in record["steps"]}
     decisions = [i for i in sorted(by_index) if by_index[i]["kind"] in (
         "agent_message", "agent_tool_call") and not by_index[i].get("initial") and not (
@@ -146,7 +149,8 @@ def test_extract_warns_when_trajectories_hold_two_prompt_hashes(episodes, tmp_pa
     result = extract(recipe_in(tmp_path, episodes, tiny_model_dir,
                                [json.dumps(legacy) + "\n", json.dumps(other) + "\n"]))
     assert result.exit_code == 0, result.output
-    warning = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    warning = [line for line in result.output.splitlines()
+               if line.startswith("warning:") and "prompt" in line]
     assert len(warning) == 1, result.output
     assert "2 different agent/user prompt sets" in warning[0]
     assert f"1 with prompts_hash {OTHER_HASH}" in warning[0] and "1 with unknown" in warning[0]
