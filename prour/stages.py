@@ -890,7 +890,8 @@ STAGES: tuple[Stage, ...] = (
         Step("report", "the report of the eval run", ("report", "{eval_dir}"),
              reads=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
              writes=lambda r: (File("eval (run_dir/eval/report)", _eval_dir(r) / "report"),),
-             keys=("eval.methods", "eval.seeds", "eval.domains", "eval.sweep")),
+             keys=("eval.methods", "eval.seeds", "eval.domains", "eval.sweep",
+                   "protocol.on_breach")),
     ), placement="none", slurm_command=("report", "{eval_dir}"), preflight=False),
 )
 
