@@ -60,15 +60,35 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
                  + (r"|skipped \(done)" if name in ("export", "export-ig-clarifier") else ")"))
         assert re.search(ended, shown, re.MULTILINE), (name, shown[-6000:])
     run_dir = tmp_path / "runs" / "rehearsal"
-    # collect: one task (data.max_tasks) x two trials, retail and airline
-    for name, domain in (("trajectories", "retail"), ("airline_trajectories", "airline")):
+    # collect: one task (data.max_tasks) x two trials, retail and airline; the reserve's task
+    # (data.calibration_reserve) x two trials for the dev states
+    from prour.data.reserve import reserve_task_ids, training_task_ids
+
+    reserve = set(reserve_task_ids(recipe.data))
+    for name, domain in (("trajectories", "retail"), ("airline_trajectories", "airline"),
+                         ("calibration_dev_trajectories", "retail")):
         lines = (run_dir / "data" / f"{name}.jsonl").read_text().splitlines()
         assert [json.loads(x)["domain"] for x in lines] == [domain] * 2
-    # calibration: n_states per split, a label line per state, thresholds for the served model
-    for split in ("dev", "test"):
-        states = (run_dir / "calibration" / f"{split}_states.jsonl").read_text().splitlines()
-        labels = (run_dir / "calibration" / f"labels_{split}.jsonl").read_text().splitlines()
-        assert len(states) == len(labels) == recipe.router.calibration.n_states
+        tasks = {json.loads(x)["task_id"] for x in lines}
+        if name == "trajectories":
+            assert tasks <= set(training_task_ids(recipe.data)) and not tasks & reserve
+        elif domain == "retail":
+            assert tasks == reserve
+    # calibration: test, n_states with a label line each; dev, every state of the reserve's
+    # trajectories as candidates, labelled in their order (a prefix), the mix stored
+    calibration = run_dir / "calibration"
+    test_states = (calibration / "test_states.jsonl").read_text().splitlines()
+    assert len(test_states) == len((calibration / "labels_test.jsonl").read_text().splitlines()) \
+        == recipe.router.calibration.n_states
+    candidates = [json.loads(x) for x in (calibration / "dev_states.jsonl").read_text().splitlines()]
+    assert candidates and {c["task_id"] for c in candidates} == reserve
+    labelled = [json.loads(x)["state_id"] for x in
+                (calibration / "labels_dev.jsonl").read_text().splitlines()]
+    assert labelled == [c["id"] for c in candidates][: len(labelled)]
+    mix = json.loads((calibration / "dev_mix.json").read_text())
+    assert set(mix["kept"]) <= set(labelled) and "dev mix: " in shown
+    lacked = f"dev states: {mix['candidates_walked']} candidates labelled"
+    assert (lacked in " ".join(shown.split())) == bool(mix["short"]), mix
     thresholds = json.loads((run_dir / "calibration" / "thresholds.json").read_text())
     assert list(thresholds) == ["openai:tiny"]
     approval = json.loads((run_dir / "calibration" / "labels.approved.json").read_text())
@@ -86,6 +106,8 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
         labels = [json.loads(x) for x in
                   (run_dir / "calibration" / f"labels_{split}.jsonl").read_text().splitlines()]
         unusable = sum(not (x["corrected"] or x["label"]) for x in labels)
+        if split == "dev":  # the candidates the quota walk met without a label
+            unusable = len(mix["unusable"])
         said = f"lacking: {unusable} {split} states have no usable label"
         assert (said in " ".join(shown.split())) == bool(unusable), (split, unusable)
     from prour.data.dataset import read_rows
@@ -110,5 +132,6 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     assert stale.returncode == 0, stale.stdout + stale.stderr
     named = set(re.findall(r"^\s+\S+/(\S+)\s+stale\b", stale.stdout, re.MULTILINE))
     assert {"search", "heldout", "extract", "train", "eval"} <= named, stale.stdout
-    assert not named & {"collect-retail", "collect-airline", "normalize", "states-dev",
+    assert not named & {"collect-retail", "collect-dev", "collect-airline", "normalize",
+                        "states-dev",
                         "states-test", "annotate"}, stale.stdout

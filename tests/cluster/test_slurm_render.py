@@ -242,6 +242,8 @@ def test_the_chain_stops_at_the_review_gate_until_the_labels_are_approved(
     trajectories.write_text(episodes("retail", loaded.data.num_trajectories))
     airline = tmp_path / "run" / "data" / "airline_trajectories.jsonl"
     airline.write_text(episodes("airline", loaded.router.calibration.test_episodes))
+    dev = tmp_path / "run" / "data" / "calibration_dev_trajectories.jsonl"
+    dev.write_text(episodes("retail", loaded.router.calibration.dev_episodes))
     goals = Path(loaded.data.goals)
     from prour.env.domains import select_tasks
     tasks = select_tasks(loaded.data.domain, loaded.data.split, max_tasks=loaded.data.max_tasks)
