@@ -68,8 +68,12 @@ def test_paper_and_its_extensions_print_no_protocol_line():
     result = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER)])
     assert result.exit_code == 2  # no weights, no GPUs on this node
     assert [line for line in result.output.splitlines() if "protocol:" in line] == []
-    for name in ("rehearsal", "smoke", "gpu-smoke", "paper-attention"):
+    for name in ("smoke", "gpu-smoke", "paper-attention"):
         assert [f.line() for f in protocol_findings(load_recipe(RECIPES / f"{name}.yaml"))] == []
+    # the rehearsal's one task goes to both sides on purpose, downgraded to a warning
+    rehearsal = load_recipe(RECIPES / "rehearsal.yaml")
+    assert [f.rule for f in protocol_findings(rehearsal)] == ["shared-task"]
+    assert rehearsal.protocol.on_breach == "warn"
 
 
 def test_a_trajectory_split_is_refused(tmp_path):
