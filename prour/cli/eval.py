@@ -234,6 +234,7 @@ def report_command(
     from prour.eval.report import write_report
     from prour.train.report import is_training_folder
 
+    _refuse_tau2_files(runs)
     training = [r for r in runs if is_training_folder(r) and not (Path(r) / RESULTS_FILE).exists()]
     evaluations = [r for r in runs if r not in training]
     if training and evaluations and out:
@@ -268,6 +269,22 @@ def _posthoc(runs: list[str]) -> None:
         except (OSError, ValueError, LookupError, ConfigError) as exc:
             _fail(f"--posthoc-uncertainty on {run}: {exc}")
         typer.echo(f"post-hoc AU/EU: {len(measured)} episode(s) in {Path(run) / POSTHOC_FILE}")
+
+
+def _refuse_tau2_files(runs: list[str]) -> None:
+    """A tau2 results file given as a run, or a run folder holding only such files: one line
+    naming `prour import tau2`."""
+    from prour.env.trajectory import is_tau2_results, misplaced_message
+    from prour.eval.harness import RESULTS_FILE
+
+    for run in runs:
+        path = Path(run)
+        if path.is_file() and is_tau2_results(path):
+            _fail(misplaced_message(path))
+        if path.is_dir() and not (path / RESULTS_FILE).exists():
+            for candidate in sorted(path.glob("*.json")):
+                if is_tau2_results(candidate):
+                    _fail(misplaced_message(candidate))
 
 
 def training_report(output_dir: str, out: str | None) -> None:

@@ -76,9 +76,22 @@ def unlock(
 
 def _register_subcommands() -> None:
     """Each stage module adds its commands; their heavy imports stay inside the commands."""
-    from prour.cli import calibrate, data, demo, env, eval, reward, run, serve, slurm, tiny, train
+    from prour.cli import (
+        calibrate,
+        data,
+        demo,
+        env,
+        eval,
+        reward,
+        run,
+        serve,
+        slurm,
+        tau2,
+        tiny,
+        train,
+    )
 
-    for module in (env, data, train, eval, serve, demo, tiny, run):
+    for module in (env, data, train, eval, serve, demo, tiny, run, tau2):
         module.register(app)  # env/episode, collect/.../data, train, eval/report, ..., run/status
     app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")

@@ -157,8 +157,32 @@ def _read_numbered(path: str | Path, on_error: str) -> JsonlRecords:
             if problem is None:
                 out.append((number, json.loads(raw)))
             else:
+                _refuse_tau2_results(path, number)
                 _report(out, f"{path}:{number}: {problem}", number, on_error)
     return out
+
+
+def _refuse_tau2_results(path: Path, number: int) -> None:
+    """A bad first line of a tau2 results file (indented JSON): one line naming the importer."""
+    if number <= 2 and is_tau2_results(path):
+        raise ValueError(misplaced_message(path))
+
+
+def is_tau2_results(path: str | Path) -> bool:
+    """The file parses as one JSON object with a ``simulations`` key (what ``tau2 run`` writes)."""
+    try:
+        with open(path, "rb") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return isinstance(value, dict) and "simulations" in value
+
+
+def misplaced_message(path: str | Path) -> str:
+    """The one-line error for a tau2 results file given where prour JSONL is expected."""
+    return (f"{path}: it is a tau2 results file (one JSON object with `simulations`), not JSONL; "
+            f"convert it with `prour import tau2 {path} --run-dir DIR` and pass "
+            "DIR/trajectories.jsonl")
 
 
 def _report(out: JsonlRecords, message: str, number: int, on_error: str) -> None:
@@ -187,6 +211,8 @@ def read_trajectories(
     numbered = _read_numbered(path, on_error)
     out = JsonlRecords(skipped=numbered.skipped)
     for number, record in numbered:
+        if "simulations" in record and "schema_version" not in record:  # compact tau2 results
+            raise ValueError(misplaced_message(path))
         try:
             out.append(Trajectory.from_json(record))
         except (ValueError, ValidationError) as exc:

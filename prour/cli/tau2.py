@@ -1,0 +1,111 @@
+"""``prour import tau2`` (tau2 results files into prour trajectories) and ``prour score`` (re-score
+stored episodes offline with tau2's evaluators and compare with the recorded rewards)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+
+import_app = typer.Typer(help="Bring runs of other tools into prour.", no_args_is_help=True)
+TRAJECTORIES_FILE = "trajectories.jsonl"
+ResultsArg = typer.Argument(..., help="tau2 results JSON files (what `tau2 run` writes).")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@import_app.command("tau2")
+def import_tau2(
+    results: list[str] = ResultsArg,
+    run_dir: str = typer.Option(..., "--run-dir", help="Run folder; the trajectories go to "
+                                f"DIR/{TRAJECTORIES_FILE} (appended; keys already there are "
+                                "kept)."),
+    skip_unknown_tasks: bool = typer.Option(
+        False, "--skip-unknown-tasks",
+        help="Skip the simulations of tasks the installed tau2 lacks or defines differently "
+             "(default: refuse the files, naming those task ids)."),
+) -> None:
+    """Convert tau2 results files into prour trajectories (one per simulation, each trial its own
+    key, with the source file's sha256, tau2 commit and models in meta.tau2_import); importing a
+    file twice adds nothing."""
+    from prour.env.tau2_import import import_results
+
+    out = Path(run_dir) / TRAJECTORIES_FILE
+    try:
+        summary = import_results(results, out, skip_unknown_tasks=skip_unknown_tasks)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    for path, ids in summary.skipped_tasks.items():
+        typer.echo(f"skipped {len(ids)} task(s) of {path}: {', '.join(ids)}", err=True)
+    typer.echo(f"{summary.added} trajectories added to {out} ({summary.already} already there)")
+
+
+def score_command(
+    target: str = typer.Argument(..., help=f"Run folder (its {TRAJECTORIES_FILE}) or a "
+                                 "trajectories JSONL."),
+) -> None:
+    """Re-score every episode with tau2's offline evaluators (as `prour eval` does) and report
+    agreement with the recorded rewards per domain; exits 1 on any disagreement. Tasks scored on
+    NL assertions need an LLM judge and are reported as not scored."""
+    from prour.env.domains import get_task
+    from prour.env.scoring import score_episode
+    from prour.env.trajectory import read_trajectories
+
+    path = Path(target)
+    if path.is_dir():
+        path = path / TRAJECTORIES_FILE
+    if not path.is_file():
+        _fail(f"{path}: no such trajectories file")
+    try:
+        trajs = read_trajectories(path)
+    except ValueError as exc:
+        _fail(str(exc))
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    lines = []
+    for traj in trajs:
+        tally = counts[traj.domain]
+        tally["episodes"] += 1
+        name = f"{traj.domain}/{traj.task_id} seed {traj.seed} ({traj.agent})"
+        try:
+            reward, breakdown = score_episode(traj.domain, get_task(traj.domain, traj.task_id),
+                                              traj)
+        except Exception as exc:  # noqa: BLE001 - one bad episode is reported, the rest scored
+            tally["failed"] += 1
+            lines.append(f"  {name}: scoring failed: {exc}")
+            continue
+        if reward is None:
+            tally["not scored"] += 1
+            continue
+        if traj.reward is None:
+            tally["no recorded reward"] += 1
+            continue
+        if abs(reward - traj.reward) <= 1e-6:
+            tally["agree"] += 1
+            continue
+        tally["disagree"] += 1
+        cause = "; ".join(breakdown.get("failed") or []) or breakdown.get("note") or \
+            f"checks {breakdown.get('checks')}"
+        lines.append(f"  {name}: recorded {traj.reward:g}, re-scored {reward:g}: {cause}")
+    for domain, tally in sorted(counts.items()):
+        parts = ", ".join(f"{tally[k]} {k}" for k in
+                          ("agree", "disagree", "not scored", "no recorded reward", "failed")
+                          if tally[k])
+        typer.echo(f"{domain}: {tally['episodes']} episodes: {parts}")
+        if tally["not scored"]:
+            typer.echo(f"  {tally['not scored']} not scored: their tasks' reward basis includes "
+                       "NL assertions, which need an LLM judge")
+    for line in lines:
+        typer.echo(line)
+    if any(t["disagree"] or t["failed"] for t in counts.values()):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``import`` group and ``score``."""
+    app.add_typer(import_app, name="import")
+    app.command("score")(score_command)
