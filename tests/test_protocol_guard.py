@@ -151,3 +151,14 @@ def test_a_baseline_writing_with_the_trained_generator_is_refused(tmp_path, monk
     assert "--set 'eval.methods=[base,prour]'" in found[0].line()
     no_train = recipe.model_copy(update={"train": None})  # eval passes no --checkpoint
     assert [f for f in protocol_findings(no_train) if f.rule == "baseline-checkpoint"] == []
+
+
+def test_the_chains_airline_collection_for_calibration_test_states_is_not_a_breach(tmp_path):
+    from prour.preflight import check_protocol
+    from prour.stages import AIRLINE_TRAJECTORIES
+
+    airline = ["data.domain=airline", "data.split=train", "data.calibration_reserve=0",
+               f"run_dir={tmp_path}", *ONE]
+    assert len(check_protocol(load_recipe(PAPER, airline))) == 2  # on airline's training side
+    chain = load_recipe(PAPER, [*airline, f"data.trajectories={AIRLINE_TRAJECTORIES}"])
+    assert check_protocol(chain) == []  # collect-airline: nothing trains on these episodes
