@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 GPU_EXTRA = "pip install -e '.[gpu]'"
 # The airline collection that yields the held-out calibration states (README, paper A.2.2: 240
+# airline decision states; the protocol allows them, so its command sets protocol.on_breach=warn:
+# the guard would otherwise read airline's train split as training tasks). Paper A.2.2: 240
 # airline decision states sampled from router.calibration.test_episodes = 60 episodes of the
 # airline train split).
 AIRLINE_TRAJECTORIES = "data/airline_trajectories.jsonl"
@@ -793,7 +795,7 @@ STAGES: tuple[Stage, ...] = (
              done=_dev_collected, keys=_DEV_COLLECT_KEYS, skip=_no_dev_calibration),
         Step("collect-airline", "airline trajectories for the held-out calibration states",
              ("collect", *_R, "--set", "data.domain=airline", "--set", "data.split=train",
-              "--set", "data.calibration_reserve=0",
+              "--set", "data.calibration_reserve=0", "--set", "protocol.on_breach=warn",
               "--set", "data.trajectories={airline_trajectories}",
               "--set", "data.num_trajectories={airline_episodes}"),
              writes=lambda r: (_airline(r),), roles=_collect_roles, done=_airline_collected,

@@ -42,6 +42,9 @@ def recipe(tmp_path_factory) -> Path:
         "env": {"max_steps": 12},
         "data": {"num_trajectories": 3, "trial_seeds": [0], "max_tasks": 3, "concurrency": 2},
         "router": {"calibration": {"dev_states": str(folder / "cal" / "dev_states.jsonl")}},
+        # these tests sample states of the training trajectories on purpose (the reserve's
+        # test sets data.calibration_reserve): the protocol guard warns instead of refusing
+        "protocol": {"on_breach": "warn"},
     }))
     result = invoke("collect", "--recipe", str(path), "--no-progress")
     assert result.exit_code == 0, result.output
