@@ -93,7 +93,9 @@ def _eval_overlap(recipe: Recipe) -> list[Finding]:
 
 
 def _calibrates(recipe: Recipe) -> bool:
-    return recipe.router.tau_au is None
+    """The recipe fits its thresholds (no tau_au/tau_eu) on dev states (as the chain's
+    collect-dev step decides)."""
+    return recipe.router.tau_au is None and recipe.router.calibration.dev_states is not None
 
 
 def _read_states(path: Path) -> list[dict[str, Any]]:

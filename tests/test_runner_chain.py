@@ -33,7 +33,9 @@ COUNTS = ("env.max_steps=4", "env.agent_max_tokens=16", "env.user_max_tokens=12"
           "reward.responder_max_tokens=8", "train.total_steps=3", "train.states_per_step=1",
           "train.rollout.n=2", "train.rollout.keep=2", "train.rollout.max_response_tokens=8",
           "eval.max_tasks=1", "eval.methods=[base]", "eval.seeds=[0]",
-          "data.calibration_reserve=1", "router.calibration.dev_episodes=2")
+          "data.calibration_reserve=1", "router.calibration.dev_episodes=2",
+          # one task: its two trials go one to each side (as recipes/rehearsal.yaml does)
+          "data.split_by=trajectory", "protocol.on_breach=warn")
 STEP_LINE = re.compile(r"^== (\S+): (\w+)", re.MULTILINE)
 TRAINER_STEP = re.compile(r"prour\.train\.local: step (\d+)/3 ")
 
