@@ -76,9 +76,12 @@ def eval_task_ids(recipe: Recipe, domain: str) -> list[str]:
 
 def _eval_overlap(recipe: Recipe) -> list[Finding]:
     """Eval tasks among the tasks of ``data.split`` (training tasks and the calibration reserve,
-    whose dev states fit the thresholds the evaluation routes with)."""
+    whose dev states fit the thresholds the evaluation routes with). A recipe without a
+    ``train`` section trains nothing, so its evaluation overlaps no training."""
     from prour.data.reserve import reserve_task_ids
 
+    if recipe.train is None:
+        return []
     domain, training = training_tasks(recipe)
     if domain not in recipe.eval.domains:
         return []
