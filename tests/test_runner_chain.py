@@ -135,7 +135,7 @@ def test_a_killed_train_resumes_only_its_missing_steps_then_reruns_skip_and_stal
     assert dry.returncode == 0 and status.returncode == 0, status.stderr
     table = [line for line in dry.stdout.splitlines() if line.startswith("  ")
              and not line.startswith("    ")]
-    assert len(table) == 16 and all(" done " in line or " skipped " in line for line in table)
+    assert len(table) == 18 and all(" done " in line or " skipped " in line for line in table)
     assert table == [line for line in status.stdout.splitlines() if line.startswith("  ")]
 
 
