@@ -234,7 +234,10 @@ def test_each_stage_calls_the_roles_the_table_lists(name: str, tmp_path: Path,
         assert called[stage] == table, (f"{name} {stage}: the code calls {sorted(called[stage])}, "
                                         f"the table lists {sorted(table)}")
         needed = set(required_roles(recipe, stage))
-        assert called[stage] | calls.read() == needed, (
+        # eval loads models.ig_clarifier, which the chain supplies (the exported ig-clarifier
+        # checkpoint, set by the eval step), not the recipe: the recipe need not list it
+        supplied = {"ig_clarifier"} if stage == "eval" else set()
+        assert (called[stage] | calls.read()) - supplied == needed, (
             f"{name} {stage}: the code calls or reads {sorted(called[stage] | calls.read())}, "
             f"the table needs {sorted(needed)}")
     expected = ["collect", "normalize", "extract", "train", "eval"]
