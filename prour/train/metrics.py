@@ -29,6 +29,32 @@ def segment_name(start_step: int) -> str:
     return f"{SEGMENT_PREFIX}{start_step}.jsonl"
 
 
+PHASES = ("generation", "strict_user", "verifier", "prior", "posterior", "update", "waiting")
+"""Where a training step's time goes: sampling the queries, the strict user's and the verifiers'
+calls, scoring the priors and the posteriors with the policy, the optimizer update, and waiting
+(the step's time that none of the others account for: selection, scheduling, transfers)."""
+
+PHASE_KEYS = tuple(f"time_{phase}_s" for phase in PHASES)
+"""Every step's seconds per phase, in both backends' metrics (verl's under ``training/prour/``,
+its ``timing_s/*`` keys mapped onto these); they sum to :data:`STEP_TIME_KEY`."""
+
+STEP_TIME_KEY = "time_step_s"
+"""A step's wall-clock seconds."""
+
+CALL_KEYS = (
+    "generation_tokens",
+    "strict_user_calls",
+    "strict_user_tokens",
+    "verifier_calls",
+    "verifier_tokens",
+    "prior_requests",
+    "posterior_requests",
+)
+"""Every step's counts beside the phase times: the tokens the policy generated; the responders'
+chat requests (the strict user one per question, the verifier one per question and tool round)
+and their tokens (prompt + reply, as the backend counted them); and the score requests of the
+prior and posterior passes."""
+
 KINDS = ("ask", "none", "invalid")
 MODES = ("clarify", "verify")
 
