@@ -44,8 +44,9 @@ SweepOpt = typer.Option(
 ConcurrencyOpt = typer.Option(None, "--concurrency", help="Episodes run at the same time.")
 OutOpt = typer.Option(None, "--out", help="Run folder (default <run_dir>/eval).")
 ProgressOpt = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
-RunsArg = typer.Argument(..., help="Run folder(s) written by `prour eval`, or training output "
-                         "folders (holding metrics.jsonl) for the training report.")
+RunsArg = typer.Argument(..., help="Run folder(s) written by `prour eval` or `prour import "
+                         "tau2`, or training output folders (holding metrics.jsonl) for the "
+                         "training report.")
 ReportOutOpt = typer.Option(None, "--out", help="Report folder (default RUN/report).")
 AttentionOpt = typer.Option(False, "--attention", help="Add the attention-protocol tables.")
 BaselineOpt = typer.Option(None, "--baseline", help="System the others are compared with.")
@@ -272,16 +273,17 @@ def _posthoc(runs: list[str]) -> None:
 
 
 def _refuse_tau2_files(runs: list[str]) -> None:
-    """A tau2 results file given as a run, or a run folder holding only such files: one line
-    naming `prour import tau2`."""
+    """A tau2 results file given as a run, or a run folder holding only such files (neither eval
+    results nor imported trajectories): one line naming `prour import tau2`."""
     from prour.env.trajectory import is_tau2_results, misplaced_message
     from prour.eval.harness import RESULTS_FILE
+    from prour.eval.imported import is_imported_run
 
     for run in runs:
         path = Path(run)
         if path.is_file() and is_tau2_results(path):
             _fail(misplaced_message(path))
-        if path.is_dir() and not (path / RESULTS_FILE).exists():
+        if path.is_dir() and not (path / RESULTS_FILE).exists() and not is_imported_run(path):
             for candidate in sorted(path.glob("*.json")):
                 if is_tau2_results(candidate):
                     _fail(misplaced_message(candidate))

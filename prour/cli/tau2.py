@@ -9,8 +9,9 @@ from typing import NoReturn
 
 import typer
 
+from prour.env.tau2_import import TRAJECTORIES_FILE
+
 import_app = typer.Typer(help="Bring runs of other tools into prour.", no_args_is_help=True)
-TRAJECTORIES_FILE = "trajectories.jsonl"
 ResultsArg = typer.Argument(..., help="tau2 results JSON files (what `tau2 run` writes).")
 
 

@@ -24,6 +24,7 @@ from prour.env.trajectory import (  # noqa: F401 - the misplaced-file check live
     misplaced_message,
 )
 
+TRAJECTORIES_FILE = "trajectories.jsonl"  # what `prour import tau2` writes in its run folder
 _ENDINGS = {"user_stop": "user_stop", "agent_stop": "agent_stop", "max_steps": "max_steps",
             "too_many_errors": "too_many_errors"}
 

@@ -131,13 +131,20 @@ def load_systems(run_dirs: Sequence[str | Path]) -> list[System]:
     """Systems of every run folder, in run order then first appearance (a checkpoint sweep's
     steps in step order); labels are made unique by prefixing the run folder's name where two
     runs share a method and generator."""
+    from prour.eval.imported import imported_lines, is_imported_run
+
     systems: list[System] = []
     for run_dir in run_dirs:
         path = Path(run_dir) / RESULTS_FILE
-        if not path.is_file():
-            raise FileNotFoundError(f"{run_dir} holds no {RESULTS_FILE}; run `prour eval` first")
+        if is_imported_run(run_dir):
+            lines = imported_lines(run_dir)
+        elif path.is_file():
+            lines = list(load_result_lines(path).values())
+        else:
+            raise FileNotFoundError(f"{run_dir} holds no {RESULTS_FILE}; run `prour eval` first "
+                                    "(or `prour import tau2 ... --run-dir` for a tau2 run)")
         groups: dict[tuple[str, str | None, str | None, str | None], System] = {}
-        for line in load_result_lines(path).values():
+        for line in lines:
             key = (line["method"], line.get("variant"), line.get("generator"),
                    sweep_label(line.get("sweep")))
             if key not in groups:
@@ -197,6 +204,8 @@ class SystemSummary:
     problem: str | None = None
     router: dict[str, Any] | None = None  # router.budget / every_n and calls (router methods)
     turns: dict[str, float] = field(default_factory=dict)  # agent turns by tag, per episode
+    # inferred tags (prour.eval.tags) per episode of an imported run; None for prour's runs
+    inferred_turns: dict[str, float] | None = None
     calls_by_role: dict[str, float] = field(default_factory=dict)  # model calls per episode
 
 
@@ -207,13 +216,13 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
     summary = SystemSummary(
         label=system.label, episodes=len(system.lines), pass_at_1=None, pass_hat={},
         steps=steps, seconds=_domain_mean(system, lambda line: line["seconds"]),
-        model_calls=_domain_mean(system, lambda line: line["model_calls_total"]),
+        model_calls=_calls_mean(system),
         errors=sum(bool(line["error"]) for line in system.lines),
         timeouts=sum(bool(line["timeout"]) for line in system.lines),
         unscored=sum(bool(line["unscored"]) for line in system.lines),
         cut=sum(is_cut(line["termination"]) for line in system.lines),
         errored=error_counts(system), router=router_summary(system), turns=turn_tags(system),
-        calls_by_role=role_calls(system))
+        calls_by_role=role_calls(system), inferred_turns=inferred_tags(system))
     try:
         tables = system.by_domain()
         summary.pass_at_1 = domain_pass_at_1(tables, n_boot=n_boot, ci=ci)
@@ -222,6 +231,25 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         summary.problem = str(exc)
         logger.warning("%s: %s", system.label, exc)
     return summary
+
+
+def _calls_mean(system: System) -> float:
+    """Model calls per episode (domain mean); NaN when the episodes did not record them (an
+    imported run)."""
+    if any(line["model_calls_total"] is None for line in system.lines):
+        return math.nan
+    return _domain_mean(system, lambda line: line["model_calls_total"])
+
+
+def inferred_tags(system: System) -> dict[str, float] | None:
+    """Inferred turn tags (:data:`prour.eval.tags.INFERRED_TAGS`) per episode, domain mean, of a
+    system whose episodes carry them (an imported run); None otherwise."""
+    from prour.eval.tags import INFERRED_TAGS
+
+    if not all("inferred_turns" in line for line in system.lines):
+        return None
+    return {tag: _domain_mean(system, lambda line, t=tag: line["inferred_turns"].count(t))
+            for tag in INFERRED_TAGS}
 
 
 def error_counts(system: System) -> dict[str, tuple[int, int]]:
@@ -353,7 +381,7 @@ def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> li
             passes = [error_cell(s.errored.get(d)) or (pct(s.pass_at_1[d]) if d in s.pass_at_1
                                                        else "–") for d in [*domains, AVERAGE]]
         rows.append([s.label, *passes, *(f"{s.steps[k]:.2f}" for k in (*STEP_KINDS, "total")),
-                     f"{s.seconds:.2f}", f"{s.model_calls:.1f}", s.errors, s.timeouts, s.cut,
+                     f"{s.seconds:.2f}", _calls_cell(s.model_calls, 1), s.errors, s.timeouts, s.cut,
                      s.episodes])
     return table(header, rows)
 
@@ -414,7 +442,29 @@ def calls_table(summaries: Sequence[SystemSummary]) -> list[str]:
     roles = sorted({role for s in summaries for role in s.calls_by_role})
     header = ["System", *roles, "Total"]
     rows = [[s.label, *(f"{s.calls_by_role.get(r, 0.0):.2f}" for r in roles),
-             f"{s.model_calls:.2f}"] for s in summaries]
+             _calls_cell(s.model_calls, 2)] for s in summaries]
+    return table(header, rows)
+
+
+def _calls_cell(calls: float, digits: int) -> str:
+    """Model calls per episode; "not recorded" for an imported run (tau2 records no calls)."""
+    return "not recorded" if math.isnan(calls) else f"{calls:.{digits}f}"
+
+
+INFERRED_NOTE = ("Inferred from what each agent turn did, by prour.eval.tags' rule (a write: a "
+                 "call to a tool tau2 marks WRITE; a lookup: a READ call; a question: a message "
+                 "to the user that asks; else a reply). No router took these turns, so the "
+                 "Act/Clarify/Verify columns above count them all as Act.")
+
+
+def inferred_table(summaries: Sequence[SystemSummary]) -> list[str]:
+    """Inferred turn tags per episode of the imported systems, and their total."""
+    from prour.eval.tags import INFERRED_TAGS
+
+    header = ["System", *(tag.capitalize() for tag in INFERRED_TAGS), "Total"]
+    rows = [[s.label, *(f"{s.inferred_turns[t]:.2f}" for t in INFERRED_TAGS),
+             f"{sum(s.inferred_turns.values()):.2f}"]
+            for s in summaries if s.inferred_turns is not None]
     return table(header, rows)
 
 
@@ -487,6 +537,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
                   *router_table(summaries)]
     lines += ["", "## Agent turns per episode by tag", "", *turns_table(summaries), "",
               "## Model calls per episode by role", "", *calls_table(summaries), ""]
+    if any(s.inferred_turns is not None for s in summaries):
+        lines += ["## Inferred turn tags per episode (imported runs)", "",
+                  *inferred_table(summaries), "", INFERRED_NOTE, ""]
     lines += ["## pass^k (%)", "", *pass_hat_table(summaries, domains), ""]
     if comparisons:
         lines += ["## Paired differences in Pass@1 (percentage points)", "",
@@ -518,8 +571,14 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
 
 def _header(run_dirs: Sequence[str | Path], systems: Sequence[System], ci: float,
             n_boot: int) -> list[str]:
+    from prour.eval.imported import imported_header
+
     lines = ["# Evaluation report", ""]
     for run_dir in run_dirs:
+        mine = [s for s in systems if s.folder == Path(run_dir)]
+        if any("imported" in line for s in mine for line in s.lines):
+            lines += imported_header(run_dir, [line for s in mine for line in s.lines])
+            continue
         record = _provenance(Path(run_dir))
         commit = ((record.get("git") or {}).get("commit") or "")[:12]
         lines.append(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else "") + ": "

@@ -311,3 +311,77 @@ def test_a_tau2_file_where_jsonl_is_expected_gets_one_line(files, tmp_path, tiny
         assert len(lines) == 1, (name, result.output)
         assert "prour import tau2" in lines[0] and "tau2 results file" in lines[0], name
         assert str(tau2_file) in lines[0], name
+
+
+def _expected_tags(domain: str) -> dict[str, float]:
+    """Inferred tags per episode from the task's reference actions (what the replay did): each
+    agent action is a lookup or a write by its tau2 tool type, the closing message a reply; the
+    last trial lacks the last action."""
+    from prour.env.environment import tool_types
+
+    types = tool_types(domain)
+    actions = [a.name for a in get_task(domain, TASK_IDS[domain]).evaluation_criteria.actions]
+    trials = [actions] * (len(TRIAL_SEEDS) - 1) + [actions[:-1]]
+    count = lambda names, kind: sum(types.get(n) == kind for n in names)
+    return {"question": 0.0,
+            "lookup": sum(count(t, "read") for t in trials) / len(trials),
+            "write": sum(count(t, "write") for t in trials) / len(trials),
+            "reply": sum(1 + sum(types.get(n) not in ("read", "write") and n in types
+                                 for n in t) for t in trials) / len(trials)}
+
+
+def _eval_run(folder: Path) -> Path:
+    """A prour eval run's results (method prour, every episode solved) on the imported tasks."""
+    from prour.eval.harness import RESULTS_FILE
+
+    lines = [{"schema": 1, "key": [d, t, seed, "prour"], "method": "prour", "variant": None,
+              "domain": d, "task_id": t, "seed": seed, "reward": 1.0, "score": 1.0,
+              "success": True, "termination": "user_stop", "error": False, "timeout": False,
+              "unscored": False, "errors": [], "steps": {"act": 2, "clarify": 1, "verify": 1},
+              "turns": ["act", "clarify", "verify", "act"], "records": 9,
+              "model_calls": {"agent.chat": 4}, "model_calls_total": 4, "seconds": 2.0,
+              "decisions": [], "episode_started_at": "t", "attention": None}
+             for d, t in TASK_IDS.items() for seed in TRIAL_SEEDS]
+    folder.mkdir()
+    (folder / RESULTS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return folder
+
+
+def test_report_puts_an_imported_run_beside_an_eval_run(files, imported, tmp_path) -> None:
+    import hashlib
+    import shutil
+
+    from prour.env.domains import domain_spec, split_task_ids
+
+    ours = _eval_run(tmp_path / "ours")
+    imported = Path(shutil.copytree(imported, tmp_path / "imported"))
+    shutil.copy(files["retail"], imported)  # `prour import tau2 RUN/x.json --run-dir RUN`
+    result = _cli("report", str(ours), str(imported), "--out", str(tmp_path / "report"),
+                  "--n-boot", "200")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert f"- run `{ours}`" in text and f"- imported run `{imported}`" in text
+    for domain, path in files.items():
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        assert f"source `{path.resolve()}` (sha256 {sha}, 3 simulations): tau2 commit abc123" \
+            in text
+        splits = sorted((len(split_task_ids(domain, s)), s) for s in domain_spec(domain).splits
+                        if TASK_IDS[domain] in split_task_ids(domain, s))
+        assert f"{domain} {splits[0][1]} (1 of {splits[0][0]})" in text
+    assert "agent llm_agent (some/agent-model), user user_simulator (some/user-model)" in text
+    assert "protocols holding them: tau3 (3 of " in text  # the three domains' base split
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    mine, theirs = report["systems"]
+    assert (mine["label"], theirs["label"]) == ("prour", "tau2:llm_agent (some/agent-model)")
+    assert mine["inferred_turns"] is None and mine["steps"]["clarify"] == 1
+    expected = {d: _expected_tags(d) for d in TASK_IDS}
+    for tag in ("question", "lookup", "write", "reply"):
+        mean = sum(expected[d][tag] for d in TASK_IDS) / len(TASK_IDS)
+        assert theirs["inferred_turns"][tag] == pytest.approx(mean)
+    # No router took the imported turns: all Act there, the tags only in their own table.
+    assert theirs["steps"]["clarify"] == theirs["steps"]["verify"] == 0
+    assert theirs["steps"]["act"] == pytest.approx(sum(theirs["inferred_turns"].values()))
+    section = text.split("## Inferred turn tags per episode (imported runs)")[1].split("##")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| tau2:")]
+    assert len(rows) == 1 and "| prour |" not in section
+    assert "| not recorded |" in text  # tau2 records no model calls
