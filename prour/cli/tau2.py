@@ -1,5 +1,6 @@
-"""``prour import tau2`` (tau2 results files into prour trajectories) and ``prour score`` (re-score
-stored episodes offline with tau2's evaluators and compare with the recorded rewards)."""
+"""``prour import tau2`` (tau2 results files into prour trajectories), ``prour export tau2`` (an
+eval run folder's episodes as tau2 results files) and ``prour score`` (re-score stored episodes
+offline with tau2's evaluators and compare with the recorded rewards)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typer
 from prour.env.tau2_import import TRAJECTORIES_FILE
 
 import_app = typer.Typer(help="Bring runs of other tools into prour.", no_args_is_help=True)
+export_app = typer.Typer(help="Write prour runs in other tools' formats.", no_args_is_help=True)
 ResultsArg = typer.Argument(..., help="tau2 results JSON files (what `tau2 run` writes).")
 
 
@@ -44,6 +46,34 @@ def import_tau2(
     for path, ids in summary.skipped_tasks.items():
         typer.echo(f"skipped {len(ids)} task(s) of {path}: {', '.join(ids)}", err=True)
     typer.echo(f"{summary.added} trajectories added to {out} ({summary.already} already there)")
+
+
+@export_app.command("tau2")
+def export_tau2(
+    run_dir: str = typer.Argument(..., metavar="RUN_DIR", help="An eval run folder (written by "
+                                  "`prour eval`: episodes.jsonl, recipe.resolved.yaml)."),
+) -> None:
+    """Write the run's episodes in tau2's results format to RUN_DIR/tau2_results/ (one file per
+    domain and agent name; `prour eval` writes them too), for `tau2 view --dir` and
+    `prour import tau2`."""
+    from prour.env.tau2_export import EXPORT_DIR, export_run
+    from prour.eval.harness import EPISODES_FILE
+    from prour.provenance import RECIPE_FILE
+    from prour.recipes import load_recipe
+
+    folder = Path(run_dir)
+    episodes, recipe_file = folder / EPISODES_FILE, folder / RECIPE_FILE
+    for needed in (episodes, recipe_file):
+        if not needed.is_file():
+            _fail(f"{needed}: missing; RUN_DIR must be a folder `prour eval` wrote")
+    try:
+        env = load_recipe(recipe_file).env
+        written = export_run(folder, episodes, max_steps=env.max_steps,
+                             max_errors=env.max_errors)
+    except (OSError, ValueError) as exc:  # a ConfigError is a ValueError
+        _fail(str(exc))
+    typer.echo(f"{len(written)} tau2 results file(s) in {folder / EXPORT_DIR}: "
+               f"{', '.join(p.name for p in written)}")
 
 
 def score_command(
@@ -107,6 +137,7 @@ def score_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``import`` group and ``score``."""
+    """Add the ``import`` and ``export`` groups and ``score``."""
     app.add_typer(import_app, name="import")
+    app.add_typer(export_app, name="export")
     app.command("score")(score_command)

@@ -99,18 +99,23 @@ def to_tau2_messages(trajectory: Trajectory) -> list[Any]:
     environment (malformed ones) with their observations: tau2 replays every call it is given and
     expects the recorded observation back.
     """
+    return [message for _, message in tau2_message_steps(trajectory)]
+
+
+def tau2_message_steps(trajectory: Trajectory) -> list[tuple[StepRecord, Any]]:
+    """:func:`to_tau2_messages` with the step each message comes from (its timing)."""
     require_tau2()
     executed = {
         step.tool_call_id
         for step in trajectory.steps
         if step.kind == "tool_result" and step.executed
     }
-    out: list[Any] = []
+    out: list[tuple[StepRecord, Any]] = []
     for step in trajectory.steps:
         message = trajectory.messages[step.message_index]
         converted = _convert(step, message, executed)
         if converted is not None:
-            out.append(converted)
+            out.append((step, converted))
     return out
 
 

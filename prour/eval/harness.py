@@ -9,7 +9,9 @@ A run folder holds:
   the router's budget, frequency and calls, the query generator when it is not the recipe's
   default, attention costs), derived from the trajectory and the judge;
 - ``provenance.json`` and ``recipe.resolved.yaml``: recipe, commit, versions, endpoints, seeds;
-- ``run.json``: the settings that make results comparable; a rerun with other settings is refused.
+- ``run.json``: the settings that make results comparable; a rerun with other settings is refused;
+- ``tau2_results/<domain>__<agent>.json``: the episodes in tau2's results format (what ``tau2
+  run`` writes; ``tau2 view --dir`` opens it), rewritten whole at the end of each run.
 
 A rerun after a crash or a kill runs only the episodes missing from ``episodes.jsonl`` (their
 key is (domain, task, seed, method[/variant][ [step N]])), plus those that ended in an error unless
@@ -328,7 +330,18 @@ class Evaluation:
         trajectories = run_episodes(
             [job for _, job in jobs], self.cfg.concurrency, self.run_dir / EPISODES_FILE,
             self.progress, limits=self.recipe.env, retry_errors=self.cfg.retry_errors)
-        return self.record_results([arm for arm, _ in jobs], trajectories)
+        results = self.record_results([arm for arm, _ in jobs], trajectories)
+        self.export_tau2()
+        return results
+
+    def export_tau2(self) -> list[Path]:
+        """Every episode of the folder in tau2's results format (``tau2_results/``, one file per
+        domain and agent name), for ``tau2 view`` and ``prour import tau2``."""
+        from prour.env.tau2_export import export_run
+
+        env = self.recipe.env
+        return export_run(self.run_dir, self.run_dir / EPISODES_FILE, max_steps=env.max_steps,
+                          max_errors=env.max_errors)
 
     def record_results(self, arms: list[Arm], trajectories: list[Trajectory]) -> list[dict[str, Any]]:
         """Result lines for episodes without one (or whose episode was rerun); all in order."""
