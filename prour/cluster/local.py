@@ -33,9 +33,10 @@ MUNGE_RUN = Path("/run/munge")
 # KillWait: Slurm's default 30 s between a cancelled job's SIGTERM and SIGKILL, the time prour's
 # commands have to say what they saved and exit (prour.interrupt); 10 s was too short on 2 busy cores
 CONF_TEMPLATE = """\
-# Single-node Slurm written by prour.cluster.local (no systemd, no cgroups, no accounting).
+# Slurm written by prour.cluster.local (no systemd, no cgroups, no accounting); %n is the node's
+# name, so that several slurmd daemons on one machine keep their own spool, PID and log files.
 ClusterName=prour-local
-SlurmctldHost={node}(127.0.0.1)
+SlurmctldHost={ctld_host}({ctld_addr})
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser=root
@@ -43,11 +44,11 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
+SlurmdLogFile={root}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -64,9 +65,11 @@ MinJobAge=3600
 KillWait=30
 InactiveLimit=0
 SlurmdTimeout=60
-NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
-PartitionName={partition} Nodes={node} Default=YES MaxTime=INFINITE State=UP
+{nodes}
+PartitionName={partition} Nodes={node_list} Default=YES MaxTime=INFINITE State=UP
 """
+
+NODE_LINE = "NodeName={name} NodeAddr={addr} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN"
 
 
 class SlurmUnavailable(RuntimeError):
@@ -147,6 +150,9 @@ def munge_works() -> bool:
 class LocalSlurm:
     """Slurm daemons under ``root``; ``start()`` then ``stop()`` (both by PID)."""
 
+    ctld_host = NODE
+    ctld_addr = "127.0.0.1"
+
     def __init__(self, root: str | Path):
         self.root = Path(root).resolve()
         self.conf = self.root / "slurm.conf"
@@ -168,7 +174,7 @@ class LocalSlurm:
         self._start_munge()
         self._write_conf()
         self._spawn("slurmctld", [binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
-        self._spawn("slurmd", [binary("slurmd"), "-D", "-N", NODE, "-f", str(self.conf)])
+        self._start_slurmds()
         self._save_pids()
         try:
             self.wait_idle(timeout_s)
@@ -198,21 +204,35 @@ class LocalSlurm:
             time.sleep(0.1)
         self.munged_pid = int(pid_file.read_text().strip()) if pid_file.exists() else None
 
+    def nodes(self) -> dict[str, str]:
+        """The cluster's nodes, name to address."""
+        return {NODE: "127.0.0.1"}
+
     def _write_conf(self) -> None:
-        for sub in ("state", "spool", "log"):
+        nodes = self.nodes()
+        for sub in ("state", "log", *(f"spool/{name}" for name in nodes)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        # the CPUs and memory are shared: every node advertises the whole machine
+        lines = [
+            NODE_LINE.format(name=name, addr=addr, cpus=os.cpu_count() or 1, memory_mb=memory_mb())
+            for name, addr in nodes.items()
+        ]
         write_atomic(
             self.conf,
             CONF_TEMPLATE.format(
-                node=NODE,
+                ctld_host=self.ctld_host,
+                ctld_addr=self.ctld_addr,
+                nodes="\n".join(lines),
+                node_list=",".join(nodes),
                 partition=PARTITION,
                 root=self.root,
-                cpus=os.cpu_count() or 1,
-                memory_mb=memory_mb(),
                 ctld_port=free_port(),
                 slurmd_port=free_port(),
             )
         )
+
+    def _start_slurmds(self) -> None:
+        self._spawn("slurmd", [binary("slurmd"), "-D", "-N", NODE, "-f", str(self.conf)])
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.root / "log" / f"{name}.out", "ab")  # noqa: SIM115 (open while it runs)
@@ -230,9 +250,9 @@ class LocalSlurm:
         write_atomic(self.root / "pids.json", json.dumps({**pids, "munged": self.munged_pid}))
 
     def wait_idle(self, timeout_s: float) -> None:
-        """Poll ``sinfo`` until the node reports idle; raise with the daemon logs otherwise."""
+        """Poll ``sinfo`` until every node reports idle; raise with the daemon logs otherwise."""
         deadline = time.monotonic() + timeout_s
-        state = ""
+        states: dict[str, str] = {}
         while time.monotonic() < deadline:
             for name, proc in self._procs.items():
                 if proc.poll() is not None:
@@ -240,19 +260,19 @@ class LocalSlurm:
                         f"{name} exited with {proc.returncode}:\n{self.log_tail()}"
                     )
             done = subprocess.run(
-                [binary("sinfo"), "-h", "-n", NODE, "-o", "%t"],
+                [binary("sinfo"), "-h", "-N", "-o", "%N %t"],
                 env=self.env(),
                 capture_output=True,
                 text=True,
                 timeout=10,
                 check=False,
             )
-            state = done.stdout.strip()
-            if state == "idle":
+            states = dict(line.split() for line in done.stdout.splitlines() if line.strip())
+            if all(states.get(node) == "idle" for node in self.nodes()):
                 return
             time.sleep(0.5)
         raise SlurmUnavailable(
-            f"node {NODE} not idle after {timeout_s:g} s (state {state!r}):\n{self.log_tail()}"
+            f"nodes not idle after {timeout_s:g} s (states {states!r}):\n{self.log_tail()}"
         )
 
     def log_tail(self, lines: int = 20) -> str:
@@ -297,10 +317,9 @@ class LocalSlurm:
                 self.cancel_all()
             except (OSError, subprocess.SubprocessError, SlurmUnavailable) as exc:
                 logger.warning("could not cancel the local jobs: %s", exc)
-        for name in ("slurmd", "slurmctld"):
-            proc = self._procs.pop(name, None)
-            if proc is not None:
-                stop_process(proc)
+        # the slurmd daemons first (every process but slurmctld), then slurmctld
+        for name in sorted(self._procs, key=lambda name: name == "slurmctld"):
+            stop_process(self._procs.pop(name))
         for log in self._logs:
             log.close()
         self._logs.clear()
@@ -315,8 +334,8 @@ class LocalSlurm:
             self.cancel_all()
         except (OSError, subprocess.SubprocessError, SlurmUnavailable) as exc:
             logger.warning("could not cancel the local jobs: %s", exc)
-        for name in ("slurmd", "slurmctld", "munged"):
-            if pids.get(name):
+        for name in sorted(pids, key=lambda name: (name == "slurmctld", name == "munged")):
+            if pids[name]:
                 kill_pid(int(pids[name]))
         (self.root / "pids.json").unlink()
 
