@@ -65,6 +65,10 @@ PosthocOpt = typer.Option(
     False, "--posthoc-uncertainty", help="Figure 6 for baselines: run the run's decomposer "
     "(its recipe.resolved.yaml) over the first 16 decisions of each episode without AU/EU of "
     "its own, cached resumably in RUN/posthoc_uncertainty.jsonl.")
+PosthocRecipeOpt = typer.Option(
+    None, "--recipe", "-r", help="With --posthoc-uncertainty: the recipe whose models.decomposer "
+    "(and router thresholds, which route an imported run's turns) the pass uses, for runs "
+    "without their own recipe.resolved.yaml, such as `prour import tau2` folders.")
 
 
 def eval_command(
@@ -228,6 +232,7 @@ def report_command(
     burden_pairs: int = BurdenPairsOpt,
     annotations: str | None = AnnotationsOpt,
     posthoc: bool = PosthocOpt,
+    recipe: str | None = PosthocRecipeOpt,
 ) -> None:
     """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots; a training
     output folder (metrics.jsonl, no results.jsonl) gets the training report instead."""
@@ -245,8 +250,10 @@ def report_command(
         training_report(run, out if len(training) == 1 else None)
     if not evaluations:
         return
+    if recipe and not posthoc:
+        _fail("--recipe belongs to the post-hoc pass; add --posthoc-uncertainty")
     if posthoc:
-        _posthoc(evaluations)
+        _posthoc(evaluations, recipe)
     try:
         written = write_report(evaluations, out, attention=attention, baseline=baseline,
                                n_boot=n_boot, accounting=accounting, lam=lam,
@@ -259,14 +266,20 @@ def report_command(
         typer.echo(f"{name}: {path}")
 
 
-def _posthoc(runs: list[str]) -> None:
-    """The post-hoc decomposer pass over each run's episodes without AU/EU (resumable)."""
+def _posthoc(runs: list[str], recipe: str | None) -> None:
+    """The post-hoc decomposer pass over each run's episodes without AU/EU (resumable); with
+    ``recipe``, that recipe's models for runs without a saved one."""
     from prour.config import ConfigError
     from prour.eval.posthoc import POSTHOC_FILE, posthoc_uncertainty
+    from prour.provenance import RECIPE_FILE
+    from prour.recipes import load_recipe
 
     for run in runs:
         try:
-            measured = posthoc_uncertainty(run)
+            loaded = None
+            if recipe and not (Path(run) / RECIPE_FILE).is_file():
+                loaded = load_recipe(recipe, endpoints=True)
+            measured = posthoc_uncertainty(run, loaded)
         except (OSError, ValueError, LookupError, ConfigError) as exc:
             _fail(f"--posthoc-uncertainty on {run}: {exc}")
         typer.echo(f"post-hoc AU/EU: {len(measured)} episode(s) in {Path(run) / POSTHOC_FILE}")

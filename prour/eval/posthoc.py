@@ -8,6 +8,12 @@ saw: system prompt, its own turns and tool results, the user's text) at its firs
 line per (episode, step) to ``posthoc_uncertainty.jsonl`` in the run folder. A rerun measures
 only what is missing (a re-run episode, told by its start time, is measured again); the report
 draws these curves beside the recorded ones, labelled ``(post-hoc)``.
+
+An imported run (:mod:`prour.eval.imported`: no router took any of its turns) is measured the
+same way and also *routed*: its decomposer has the recipe's thresholds (``router.tau_au`` /
+``router.tau_eu`` or calibrated ones), each line records the route (act / clarify / verify), and
+the report counts them per episode beside the inferred tags. Such a run has no saved recipe: the
+caller passes one (``prour report RUN --posthoc-uncertainty --recipe R``).
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ def decision_views(trajectory: Trajectory, max_steps: int = MAX_STEPS) -> list[l
 
 
 def load_posthoc(run_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """Result key → the post-hoc decision records (step, au, eu, total) of its latest episode."""
+    """Result key → the post-hoc decision records (step, au, eu, total, route: None unless the
+    run was imported) of its latest episode."""
     path = Path(run_dir) / POSTHOC_FILE
     if not path.is_file():
         return {}
@@ -62,8 +69,20 @@ def load_posthoc(run_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
         key = row["key"]
         if started.get(key) != row["episode_started_at"]:  # a later episode replaces it
             started[key], out[key] = row["episode_started_at"], {}
-        out[key][row["step"]] = {k: row[k] for k in ("step", "au", "eu", "total")}
+        out[key][row["step"]] = {k: row.get(k) for k in ("step", "au", "eu", "total", "route")}
     return {key: [by_step[i] for i in sorted(by_step)] for key, by_step in out.items()}
+
+
+def _episodes(run_dir: Path) -> tuple[list[tuple[Trajectory, str]], bool]:
+    """(episode, method) pairs to measure, and whether they are routed too (an imported run)."""
+    from prour.env.tau2_import import TRAJECTORIES_FILE
+    from prour.eval.imported import is_imported_run, system_name
+
+    if is_imported_run(run_dir):
+        return [(t, system_name(t)) for t in read_trajectories(run_dir / TRAJECTORIES_FILE)
+                if t.termination != "error"], True
+    return [(t, _method(t)) for t in read_trajectories(run_dir / EPISODES_FILE)
+            if needs_posthoc(_method(t)) and t.termination != "error"], False
 
 
 def posthoc_uncertainty(run_dir: str | Path, recipe: Recipe | None = None,
@@ -73,13 +92,16 @@ def posthoc_uncertainty(run_dir: str | Path, recipe: Recipe | None = None,
     ``max_steps`` decisions (resumable; see the module docstring); returns
     :func:`load_posthoc`. ``recipe``: the run's ``recipe.resolved.yaml`` when None."""
     run_dir = Path(run_dir)
+    episodes, routes = _episodes(run_dir)
     if recipe is None:
         from prour.provenance import RECIPE_FILE
         from prour.recipes import load_recipe
 
+        if routes and not (run_dir / RECIPE_FILE).is_file():
+            raise ValueError(f"{run_dir} is an imported run without {RECIPE_FILE}: pass the "
+                             "recipe whose models.decomposer and router thresholds route it "
+                             "(--recipe R)")
         recipe = load_recipe(run_dir / RECIPE_FILE, endpoints=True)
-    episodes = [t for t in read_trajectories(run_dir / EPISODES_FILE)
-                if needs_posthoc(_method(t)) and t.termination != "error"]
     if not episodes:
         return load_posthoc(run_dir)
     own = builder is None
@@ -90,20 +112,21 @@ def posthoc_uncertainty(run_dir: str | Path, recipe: Recipe | None = None,
                         if (run_dir / POSTHOC_FILE).is_file() else [])}
     decomposers: dict[str, Any] = {}
     try:
-        for trajectory in episodes:
+        for trajectory, method in episodes:
             key = result_key(trajectory.key)
             for index, view in enumerate(decision_views(trajectory, max_steps)):
                 if (key, trajectory.started_at, index) in done:
                     continue
                 if trajectory.domain not in decomposers:
                     decomposers[trajectory.domain] = builder.decomposer(
-                        trajectory.domain, need_thresholds=False)
+                        trajectory.domain, need_thresholds=routes)
                 decision = decomposers[trajectory.domain].decide(
                     view, seed=trajectory.seed * 1000 + index)  # as a live decision's seed
                 append_jsonl(run_dir / POSTHOC_FILE, {
-                    "key": key, "method": _method(trajectory), "domain": trajectory.domain,
+                    "key": key, "method": method, "domain": trajectory.domain,
                     "episode_started_at": trajectory.started_at, "step": index,
-                    "au": decision.au, "eu": decision.eu, "total": decision.total})
+                    "au": decision.au, "eu": decision.eu, "total": decision.total,
+                    "route": decision.route if routes else None})
     finally:
         if own:
             builder.close()

@@ -206,6 +206,8 @@ class SystemSummary:
     turns: dict[str, float] = field(default_factory=dict)  # agent turns by tag, per episode
     # inferred tags (prour.eval.tags) per episode of an imported run; None for prour's runs
     inferred_turns: dict[str, float] | None = None
+    # routes of the post-hoc decomposer pass per episode (act/clarify/verify) of an imported run
+    posthoc_routes: dict[str, float] | None = None
     calls_by_role: dict[str, float] = field(default_factory=dict)  # model calls per episode
 
 
@@ -222,7 +224,8 @@ def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemS
         unscored=sum(bool(line["unscored"]) for line in system.lines),
         cut=sum(is_cut(line["termination"]) for line in system.lines),
         errored=error_counts(system), router=router_summary(system), turns=turn_tags(system),
-        calls_by_role=role_calls(system), inferred_turns=inferred_tags(system))
+        calls_by_role=role_calls(system), inferred_turns=inferred_tags(system),
+        posthoc_routes=posthoc_routes(system))
     try:
         tables = system.by_domain()
         summary.pass_at_1 = domain_pass_at_1(tables, n_boot=n_boot, ci=ci)
@@ -250,6 +253,27 @@ def inferred_tags(system: System) -> dict[str, float] | None:
         return None
     return {tag: _domain_mean(system, lambda line, t=tag: line["inferred_turns"].count(t))
             for tag in INFERRED_TAGS}
+
+
+def posthoc_routes(system: System) -> dict[str, float] | None:
+    """Routes per episode (act, clarify, verify; mean over a domain's measured episodes, then
+    over domains) the post-hoc decomposer pass gave an imported run's turns; None when it has
+    not run or did not route (:mod:`prour.eval.posthoc`)."""
+    from prour.eval.posthoc import load_posthoc
+
+    if system.folder is None or not all("inferred_turns" in line for line in system.lines):
+        return None
+    measured = load_posthoc(system.folder)
+    per_domain: dict[str, list[list[str]]] = {}
+    for line in system.lines:
+        records = measured.get(result_key(line["key"]))
+        if records and all(r.get("route") for r in records):
+            per_domain.setdefault(line["domain"], []).append([r["route"] for r in records])
+    if not per_domain:
+        return None
+    means = [{kind: sum(e.count(kind) for e in episodes) / len(episodes) for kind in STEP_KINDS}
+             for episodes in per_domain.values()]
+    return {kind: sum(m[kind] for m in means) / len(means) for kind in STEP_KINDS}
 
 
 def error_counts(system: System) -> dict[str, tuple[int, int]]:
@@ -454,17 +478,26 @@ def _calls_cell(calls: float, digits: int) -> str:
 INFERRED_NOTE = ("Inferred from what each agent turn did, by prour.eval.tags' rule (a write: a "
                  "call to a tool tau2 marks WRITE; a lookup: a READ call; a question: a message "
                  "to the user that asks; else a reply). No router took these turns, so the "
-                 "Act/Clarify/Verify columns above count them all as Act.")
+                 "Act/Clarify/Verify columns above count them all as Act. Post-hoc columns: "
+                 "the routes the recipe's decomposer gives their first 16 decisions "
+                 "(`prour report RUN --posthoc-uncertainty --recipe R`).")
 
 
 def inferred_table(summaries: Sequence[SystemSummary]) -> list[str]:
     """Inferred turn tags per episode of the imported systems, and their total."""
     from prour.eval.tags import INFERRED_TAGS
 
+    shown = [s for s in summaries if s.inferred_turns is not None]
+    routed = any(s.posthoc_routes is not None for s in shown)
     header = ["System", *(tag.capitalize() for tag in INFERRED_TAGS), "Total"]
-    rows = [[s.label, *(f"{s.inferred_turns[t]:.2f}" for t in INFERRED_TAGS),
-             f"{sum(s.inferred_turns.values()):.2f}"]
-            for s in summaries if s.inferred_turns is not None]
+    header += [f"Post-hoc {kind.capitalize()}" for kind in STEP_KINDS] if routed else []
+    rows = []
+    for s in shown:
+        row = [s.label, *(f"{s.inferred_turns[t]:.2f}" for t in INFERRED_TAGS),
+               f"{sum(s.inferred_turns.values()):.2f}"]
+        if routed:
+            row += [f"{s.posthoc_routes[k]:.2f}" if s.posthoc_routes else "–" for k in STEP_KINDS]
+        rows.append(row)
     return table(header, rows)
 
 

@@ -385,3 +385,29 @@ def test_report_puts_an_imported_run_beside_an_eval_run(files, imported, tmp_pat
     rows = [line for line in section.splitlines() if line.startswith("| tau2:")]
     assert len(rows) == 1 and "| prour |" not in section
     assert "| not recorded |" in text  # tau2 records no model calls
+
+
+def test_posthoc_pass_routes_the_imported_turns(imported, tmp_path, tiny_model_dir) -> None:
+    import math
+    import shutil
+
+    from prour.env.trajectory import read_jsonl
+
+    run = Path(shutil.copytree(imported, tmp_path / "imported"))
+    recipe = _data_recipe(tmp_path, tiny_model_dir, run / "trajectories.jsonl")
+    alone = _cli("report", str(run), "--posthoc-uncertainty", "--out", str(tmp_path / "r0"))
+    assert alone.exit_code == 2 and "--recipe R" in alone.output  # no saved recipe to use
+    result = _cli("report", str(run), "--posthoc-uncertainty", "--recipe", str(recipe),
+                  "--out", str(tmp_path / "report"), "--n-boot", "50")
+    assert result.exit_code == 0, result.output
+    assert "post-hoc AU/EU: 9 episode(s)" in result.output
+    rows = read_jsonl(run / "posthoc_uncertainty.jsonl")
+    # _decomposer: two goals scoring its two candidates alike, so AU = 0 and EU = ln 2 > τ_EU
+    assert rows and all(r["au"] == pytest.approx(0.0, abs=1e-9) and
+                        r["eu"] == pytest.approx(math.log(2)) and r["route"] == "verify"
+                        for r in rows)
+    (system,) = json.loads((tmp_path / "report" / "report.json").read_text())["systems"]
+    turns = sum(system["inferred_turns"].values())  # every decision of these short episodes
+    assert system["posthoc_routes"] == pytest.approx({"act": 0, "clarify": 0, "verify": turns})
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| Post-hoc Act | Post-hoc Clarify | Post-hoc Verify |" in text
