@@ -439,8 +439,18 @@ class Runner:
                 served = served_models_of(self.recipe, row.step)
                 for model_id, roles in served.items():
                     self.say(f"      serves {model_id} (roles {', '.join(roles)})")
+        self._estimates(rows)
         self._node_plan()
         return 0
+
+    def _estimates(self, rows: Sequence[Row]) -> None:
+        """The run-time estimates (:mod:`prour.estimate`) of the steps this run would start."""
+        from prour.estimate import chain_estimates
+
+        todo = [row.step.name for row in self.selected(rows)
+                if row.state in (PENDING, PARTIAL, STALE)]
+        for line in chain_estimates(self.recipe, todo):
+            self.say(line)
 
     def _node_plan(self) -> None:
         """The dry run's view of this node for the selected steps (:mod:`prour.run_summary`):

@@ -79,8 +79,9 @@ def train(
     loaded, cfg = _load(recipe, overrides, backend)
     _logging()
     run = _run_verl if cfg.backend == "verl" else _run_local
-    if dry_run:  # the plan, then what this node lacks for it
+    if dry_run:  # the plan, its run-time estimate, then what this node lacks for it
         run(loaded, cfg, dry_run, resume)
+        _estimate(loaded, cfg)
         if preflight_problems(loaded, "train"):
             raise typer.Exit(2)
         return
@@ -88,6 +89,18 @@ def train(
     out = Path(cfg.output_dir)
     with hold_run_folder(out), resumable(lambda: saved_checkpoint(out, cfg.backend)):
         run(loaded, cfg, dry_run, resume)  # one trainer per output_dir
+
+
+def _estimate(loaded: Recipe, cfg: TrainConfig) -> None:
+    """Print the dry-run's run-time estimate (:mod:`prour.estimate`); a broken rates file is
+    named and skipped, never a reason to stop the dry-run."""
+    from prour.estimate import train_estimate
+
+    try:
+        lines = train_estimate(loaded, cfg)
+    except ValueError as exc:
+        lines = [f"estimate (train): none ({exc})"]
+    typer.echo("\n".join(lines))
 
 
 def saved_checkpoint(out: Path, backend: str) -> str:

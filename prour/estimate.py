@@ -1,0 +1,265 @@
+"""Run-time estimates the dry-runs print before launch (``prour train --dry-run``, ``prour run
+--dry-run``): seconds per training step and total hours, and evaluation hours per method.
+
+Rates come from what was measured: a previous run's own metrics when its folder has them (the
+training ``metrics.jsonl``, the evaluation ``results.jsonl``), else the rates recorded under
+``benchmarks/results`` (:data:`RATES_FILE` names each rate and the raw result file it is read
+from). Every line names its source and what it assumes; the numbers are estimates, not promises.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+    from prour.train.config import TrainConfig
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RATES_FILE = RESULTS_DIR / "rates.json"
+
+# The local trainer's per-phase seconds of a step (prour.train.local), in the order of a step.
+STEP_KEY = "time_step_s"
+PHASE_KEYS = (("rollout", "time_rollout_s"), ("reward scoring", "time_reward_s"),
+              ("update", "time_update_s"))
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One recorded rate: its number, unit, what it times, where it comes from, the shape it
+    was measured at (sample and token counts) for scaling to a recipe's shape, and whether it
+    was measured (read from a benchmark result) or is a stated assumption."""
+
+    value: float
+    unit: str
+    what: str
+    source: str
+    shape: Mapping[str, int]
+    measured: bool
+
+
+def _dig(data: Mapping[str, Any], dotted: str, where: Path) -> float:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise ValueError(f"{where}: no key {dotted!r} (missing {part!r})")
+        node = node[part]
+    try:
+        return float(node)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {dotted} is {node!r}, not a number") from None
+
+
+def recorded_rates(path: Path = RATES_FILE) -> dict[str, Rate]:
+    """The rates of ``rates.json``: an entry with ``file`` and ``key`` reads its number from
+    that raw benchmark result (beside the rates file); one with ``value`` states an assumption
+    and its ``source``. A missing file gives ``{}``; a broken one raises ValueError naming it."""
+    if not path.exists():
+        return {}
+    try:
+        entries = json.loads(path.read_text())["rates"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a rates file ({exc})") from None
+    rates = {}
+    for name, entry in entries.items():
+        where = f"{path}: rates.{name}"
+        if "file" in entry:
+            raw = path.parent / entry["file"]
+            if not raw.exists():
+                raise ValueError(f"{where}.file: {raw} does not exist")
+            value = _dig(json.loads(raw.read_text()), entry["key"], raw)
+            source = f"benchmarks/results/{entry['file']} {entry['key']}"
+        elif isinstance(entry.get("value"), (int, float)):
+            value, source = float(entry["value"]), entry.get("source", "stated in rates.json")
+        else:
+            raise ValueError(f"{where}: give file + key, or a numeric value")
+        rates[name] = Rate(value, entry.get("unit", ""), entry.get("what", name), source,
+                           entry.get("shape", {}), measured="file" in entry)
+    return rates
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:,.1f} s" if seconds < 100 else f"{seconds:,.0f} s"
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h"
+
+
+def _median(records: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in records if isinstance(r.get(key), (int, float))]
+    return statistics.median(values) if values else None
+
+
+def train_from_metrics(records: Sequence[Mapping[str, Any]], total_steps: int,
+                       where: Path) -> list[str] | None:
+    """The estimate from a previous run's step metrics (median seconds of each phase over its
+    steps); None when no step recorded its time."""
+    step_s = _median(records, STEP_KEY)
+    if step_s is None:
+        return None
+    timed = [r for r in records if isinstance(r.get(STEP_KEY), (int, float))]
+    done = max(int(r.get("step", 0)) for r in timed)
+    phases = [(label, s) for label, key in PHASE_KEYS if (s := _median(timed, key)) is not None]
+    split = " = " + " + ".join(f"{label} {_s(s)}" for label, s in phases) if phases else ""
+    return [
+        f"estimate (train): from this run's metrics, {where}: median of {len(timed)} step(s)",
+        f"  per step: {_s(step_s)}{split}",
+        (f"  total: {_h(step_s * total_steps)} for {total_steps:,} steps; "
+         f"{_h(step_s * max(total_steps - done, 0))} left after step {done}"),
+        "  assumes: later steps take as long as the measured ones (same recipe and machine)",
+    ]
+
+
+def _token_scale(rate: Rate, prompt: int, response: int) -> float:
+    """Tokens per sample in the recipe over those of the measurement (1.0 without a shape)."""
+    measured = rate.shape.get("prompt_tokens", 0) + rate.shape.get("response_tokens", 0)
+    return (prompt + response) / measured if measured else 1.0
+
+
+def train_from_rates(cfg: TrainConfig, prompt_tokens: int,
+                     rates: Mapping[str, Rate]) -> list[str]:
+    """The estimate from the recorded benchmark rates: rollout (every sample generated to
+    ``train.rollout.max_response_tokens``), prior + posterior scoring, and the update (epochs x
+    states x kept samples, each as costly as one sample of the measured optimizer step)."""
+    update, gen = rates.get("update_s_per_optimizer_step"), rates.get("generate_tokens_per_s")
+    score = rates.get("score_s_per_8_contexts")
+    if update is None or gen is None or score is None:
+        return [("estimate (train): no recorded rates (benchmarks/results/rates.json is missing "
+                "or lacks update, generate and score rates) and no metrics of a previous run")]
+    n, keep, response = cfg.rollout.n, cfg.rollout.keep, cfg.rollout.max_response_tokens
+    states, epochs = cfg.states_per_step, cfg.ppo.epochs
+    opt_steps = epochs * (states // cfg.ppo.mini_batch_states)
+    per_sample = update.value / update.shape.get("samples", 1)
+    update_s = epochs * states * keep * per_sample * _token_scale(update, prompt_tokens, response)
+    rollout_s = states * n * response / gen.value
+    score_s = states * (n + 1) * score.value / score.shape.get("contexts", 8)
+    step_s = rollout_s + score_s + update_s
+    steps = cfg.total_steps
+    total = (f"  total: {_h(step_s * steps)} for {steps:,} steps (update alone "
+             f"{_h(update_s * steps)}, rollout alone {_h(rollout_s * steps)})")
+    if cfg.backend == "verl":  # vLLM rollouts: only the hf rate is recorded, an upper bound
+        total = (f"  total: between {_h((update_s + score_s) * steps)} (update and scoring "
+                 f"alone) and {_h(step_s * steps)} (rollout at the hf backend's rate) for "
+                 f"{steps:,} steps")
+    lines = [
+        ("estimate (train): from recorded benchmark rates (an estimate, not a measurement of "
+         "this recipe)"),
+        (f"  per step: {_s(step_s)} = rollout {_s(rollout_s)} + reward scoring {_s(score_s)} "
+         f"+ update {_s(update_s)}"),
+        total,
+        (f"  update: {opt_steps} optimizer steps/step ({epochs} epochs x {states} states / "
+         f"{cfg.ppo.mini_batch_states} per mini-batch) of {keep} kept samples, "
+         f"{update.value:.2f} s per {update.shape.get('samples', 1)} samples; {update.what}; "
+         f"{update.source}"),
+        (f"  rollout: {states} states x {n} samples x {response:,} tokens at "
+         f"{gen.value:,.1f} tokens/s; {gen.what}; {gen.source}"),
+        (f"  reward scoring: {states} x ({n} posterior + 1 prior) contexts at {score.value:.2f} s "
+         f"per {score.shape.get('contexts', 8)}; {score.what}; {score.source}"),
+        ("  assumes: every sample runs to max_response_tokens and every prompt to "
+         f"data.max_prompt_tokens ({prompt_tokens:,}); time is linear in samples and tokens; one "
+         "GPU (more data-parallel GPUs are not credited); responder calls (strict user, "
+         "verifier) are not counted: no rate is recorded for them"),
+    ]
+    if cfg.backend == "verl":
+        lines.append("  assumes: verl generates with vLLM, whose rollout rate is not recorded: "
+                     "the hf-backend rollout above bounds it from above")
+    return lines
+
+
+def train_estimate(recipe: Recipe, cfg: TrainConfig, rates: Mapping[str, Rate] | None = None,
+                   ) -> list[str]:
+    """The training estimate of the dry-run: from the run's own metrics when ``train.output_dir``
+    has any, else from the recorded rates."""
+    from prour.train.metrics import METRICS_FILE
+    from prour.train.report import read_metrics
+
+    out = Path(cfg.output_dir)
+    if (out / METRICS_FILE).exists():
+        lines = train_from_metrics(read_metrics(out), cfg.total_steps, out / METRICS_FILE)
+        if lines is not None:
+            return lines
+    rates = recorded_rates() if rates is None else rates
+    return train_from_rates(cfg, recipe.data.max_prompt_tokens, rates)
+
+
+def _eval_tasks(recipe: Recipe) -> dict[str, int]:
+    """Tasks per domain the evaluation runs (as the harness selects them)."""
+    from prour.protocol import eval_task_ids
+
+    return {domain: len(eval_task_ids(recipe, domain)) for domain in recipe.eval.domains}
+
+
+def _episode_seconds(results: Path) -> dict[str, list[float]]:
+    """Seconds of each finished episode in a previous ``results.jsonl``, by method."""
+    by_method: dict[str, list[float]] = {}
+    if not results.exists():
+        return by_method
+    for line in results.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill
+            continue
+        if isinstance(row.get("seconds"), (int, float)) and row.get("method"):
+            by_method.setdefault(row["method"], []).append(float(row["seconds"]))
+    return by_method
+
+
+def eval_estimate(recipe: Recipe, rates: Mapping[str, Rate] | None = None) -> list[str]:
+    """Evaluation hours per method: arms (sweep points x attention variants) x tasks x seeds x
+    seconds per episode / ``eval.concurrency``. Seconds per episode: the median of the method's
+    episodes in ``<run_dir>/eval/results.jsonl`` when it has some, else the recorded rate."""
+    from prour.eval.harness import RESULTS_FILE, arm_points
+
+    cfg = recipe.eval
+    tasks = _eval_tasks(recipe)
+    n_tasks, seeds, conc = sum(tasks.values()), len(cfg.seeds), cfg.concurrency
+    results = Path(recipe.resolved_run_dir()) / "eval" / RESULTS_FILE
+    measured = _episode_seconds(results)
+    rate = (recorded_rates() if rates is None else rates).get("eval_episode_s")
+    per_task = ", ".join(f"{d} {n}" for d, n in tasks.items())
+    lines = [(f"estimate (eval): {len(cfg.methods)} methods x {n_tasks} tasks ({per_task}) x "
+             f"{seeds} seeds x seconds per episode / concurrency {conc} (eval.concurrency)")]
+    total, sources = 0.0, set()
+    for method in cfg.methods:
+        episodes = len(arm_points(cfg, method)) * len(cfg.variants()) * n_tasks * seeds
+        if measured.get(method):
+            episode_s = statistics.median(measured[method])
+            source = f"median of {len(measured[method])} in {results}"
+        elif rate is not None:
+            source = "measured" if rate.measured else "assumed"
+            episode_s = rate.value
+            sources.add(f"{source}: {rate.what}; {rate.source}")
+        else:
+            lines.append(f"  {method}: {episodes:,} episodes, no episode rate recorded")
+            continue
+        spent = episodes * episode_s / conc
+        total += spent
+        lines.append(f"  {method}: {episodes:,} episodes x {_s(episode_s)} ({source}) / {conc} "
+                     f"= {_h(spent)}")
+    lines.append(f"  total: {_h(total)} one method after another")
+    lines += [f"  episode seconds {s}" for s in sorted(sources)]
+    lines.append("  assumes: episodes run eval.concurrency at a time at the seconds above; "
+                 "the served models keep up with that concurrency")
+    return lines
+
+
+def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
+    """The estimates ``prour run --dry-run`` prints for the steps it would run: training (the
+    ``train`` step, with a ``train`` section) and evaluation (the ``eval`` step). A broken
+    rates file is named in place of the numbers."""
+    lines: list[str] = []
+    parts = (("train", recipe.train is not None, lambda: train_estimate(recipe, recipe.train)),
+             ("eval", True, lambda: eval_estimate(recipe)))
+    for name, applies, make in parts:
+        if name in step_names and applies:
+            try:
+                lines += make()
+            except ValueError as exc:
+                lines.append(f"estimate ({name}): none ({exc})")
+    return lines

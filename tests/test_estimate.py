@@ -1,0 +1,86 @@
+"""Run-time estimates of the dry-runs (prour.estimate): the paper recipe's training estimate
+from the recorded H200 rates, a previous run's metrics and eval results taking precedence, and
+a broken rates file named."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prour.cli.main import app
+from prour.estimate import RESULTS_DIR, Rate, eval_estimate, recorded_rates, train_estimate
+from prour.recipes import load_recipe
+
+PAPER = Path(__file__).resolve().parents[1] / "recipes" / "paper.yaml"
+
+
+def _seconds(text: str, label: str) -> float:
+    match = re.search(rf"{label} ([\d,.]+) s", text)
+    assert match, f"no '{label} N s' in:\n{text}"
+    return float(match.group(1).replace(",", ""))
+
+
+def test_train_dry_run_on_paper_prints_the_estimate_from_recorded_rates(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    result = CliRunner().invoke(app, ["train", "--recipe", str(PAPER), "--dry-run", "--set",
+                                      f"train.output_dir={tmp_path / 'out'}"])
+    text = result.output
+    # Independently: the raw benchmark file's numbers and the paper's shape (A.2.1).
+    raw = json.loads((RESULTS_DIR / "gpu_step-h200-2026-11-30.json").read_text())
+    update = 4 * 16 * 6 * raw["update"]["step_s_median"] / raw["update"]["samples"]
+    rollout = 16 * 8 * 1760 / raw["generate"]["generated_tokens_per_s"]
+    score = 16 * 9 * raw["generate"]["score_s"] / 8
+    assert "estimate (train): from recorded benchmark rates (an estimate" in text
+    assert _seconds(text, "update") == pytest.approx(update, abs=0.05)  # 64 x 1.19 s = 76.2 s
+    assert _seconds(text, "rollout") == pytest.approx(rollout, abs=0.5)
+    assert _seconds(text, "per step:") == pytest.approx(rollout + score + update, abs=0.5)
+    low, high = re.search(r"between ([\d,.]+) h .* and ([\d,.]+) h", text).groups()
+    assert float(low) == pytest.approx((update + score) * 2010 / 3600, abs=0.05)
+    assert float(high.replace(",", "")) == pytest.approx(
+        (rollout + score + update) * 2010 / 3600, abs=0.05)
+    assert "64 optimizer steps/step" in text
+    assert "gpu_step-h200-2026-11-30.json update.step_s_median" in text  # its sources
+    assert "responder calls (strict user, verifier) are not counted" in text  # its assumptions
+
+
+def test_a_previous_runs_metrics_and_results_take_precedence(tmp_path):
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    times = [(1, 10.0, 6.0, 1.0, 3.0), (2, 14.0, 9.0, 1.0, 4.0), (3, 12.0, 8.0, 1.0, 3.0)]
+    (out / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "time_step_s": t, "time_rollout_s": r, "time_reward_s": w,
+                    "time_update_s": u}) + "\n" for s, t, r, w, u in times))
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", f"train.output_dir={out}",
+                                 "eval.methods=[base,prour]", "eval.max_tasks=2"])
+    text = "\n".join(train_estimate(recipe, recipe.train))
+    assert "from this run's metrics" in text and "median of 3 step(s)" in text
+    assert _seconds(text, "per step:") == 12.0 and _seconds(text, "rollout") == 8.0
+    assert f"{12.0 * 2010 / 3600:.1f} h for 2,010 steps" in text
+    assert f"{12.0 * 2007 / 3600:.1f} h left after step 3" in text
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "results.jsonl").write_text("".join(
+        json.dumps({"method": "prour", "seconds": s}) + "\n" for s in (100, 300, 200)))
+    rate = Rate(50.0, "s", "an episode", "a stated source", {}, measured=False)
+    lines = eval_estimate(recipe, {"eval_episode_s": rate})
+    episodes = 2 * 2 * 3  # max_tasks 2 in each of retail and airline, 3 seeds
+    assert lines[0].startswith("estimate (eval): 2 methods x 4 tasks (retail 2, airline 2)")
+    assert f"base: {episodes} episodes x 50.0 s (assumed) / 8 = " \
+           f"{episodes * 50 / 8 / 3600:.1f} h" in lines[1]
+    assert f"prour: {episodes} episodes x 200 s (median of 3" in lines[2]
+    assert any("a stated source" in line for line in lines)
+
+
+def test_a_broken_rates_file_is_named(tmp_path):
+    (tmp_path / "rates.json").write_text(json.dumps(
+        {"rates": {"update_s_per_optimizer_step": {"file": "gone.json", "key": "update.s"}}}))
+    with pytest.raises(ValueError, match=r"rates\.update_s_per_optimizer_step\.file: .*gone"):
+        recorded_rates(tmp_path / "rates.json")
+    (tmp_path / "gone.json").write_text(json.dumps({"update": {}}))
+    with pytest.raises(ValueError, match=r"gone\.json: no key 'update\.s'"):
+        recorded_rates(tmp_path / "rates.json")
+    assert recorded_rates(tmp_path / "absent.json") == {}
