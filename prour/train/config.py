@@ -57,6 +57,23 @@ class PPOSettings(Section):
     shuffle: bool = False
 
 
+class UpdateSettings(Section):
+    """How the local trainer lays out the update's forward/backward passes; none changes the loss.
+
+    Each option only regroups the same token sums (the loss of a mini-batch is its token sum over
+    the mini-batch's token count however it is split), so the defaults reproduce the paper's run.
+    """
+
+    # Concatenate a micro-batch's samples into one row with position ids restarting per sample
+    # (transformers then builds a block-diagonal causal mask): no padding tokens are computed.
+    packing: bool = False
+    # Token budget of one micro-batch (the tokens its forward computes: their sum when packed,
+    # rows x longest when padded) instead of ppo.micro_batch_size samples; a sample over the
+    # budget goes alone. None: ppo.micro_batch_size samples per micro-batch.
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    fused_optimizer: bool = False  # torch AdamW's fused kernel (CUDA; CPU where torch has one)
+
+
 class VerlSettings(Section):
     """Resources and engine switches of the verl backend (Ray, FSDP, vLLM rollouts)."""
 
@@ -116,6 +133,7 @@ class TrainConfig(Section):
     rollout: RolloutSettings = RolloutSettings()
     optim: OptimSettings = OptimSettings()
     ppo: PPOSettings = PPOSettings()
+    update: UpdateSettings = UpdateSettings()  # local backend only
     verl: VerlSettings = VerlSettings()
     wandb: WandbSettings = WandbSettings()
 
@@ -172,6 +190,14 @@ def actor_dp_size(v: VerlSettings) -> int:
 def _check_verl(cfg: TrainConfig, samples: int) -> None:
     """verl splits each mini-batch over data-parallel ranks, then into micro-batches per rank."""
     v = cfg.verl
+    defaults = UpdateSettings()
+    changed = [key for key, value in cfg.update if value != getattr(defaults, key)]
+    if changed:
+        raise ConfigError(
+            f"update.{changed[0]}",
+            "train.update applies to the local backend; verl's own switches are "
+            "train.verl.use_remove_padding and train.verl.extra_overrides (use_dynamic_bsz)",
+        )
     gpus = v.nnodes * v.n_gpus_per_node
     for key, size in (
         ("verl.tensor_parallel_size", v.tensor_parallel_size),

@@ -114,9 +114,16 @@ class LocalTrainer:
 
         o = self.cfg.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
-        )
+        fused = {"fused": True} if self.cfg.update.fused_optimizer else {}
+        try:
+            self.optimizer = torch.optim.AdamW(
+                params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **fused
+            )
+        except RuntimeError as error:  # torch names the devices/dtypes its fused kernel takes
+            raise ConfigError(
+                "train.update.fused_optimizer",
+                f"torch's fused AdamW does not run here ({error}); set it to false",
+            ) from error
         self.scheduler = get_constant_schedule_with_warmup(
             self.optimizer, num_warmup_steps=o.warmup_steps
         )
@@ -386,11 +393,24 @@ class LocalTrainer:
         """Log-probs under the policy that sampled (before any update), a 1-D tensor per sample."""
         self.model.eval()
         out = []
-        for micro in _chunks(list(range(len(flat))), self.cfg.ppo.micro_batch_size):
-            scores = self.policy.token_scores([flat[i].rollout for i in micro])
+        for micro in self._micro_batches(flat, list(range(len(flat)))):
+            scores = self.policy.token_scores(
+                [flat[i].rollout for i in micro], packed=self.cfg.update.packing
+            )
             for row, i in enumerate(micro):
                 out.append(scores.log_probs[row, : len(flat[i].rollout.response_ids)].detach())
         return out
+
+    def _micro_batches(self, flat: list[Kept], members: list[int]) -> list[list[int]]:
+        """``members`` split into micro-batches: ``ppo.micro_batch_size`` samples each, or as
+        many as fit ``update.micro_batch_tokens`` (see :func:`token_micro_batches`)."""
+        budget = self.cfg.update.micro_batch_tokens
+        if budget is None:
+            return list(_chunks(members, self.cfg.ppo.micro_batch_size))
+        lengths = [len(flat[i].rollout.prompt_ids) + len(flat[i].rollout.response_ids)
+                   for i in members]
+        groups = token_micro_batches(lengths, budget, self.cfg.update.packing)
+        return [[members[j] for j in group] for group in groups]
 
     def _mini_batches(self, groups: list[list[Kept]], epoch: int) -> Iterator[list[int]]:
         """Sample indices per mini-batch: ``mini_batch_states`` whole groups, shuffled per epoch."""
@@ -419,8 +439,11 @@ class LocalTrainer:
         p = self.cfg.ppo
         n_tokens = sum(len(flat[i].rollout.response_ids) for i in members)
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in _chunks(members, p.micro_batch_size):
-            scores = self.policy.token_scores([flat[i].rollout for i in micro], with_entropy=True)
+        for micro in self._micro_batches(flat, members):
+            scores = self.policy.token_scores(
+                [flat[i].rollout for i in micro], with_entropy=True,
+                packed=self.cfg.update.packing,
+            )
             width = scores.log_probs.shape[1]
             loss, metrics = policy_loss(
                 _pad_rows([old[i] for i in micro], width),
@@ -497,6 +520,27 @@ def sample_metrics(
         "response_length_mean": _mean(lengths),
         "truncated_fraction": _mean([r.finish_reason == "length" for g in rollouts for r in g]),
     }
+
+
+def token_micro_batches(lengths: Sequence[int], budget: int, packed: bool) -> list[list[int]]:
+    """Consecutive positions of ``lengths`` (tokens per sample) grouped so that each group's
+    forward computes at most ``budget`` tokens: their sum when packed, rows x longest when padded.
+    A sample longer than the budget forms a group alone. Order is kept, so the mini-batch and
+    its token-mean loss are unchanged; only the accumulation is regrouped."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index, length in enumerate(lengths):
+        widest = max(longest, length)
+        cost = (sum(lengths[i] for i in current) + length) if packed else widest * (len(current) + 1)
+        if current and cost > budget:
+            groups.append(current)
+            current, widest = [], length
+        current.append(index)
+        longest = widest
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -113,47 +113,95 @@ class Policy:
             rollouts.append([Rollout(i, prompt, list(c.token_ids or []), c) for c in completions])
         return rollouts
 
-    def token_scores(self, rollouts: Sequence[Rollout], with_entropy: bool = False) -> TokenScores:
-        """Log-probs (and entropies) of each response token given its prompt; differentiable."""
+    def token_scores(
+        self, rollouts: Sequence[Rollout], with_entropy: bool = False, *, packed: bool
+    ) -> TokenScores:
+        """Log-probs (and entropies) of each response token given its prompt; differentiable.
+
+        ``packed``: the samples go through the model as one row without padding (position ids
+        restart per sample, so attention stays within each sample); the scores are the same.
+        """
         seqs = [r.prompt_ids + r.response_ids for r in rollouts]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(seqs), width), dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            ids[row, : len(seq)] = torch.tensor(seq)
-            attention[row, : len(seq)] = 1
-        keep = (
-            width - min(len(r.prompt_ids) for r in rollouts) + 1
-        )  # logits of response positions only
-        logits = self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=attention.to(self.device),
-            use_cache=False,
-            logits_to_keep=keep,
-        ).logits
-        return _response_scores(
-            logits, rollouts, self.settings.temperature, with_entropy, width - keep
-        )
+        prompts = [len(r.prompt_ids) for r in rollouts]
+        forward = packed_response_logits if packed else padded_response_logits
+        rows = forward(self.model, seqs, prompts, self.pad_id, self.device)
+        targets = [r.response_ids for r in rollouts]
+        return response_scores(rows, targets, self.settings.temperature, with_entropy)
 
 
-def _response_scores(
-    logits: torch.Tensor,
-    rollouts: Sequence[Rollout],
+def padded_response_logits(
+    model: Any, seqs: Sequence[Sequence[int]], prompts: Sequence[int], pad_id: int,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """Per sample, the logits (R_i, V) that predict its response tokens, from a right-padded batch.
+
+    ``seqs[i]`` is prompt + response token ids, ``prompts[i]`` the prompt length.
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attention[row, : len(seq)] = 1
+    keep = width - min(prompts) + 1  # logits of response positions only
+    logits = model(
+        input_ids=ids.to(device),
+        attention_mask=attention.to(device),
+        use_cache=False,
+        logits_to_keep=keep,
+    ).logits
+    offset = width - keep
+    return [
+        logits[row, prompt - offset - 1 : len(seq) - offset - 1]
+        for row, (seq, prompt) in enumerate(zip(seqs, prompts, strict=True))
+    ]
+
+
+def packed_response_logits(
+    model: Any, seqs: Sequence[Sequence[int]], prompts: Sequence[int], pad_id: int,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """As :func:`padded_response_logits`, from one packed row (1, sum of lengths) and no padding.
+
+    Position ids restart at 0 for each sample and no attention mask is passed: transformers reads
+    the restarts as sequence boundaries and masks attention block-diagonally (causal within each
+    sample). Only the positions that predict response tokens reach the LM head. ``pad_id`` is
+    unused (nothing is padded); it keeps the two layouts interchangeable.
+    """
+    ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long)[None]
+    positions = torch.cat([torch.arange(len(s), dtype=torch.long) for s in seqs])[None]
+    keep, lengths, start = [], [], 0
+    for seq, prompt in zip(seqs, prompts, strict=True):
+        keep.append(torch.arange(start + prompt - 1, start + len(seq) - 1, dtype=torch.long))
+        lengths.append(len(seq) - prompt)
+        start += len(seq)
+    logits = model(
+        input_ids=ids.to(device),
+        position_ids=positions.to(device),
+        use_cache=False,
+        logits_to_keep=torch.cat(keep).to(device),
+    ).logits
+    return list(torch.split(logits[0], lengths))
+
+
+def response_scores(
+    rows: Sequence[torch.Tensor],
+    targets: Sequence[Sequence[int]],
     temperature: float,
     with_entropy: bool,
-    offset: int,
 ) -> TokenScores:
-    """(B, R) response-token log-probs from logits (B, L - offset, V) of positions >= offset."""
+    """(B, R) response-token log-probs (and entropies) from each sample's logits (R_i, V)."""
     from prour.train.algorithm import token_entropy
 
-    width = max(len(r.response_ids) for r in rollouts)
+    device = rows[0].device
+    width = max(len(t) for t in targets)
     rows_lp, rows_ent = [], []
-    mask = torch.zeros((len(rollouts), width), device=logits.device)
-    for row, r in enumerate(rollouts):
-        start, length = len(r.prompt_ids) - offset, len(r.response_ids)
-        step_logits = logits[row, start - 1 : start - 1 + length].float() / temperature
-        targets = torch.tensor(r.response_ids, device=logits.device)
-        log_probs = torch.log_softmax(step_logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    mask = torch.zeros((len(rows), width), device=device)
+    for row, (logits, target) in enumerate(zip(rows, targets, strict=True)):
+        step_logits = logits.float() / temperature
+        length = len(target)
+        ids = torch.tensor(target, dtype=torch.long, device=device)
+        log_probs = torch.log_softmax(step_logits, dim=-1).gather(-1, ids[:, None]).squeeze(-1)
         rows_lp.append(torch.nn.functional.pad(log_probs, (0, width - length)))
         if with_entropy:
             rows_ent.append(

@@ -1,0 +1,126 @@
+"""train.update layouts (CPU): packed and padded micro-batches give the loss and gradients of
+one-sample forwards, and token budgets group samples as the forward's cost says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from prour.llm.base import Completion
+from prour.train.algorithm import policy_loss, token_entropy
+from prour.train.config import PPOSettings, RolloutSettings, TrainConfig
+from prour.train.local import token_micro_batches
+from prour.train.policy import Policy, Rollout
+
+# Mixed lengths: (prompt, response) tokens of each sample; the longest is padded least.
+LENGTHS = [(5, 7), (11, 3), (8, 12), (2, 1)]
+TEMPERATURE = 0.8
+
+
+def _rollouts(vocab: int) -> list[Rollout]:
+    gen = torch.Generator().manual_seed(3)
+    out = []
+    for state, (prompt, response) in enumerate(LENGTHS):
+        ids = torch.randint(5, vocab, (prompt + response,), generator=gen).tolist()
+        out.append(Rollout(state, ids[:prompt], ids[prompt:], Completion(text="", content="")))
+    return out
+
+
+def _one_sample_scores(model, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropies of one sample's response from a forward of that sample alone."""
+    seq = torch.tensor([rollout.prompt_ids + rollout.response_ids])
+    logits = model(input_ids=seq, use_cache=False).logits[0].float() / TEMPERATURE
+    start = len(rollout.prompt_ids)
+    step = logits[start - 1 : seq.shape[1] - 1]
+    targets = torch.tensor(rollout.response_ids)
+    return torch.log_softmax(step, -1)[torch.arange(len(targets)), targets], token_entropy(step)
+
+
+def _loss_and_grads(model, scores_fn) -> tuple[float, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = scores_fn()
+    loss.backward()
+    loss = loss.detach()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return float(loss), grads
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_and_padded_loss_and_grads_equal_one_sample_forwards(
+    tiny_model_dir: Path, tiny_tokenizer, attn: str
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32, attn_implementation=attn
+    ).train()
+    assert model.config._attn_implementation == attn
+    policy = Policy(model, tiny_tokenizer, RolloutSettings(temperature=TEMPERATURE), 64, seed=0)
+    rollouts = _rollouts(model.config.vocab_size)
+    width = max(r for _, r in LENGTHS)
+    gen = torch.Generator().manual_seed(4)
+    old = -torch.rand(len(LENGTHS), width, generator=gen) * 6
+    advantages = torch.randn(len(LENGTHS), 1, generator=gen).expand(-1, width).contiguous()
+    n_tokens = sum(r for _, r in LENGTHS)
+    settings = PPOSettings()
+
+    def reference() -> torch.Tensor:  # gradient accumulation over one-sample micro-batches
+        total = 0.0
+        for row, rollout in enumerate(rollouts):
+            lp, ent = _one_sample_scores(model, rollout)
+            length = len(rollout.response_ids)
+            loss, _ = policy_loss(old[row : row + 1, :length], lp[None],
+                                  advantages[row : row + 1, :length], torch.ones(1, length),
+                                  settings, entropy=ent[None], batch_num_tokens=n_tokens)
+            total = total + loss
+        return total
+
+    def layout(packed: bool):
+        def run() -> torch.Tensor:
+            scores = policy.token_scores(rollouts, with_entropy=True, packed=packed)
+            assert scores.mask.sum() == n_tokens
+            loss, _ = policy_loss(old, scores.log_probs, advantages, scores.mask, settings,
+                                  entropy=scores.entropy, batch_num_tokens=n_tokens)
+            return loss
+        return run
+
+    want_loss, want_grads = _loss_and_grads(model, reference)
+    for packed in (False, True):
+        loss, grads = _loss_and_grads(model, layout(packed))
+        assert loss == pytest.approx(want_loss, rel=1e-5, abs=1e-6), packed
+        assert grads.keys() == want_grads.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, want_grads[name], rtol=1e-4, atol=1e-6,
+                                       msg=f"{name} (packed={packed})")
+    # Packing without restarting position ids would let samples attend to earlier ones: the
+    # second sample's scores then differ, so the equality above is not vacuous.
+    joined = Rollout(0, rollouts[0].prompt_ids + rollouts[0].response_ids + rollouts[1].prompt_ids,
+                     rollouts[1].response_ids, rollouts[1].completion)
+    with torch.no_grad():
+        alone = _one_sample_scores(model, rollouts[1])[0]
+        leaked = policy.token_scores([joined], packed=False).log_probs[0]
+    assert not torch.allclose(alone, leaked, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("packed", "expected"),
+    [
+        # sums: 10+20 = 30 fits, +35 > 40; 35+5 = 40 fits, +30 > 40; 30+8 = 38
+        (True, [[0, 1], [2, 3], [4, 5]]),
+        # rows x longest: 2x20 = 40 fits, 3x35 > 40; 2x35 > 40; 2x30 > 40; 2x30 > 40
+        (False, [[0, 1], [2], [3], [4], [5]]),
+    ],
+)
+def test_token_micro_batches_follow_the_forward_cost(packed: bool, expected) -> None:
+    lengths = [10, 20, 35, 5, 30, 8]
+    assert token_micro_batches(lengths, 40, packed) == expected
+    assert token_micro_batches([50, 3], 40, packed) == [[0], [1]]  # over budget: alone
+
+
+def test_update_options_are_local_only() -> None:
+    with pytest.raises(ValidationError, match=r"update\.packing.*local backend"):
+        TrainConfig(backend="verl", update={"packing": True})
+    assert TrainConfig(backend="verl", update={"packing": False}).update.packing is False
