@@ -23,10 +23,10 @@ if TYPE_CHECKING:  # pragma: no cover
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 RATES_FILE = RESULTS_DIR / "rates.json"
 
-# The local trainer's per-phase seconds of a step (prour.train.local), in the order of a step.
-STEP_KEY = "time_step_s"
-PHASE_KEYS = (("rollout", "time_rollout_s"), ("reward scoring", "time_reward_s"),
-              ("update", "time_update_s"))
+# Per-phase seconds of a step as metrics name them (prour.train.metrics.PHASE_KEYS), and the
+# local trainer's earlier three phases, which runs written before those keys carry.
+EARLIER_PHASE_KEYS = (("rollout", "time_rollout_s"), ("reward", "time_reward_s"),
+                      ("update", "time_update_s"))
 
 
 @dataclass(frozen=True)
@@ -100,12 +100,17 @@ def train_from_metrics(records: Sequence[Mapping[str, Any]], total_steps: int,
                        where: Path) -> list[str] | None:
     """The estimate from a previous run's step metrics (median seconds of each phase over its
     steps); None when no step recorded its time."""
-    step_s = _median(records, STEP_KEY)
+    from prour.train.metrics import PHASE_KEYS, PHASES, STEP_TIME_KEY
+
+    step_s = _median(records, STEP_TIME_KEY)
     if step_s is None:
         return None
-    timed = [r for r in records if isinstance(r.get(STEP_KEY), (int, float))]
+    timed = [r for r in records if isinstance(r.get(STEP_TIME_KEY), (int, float))]
     done = max(int(r.get("step", 0)) for r in timed)
-    phases = [(label, s) for label, key in PHASE_KEYS if (s := _median(timed, key)) is not None]
+    named = [(p.replace("_", " "), key) for p, key in zip(PHASES, PHASE_KEYS)]
+    if not any(key in r for r in timed for _, key in named):
+        named = list(EARLIER_PHASE_KEYS)
+    phases = [(label, s) for label, key in named if (s := _median(timed, key)) is not None]
     split = " = " + " + ".join(f"{label} {_s(s)}" for label, s in phases) if phases else ""
     return [
         f"estimate (train): from this run's metrics, {where}: median of {len(timed)} step(s)",
@@ -124,7 +129,7 @@ def _token_scale(rate: Rate, prompt: int, response: int) -> float:
 
 def train_from_rates(cfg: TrainConfig, prompt_tokens: int,
                      rates: Mapping[str, Rate]) -> list[str]:
-    """The estimate from the recorded benchmark rates: rollout (every sample generated to
+    """The estimate from the recorded benchmark rates: generation (every sample generated to
     ``train.rollout.max_response_tokens``), prior + posterior scoring, and the update (epochs x
     states x kept samples, each as costly as one sample of the measured optimizer step)."""
     update, gen = rates.get("update_s_per_optimizer_step"), rates.get("generate_tokens_per_s")
@@ -137,38 +142,38 @@ def train_from_rates(cfg: TrainConfig, prompt_tokens: int,
     opt_steps = epochs * (states // cfg.ppo.mini_batch_states)
     per_sample = update.value / update.shape.get("samples", 1)
     update_s = epochs * states * keep * per_sample * _token_scale(update, prompt_tokens, response)
-    rollout_s = states * n * response / gen.value
+    generation_s = states * n * response / gen.value
     score_s = states * (n + 1) * score.value / score.shape.get("contexts", 8)
-    step_s = rollout_s + score_s + update_s
+    step_s = generation_s + score_s + update_s
     steps = cfg.total_steps
     total = (f"  total: {_h(step_s * steps)} for {steps:,} steps (update alone "
-             f"{_h(update_s * steps)}, rollout alone {_h(rollout_s * steps)})")
+             f"{_h(update_s * steps)}, generation alone {_h(generation_s * steps)})")
     if cfg.backend == "verl":  # vLLM rollouts: only the hf rate is recorded, an upper bound
         total = (f"  total: between {_h((update_s + score_s) * steps)} (update and scoring "
-                 f"alone) and {_h(step_s * steps)} (rollout at the hf backend's rate) for "
+                 f"alone) and {_h(step_s * steps)} (generation at the hf backend's rate) for "
                  f"{steps:,} steps")
     lines = [
         ("estimate (train): from recorded benchmark rates (an estimate, not a measurement of "
          "this recipe)"),
-        (f"  per step: {_s(step_s)} = rollout {_s(rollout_s)} + reward scoring {_s(score_s)} "
-         f"+ update {_s(update_s)}"),
+        (f"  per step: {_s(step_s)} = generation {_s(generation_s)} + prior and posterior "
+         f"{_s(score_s)} + update {_s(update_s)}"),
         total,
         (f"  update: {opt_steps} optimizer steps/step ({epochs} epochs x {states} states / "
          f"{cfg.ppo.mini_batch_states} per mini-batch) of {keep} kept samples, "
          f"{update.value:.2f} s per {update.shape.get('samples', 1)} samples; {update.what}; "
          f"{update.source}"),
-        (f"  rollout: {states} states x {n} samples x {response:,} tokens at "
+        (f"  generation: {states} states x {n} samples x {response:,} tokens at "
          f"{gen.value:,.1f} tokens/s; {gen.what}; {gen.source}"),
-        (f"  reward scoring: {states} x ({n} posterior + 1 prior) contexts at {score.value:.2f} s "
+        (f"  prior and posterior: {states} x ({n} posterior + 1 prior) contexts at {score.value:.2f} s "
          f"per {score.shape.get('contexts', 8)}; {score.what}; {score.source}"),
         ("  assumes: every sample runs to max_response_tokens and every prompt to "
          f"data.max_prompt_tokens ({prompt_tokens:,}); time is linear in samples and tokens; one "
          "GPU (more data-parallel GPUs are not credited); responder calls (strict user, "
-         "verifier) are not counted: no rate is recorded for them"),
+         "verifier) and waiting are not counted: no rate is recorded for them"),
     ]
     if cfg.backend == "verl":
-        lines.append("  assumes: verl generates with vLLM, whose rollout rate is not recorded: "
-                     "the hf-backend rollout above bounds it from above")
+        lines.append("  assumes: verl generates with vLLM, whose rate is not recorded: the "
+                     "hf-backend generation above bounds it from above")
     return lines
 
 

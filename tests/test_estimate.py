@@ -12,7 +12,14 @@ import pytest
 from typer.testing import CliRunner
 
 from prour.cli.main import app
-from prour.estimate import RESULTS_DIR, Rate, eval_estimate, recorded_rates, train_estimate
+from prour.estimate import (
+    RESULTS_DIR,
+    Rate,
+    eval_estimate,
+    recorded_rates,
+    train_estimate,
+    train_from_metrics,
+)
 from prour.recipes import load_recipe
 
 PAPER = Path(__file__).resolve().parents[1] / "recipes" / "paper.yaml"
@@ -36,7 +43,7 @@ def test_train_dry_run_on_paper_prints_the_estimate_from_recorded_rates(tmp_path
     score = 16 * 9 * raw["generate"]["score_s"] / 8
     assert "estimate (train): from recorded benchmark rates (an estimate" in text
     assert _seconds(text, "update") == pytest.approx(update, abs=0.05)  # 64 x 1.19 s = 76.2 s
-    assert _seconds(text, "rollout") == pytest.approx(rollout, abs=0.5)
+    assert _seconds(text, "generation") == pytest.approx(rollout, abs=0.5)
     assert _seconds(text, "per step:") == pytest.approx(rollout + score + update, abs=0.5)
     low, high = re.search(r"between ([\d,.]+) h .* and ([\d,.]+) h", text).groups()
     assert float(low) == pytest.approx((update + score) * 2010 / 3600, abs=0.05)
@@ -44,7 +51,7 @@ def test_train_dry_run_on_paper_prints_the_estimate_from_recorded_rates(tmp_path
         (rollout + score + update) * 2010 / 3600, abs=0.05)
     assert "64 optimizer steps/step" in text
     assert "gpu_step-h200-2026-11-30.json update.step_s_median" in text  # its sources
-    assert "responder calls (strict user, verifier) are not counted" in text  # its assumptions
+    assert "responder calls (strict user, verifier) and waiting are not counted" in text
 
 
 def test_a_previous_runs_metrics_and_results_take_precedence(tmp_path):
@@ -52,13 +59,17 @@ def test_a_previous_runs_metrics_and_results_take_precedence(tmp_path):
     out.mkdir()
     times = [(1, 10.0, 6.0, 1.0, 3.0), (2, 14.0, 9.0, 1.0, 4.0), (3, 12.0, 8.0, 1.0, 3.0)]
     (out / "metrics.jsonl").write_text("".join(
-        json.dumps({"step": s, "time_step_s": t, "time_rollout_s": r, "time_reward_s": w,
-                    "time_update_s": u}) + "\n" for s, t, r, w, u in times))
+        json.dumps({"step": s, "time_step_s": t, "time_generation_s": g, "time_strict_user_s": w,
+                    "time_update_s": u}) + "\n" for s, t, g, w, u in times))
     recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", f"train.output_dir={out}",
                                  "eval.methods=[base,prour]", "eval.max_tasks=2"])
     text = "\n".join(train_estimate(recipe, recipe.train))
+    earlier = train_from_metrics([{"step": 1, "time_step_s": 5.0, "time_rollout_s": 2.0}], 10,
+                                 out / "metrics.jsonl")  # a run from before the phase keys
+    assert earlier[1] == "  per step: 5.0 s = rollout 2.0 s"
     assert "from this run's metrics" in text and "median of 3 step(s)" in text
-    assert _seconds(text, "per step:") == 12.0 and _seconds(text, "rollout") == 8.0
+    assert _seconds(text, "per step:") == 12.0 and _seconds(text, "generation") == 8.0
+    assert _seconds(text, "strict user") == 1.0 and "verifier" not in text  # phases it logged
     assert f"{12.0 * 2010 / 3600:.1f} h for 2,010 steps" in text
     assert f"{12.0 * 2007 / 3600:.1f} h left after step 3" in text
 
