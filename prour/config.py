@@ -60,6 +60,9 @@ class ModelConfig(Section):
     model: str | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+    # File holding the key (wins over api_key_env; relative to run_dir); filled from the endpoints
+    # file for served roles (prour.cluster.run_key), so a recipe rarely sets it.
+    api_key_file: str | None = None
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
     device: str = "auto"
     max_concurrency: int = Field(8, ge=1)
@@ -131,6 +134,7 @@ class ProtocolConfig(Section):
 # rules file) and ``serve.python`` (a program).
 PATH_KEYS = (
     "models_dir",
+    "models.*.api_key_file",
     "endpoints_file",
     "router.thresholds_file",
     "router.calibration.dev_states",
@@ -159,6 +163,8 @@ def run_path(value: str, base: Path, name: str) -> str:
 def _with_path(node: Any, parts: list[str], fix: Any) -> Any:
     """A copy of section ``node`` whose key ``parts`` went through ``fix`` (unset keys stay)."""
     head, *rest = parts
+    if head == "*":  # every entry of a mapping (models.*.api_key_file)
+        return {name: _with_path(entry, rest, fix) for name, entry in node.items()}
     value = getattr(node, head)
     if value is None:
         return node

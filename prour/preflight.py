@@ -168,9 +168,12 @@ def check_endpoints(recipe: Recipe, roles: Sequence[str], served_later: bool = F
         if not cfg.base_url:
             problems.append(Problem("endpoint", _no_base_url(recipe, role)))
             continue
-        servers.setdefault((cfg.base_url, cfg.model, cfg.api_key_env), []).append(role)
-    for (base_url, model, key_env), users in servers.items():
-        why = probe_endpoint(base_url, model, os.environ.get(key_env), timeout_s)
+        servers.setdefault((cfg.base_url, cfg.model, cfg.api_key_env, cfg.api_key_file),
+                           []).append(role)
+    for (base_url, model, key_env, key_file), users in servers.items():
+        from prour.llm.openai import request_key
+
+        why = probe_endpoint(base_url, model, request_key(key_env, key_file), timeout_s)
         if why:
             keys = ", ".join(f"models.{role}" for role in users)
             problems.append(Problem("endpoint", f"{keys}: {why}; start the server or fix "

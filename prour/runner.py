@@ -301,6 +301,7 @@ class StepServers:
 
     def ensure(self, step: Step) -> None:
         """Serve exactly what ``step`` calls; raises ServeError when a server cannot start."""
+        from prour.cluster.run_key import ensure_run_key
         from prour.cluster.serve import ServeError, ServerGroup, check_memory, plan_servers
         from prour.llm.weights import ModelNotFound
 
@@ -315,7 +316,8 @@ class StepServers:
         check_memory(self.recipe, [*plans, *(g.plans[m] for m, g in self.groups.items())])
         try:
             group = ServerGroup(plans, self.recipe.serve.python,
-                                self.recipe.serve.startup_timeout_s, self.recipe.models_dir)
+                                self.recipe.serve.startup_timeout_s, self.recipe.models_dir,
+                                ensure_run_key(self.recipe.resolved_run_dir()))
         except ModelNotFound as exc:
             raise ServeError(str(exc)) from None
         self.say(f"   serving for {step.name}: {', '.join(missing)} (roles {', '.join(roles)})")
@@ -347,12 +349,16 @@ class StepServers:
         """Write the endpoints file for the live servers (what children read)."""
         from prour.cluster.endpoints import write_endpoints
 
+        from prour.cluster.run_key import run_key_path
+
         servers: dict[str, Any] = {}
         for model_id, group in self.groups.items():
             servers[model_id] = group.record(status)["servers"][model_id]
         roles = {role: entry["base_url"] for entry in servers.values() for role in entry["roles"]}
+        key_file = run_key_path(self.recipe.resolved_run_dir())
         write_endpoints(self.path, {"status": status, "error": error, "pid": os.getpid(),
                                     "node": socket.gethostname(), "servers": servers,
+                                    "key_file": str(key_file) if key_file.exists() else None,
                                     "roles": roles})
 
     def dead(self) -> str | None:

@@ -931,6 +931,10 @@ WRITER_EXCEPTIONS = {
     "a live holder's lock); the holder is written into it": [
         ("prour/runlock.py", "_create", "os.open"), ("prour/runlock.py", "_create", "os.fdopen"),
         ("prour/runlock.py", "_create", "json.dump")],
+    "the run's key is born 0600 (O_CREAT|O_EXCL with its mode: never readable by others, not even "
+    "for a moment) and linked into place, so the first of two racing writers wins": [
+        ("prour/cluster/run_key.py", "ensure_run_key", "os.open"),
+        ("prour/cluster/run_key.py", "ensure_run_key", "os.fdopen")],
     "the log a server or daemon subprocess appends to while it runs": [
         ("prour/cluster/vllm_server.py", "VLLMServer._open_log", "open"),
         ("prour/cluster/local.py", "LocalSlurm._spawn", "open"),

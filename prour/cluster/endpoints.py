@@ -107,6 +107,7 @@ def apply_endpoints(recipe: Recipe, record: dict[str, Any]) -> Recipe:
         server = servers.get(cfg.model)
         if server:
             cfg.base_url = server["base_url"]
+            cfg.api_key_file = record.get("key_file") or cfg.api_key_file
             logger.info("models.%s: %s served at %s", role, cfg.model, cfg.base_url)
     return resolved
 

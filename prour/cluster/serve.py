@@ -29,6 +29,7 @@ from prour.cluster.endpoints import (
 )
 from prour.cluster.gpu_plan import GpuPlan, GpuPlanError, gpu_plan
 from prour.cluster.recipe import nothing_to_serve, served_models, served_roles
+from prour.cluster.run_key import KEY_ENV, ensure_run_key, read_run_key
 from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
 from prour.config import MODEL_ROLES, Recipe
 
@@ -208,9 +209,13 @@ class ServerGroup:
     """The servers of one ``prour serve`` run; one failure stops them all."""
 
     def __init__(self, plans: Sequence[ServerPlan], python: str | None, timeout_s: float,
-                 models_dir: str | None = None):
+                 models_dir: str | None = None, key_file: Path | None = None):
         self.plans = {plan.model_id: plan for plan in plans}
         self.servers = {plan.model_id: vllm_server(plan, python, models_dir) for plan in plans}
+        self.key_file = key_file
+        if key_file is not None:  # in the environment: the endpoints file records command lines
+            for server in self.servers.values():
+                server.env[KEY_ENV] = read_run_key(key_file)
         self.timeout_s = timeout_s
         self.errors: list[tuple[str, str]] = []  # (model id, message) in the order they happened
         self.pids: dict[str, int] = {}  # last known PID of each launched server (kept after stop)
@@ -240,6 +245,7 @@ class ServerGroup:
             "pid": os.getpid(),
             "node": socket.gethostname(),
             "servers": servers,
+            "key_file": str(self.key_file) if self.key_file else None,
             "roles": {r: entry["base_url"] for entry in servers.values() for r in entry["roles"]},
         }
 
@@ -379,7 +385,7 @@ def serve(
 
     try:
         group = ServerGroup(plans, recipe.serve.python, recipe.serve.startup_timeout_s,
-                            recipe.models_dir)
+                            recipe.models_dir, ensure_run_key(recipe.resolved_run_dir()))
     except ModelNotFound as exc:
         raise ServeError(str(exc)) from None
     started = time.monotonic()

@@ -188,6 +188,15 @@ def prompt_logprobs_of(entries: list[Any], token_ids: list[int], start: int) -> 
     return values
 
 
+def request_key(api_key_env: str, api_key_file: str | None) -> str:
+    """The key a request sends: the file's when one is named (the run's key), else the variable's."""
+    if api_key_file:
+        from prour.cluster.run_key import read_run_key
+
+        return read_run_key(api_key_file)
+    return os.environ.get(api_key_env) or ""
+
+
 class OpenAILLM:
     """:class:`prour.llm.base.LLM` over an OpenAI-compatible server (vLLM extensions used)."""
 
@@ -199,6 +208,7 @@ class OpenAILLM:
         model: str,
         *,
         api_key_env: str,
+        api_key_file: str | None = None,
         max_concurrency: int,
         timeout_s: float,
         max_retries: int,
@@ -220,7 +230,7 @@ class OpenAILLM:
         self.max_retries = max_retries
         self.backoff_s = float(backoff_s)
         self.tokenizer_path = tokenizer_path
-        self._secret = os.environ.get(api_key_env) or ""
+        self._secret = request_key(api_key_env, api_key_file)
         self._local_tokenizer: Any = None
         self._runner: _LoopThread | None = _LoopThread()
         self._finalizer = weakref.finalize(self, self._runner.stop)  # if never closed

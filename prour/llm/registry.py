@@ -30,6 +30,7 @@ def _build_openai(cfg: ModelConfig, models_dir: str | None, key: str | None) -> 
         base_url=cfg.base_url,
         model=cfg.model,
         api_key_env=cfg.api_key_env,
+        api_key_file=cfg.api_key_file,
         max_concurrency=cfg.max_concurrency,
         timeout_s=cfg.timeout_s,
         max_retries=cfg.max_retries,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -124,6 +125,7 @@ def test_serve_tiny_model_endpoints_chat_and_clean_stop(
         finally:
             llm.close()
         assert len(completions) == 1 and 1 <= completions[0].completion_tokens <= 6
+        assert_the_run_key_guards(record, tmp_path / "run")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -135,6 +137,24 @@ def test_serve_tiny_model_endpoints_chat_and_clean_stop(
     assert not alive(server["pid"]), f"vLLM pid {server['pid']} survived prour serve"
     assert json.loads((tmp_path / "run" / "endpoints.json").read_text())["status"] == "stopped"
     assert load_recipe(stage, endpoints=True).models["user"].base_url is None
+
+
+def assert_the_run_key_guards(record: dict, run_dir: Path) -> None:
+    """The run's key: a file only its owner reads, kept off every command line; vLLM refuses a
+    request without it (HTTP 401) and answers with it, as the role's client above did."""
+    import httpx
+
+    key_file = run_dir / "secrets" / "api-key"
+    assert record["key_file"] == str(key_file)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+    key = key_file.read_text().strip()
+    assert len(key) >= 32 and key not in json.dumps(record)
+    url = record["servers"]["tiny"]["base_url"] + "/models"
+    assert httpx.get(url, timeout=10).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 401
+    answer = httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    assert answer.status_code == 200 and answer.json()["data"][0]["id"] == "tiny"
 
 
 def stop_serve(proc: subprocess.Popen[str]) -> tuple[str, str]:
