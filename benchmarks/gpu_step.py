@@ -3,10 +3,14 @@
 Two parts, each on a random-init model of Qwen3-1.7B's shape (nothing is downloaded):
 
 ``update``: DAPO update steps as the local trainer runs them on a GPU: fp32 master weights,
-forward/backward under bf16 autocast, gradient checkpointing, one state's 6 kept samples of
-1,400 prompt + 1,760 response tokens, micro-batch 1, token-mean clipped surrogate with the entropy
-bonus, grad-norm clip 1.0 and an AdamW step. Prints step time, tokens/s, achieved TFLOP/s, MFU
-and peak memory.
+forward/backward under bf16 autocast, one state's 6 kept samples of 1,400 prompt + 1,760 response
+tokens (``--mixed``: responses of mixed lengths), token-mean clipped surrogate with the entropy
+bonus, grad-norm clip 1.0 and an AdamW step. Each of ``VARIANTS`` is timed on the same model and
+batch: ``baseline`` is today's layout (gradient checkpointing, micro-batch 1, for-loop AdamW);
+``no_checkpointing``, ``fused_adamw`` and ``packed`` (``train.update.packing`` with a
+``micro_batch_tokens`` budget of ``--micro-tokens``, default three full samples) change one lever
+each; ``all`` combines them. The forwards are prour's own (``prour.train.layout``). Prints step
+time, tokens/s, achieved TFLOP/s, MFU and peak memory per variant; an out-of-memory is recorded.
 
 ``generate``: the hf backend (``prour.llm.hf.HFLLM``) writing 8 samples of 1,760 tokens for one
 ~1,400-token prompt (temperature 0.8, as in training) and scoring 8 posterior contexts, the work of
@@ -22,6 +26,7 @@ Model FLOPs count 6 x parameters per token (forward + backward) plus causal atte
 divides achieved model FLOP/s by the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s).
 
 Usage: python benchmarks/gpu_step.py [--part all|update|generate] [--json results.json]
+       python benchmarks/gpu_step.py --part update --variants baseline,packed --mixed
        python benchmarks/gpu_step.py --shape tiny --device cpu --repeats 1   (checks the script)
        python benchmarks/gpu_step.py --check-loss                              (needs verl)
 """
@@ -96,7 +101,7 @@ def torch_policy_loss(
     loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * clip_ratio_c), loss)
     pg = (loss * mask).sum() / batch_num_tokens
     ent = (entropy * mask).sum() / batch_num_tokens
-    return pg - entropy_coeff * ent, {"pg_loss": float(pg.detach()), "entropy": float(ent)}
+    return pg - entropy_coeff * ent, {"pg_loss": float(pg.detach()), "entropy": float(ent.detach())}
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -148,6 +153,17 @@ def check_loss() -> None:
 # ---- update ----------------------------------------------------------------------------------
 
 
+# The update's layout options (``train.update`` and ``train.gradient_checkpointing``), each timed
+# on the same batch: today's layout, then one lever at a time, then all of them together.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "no_checkpointing": {"checkpointing": False},
+    "fused_adamw": {"fused": True},
+    "packed": {"packing": True, "budget": True},
+    "all": {"checkpointing": False, "fused": True, "packing": True, "budget": True},
+}
+
+
 def build_model(shape: str, device: torch.device, max_len: int, train: bool) -> Any:
     """Random-init Qwen3 of ``shape``, fp32 weights, created on ``device``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -159,92 +175,153 @@ def build_model(shape: str, device: torch.device, max_len: int, train: bool) -> 
     with device:
         model = Qwen3ForCausalLM(config).float()
     if train:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
         return model.train()
     return model.eval()
 
 
-def model_flops(model: Any, prompt: int, response: int, samples: int) -> float:
-    """Forward+backward model FLOPs of the update (no recomputation counted)."""
+def set_checkpointing(model: Any, on: bool) -> None:
+    if on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_disable()
+
+
+def model_flops(model: Any, lengths: list[tuple[int, int]]) -> float:
+    """Forward+backward model FLOPs of the update over (prompt, response) samples (no
+    recomputation or padding counted)."""
     c = model.config
     params = sum(p.numel() for p in model.parameters())
-    seq = prompt + response
-    dense = 6.0 * params * seq
-    attention = 3 * 2 * 2 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * seq * seq / 2
-    return samples * (dense + attention)
+    total = 0.0
+    for prompt, response in lengths:
+        seq = prompt + response
+        attention = 3 * 2 * 2 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * seq**2 / 2
+        total += 6.0 * params * seq + attention
+    return total
 
 
-def dapo_update(model: Any, optimizer: Any, batch: SimpleNamespace, loss_fn: LossFn) -> float:
-    """One mini-batch: micro-batches of one sample, token-mean over the mini-batch, clip, step."""
+def dapo_update(
+    model: Any, optimizer: Any, batch: SimpleNamespace, loss_fn: LossFn, packing: bool,
+    budget: int | None,
+) -> float:
+    """One mini-batch as the local trainer runs it: micro-batches (one sample each, or
+    ``token_micro_batches`` under ``budget``), padded or packed forwards (``prour.train.layout``),
+    token-mean over the mini-batch, clip, AdamW step."""
+    from prour.train.layout import (
+        packed_response_logits,
+        padded_response_logits,
+        token_micro_batches,
+    )
+
     optimizer.zero_grad(set_to_none=True)
-    n_tokens = int(batch.mask.sum())
-    start = batch.ids.shape[1] - batch.mask.shape[1]
-    autocast = batch.ids.device.type == "cuda"
-    for i in range(batch.ids.shape[0]):
-        with torch.autocast(device_type=batch.ids.device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(
-                input_ids=batch.ids[i : i + 1], logits_to_keep=batch.mask.shape[1] + 1
-            ).logits
-        step_logits = logits[:, :-1].float() / 0.8
-        targets = batch.ids[i : i + 1, start:]
-        log_prob = torch.log_softmax(step_logits, -1).gather(-1, targets[..., None]).squeeze(-1)
-        loss, _ = loss_fn(
-            batch.old[i : i + 1],
-            log_prob,
-            batch.adv[i : i + 1],
-            batch.mask[i : i + 1],
-            token_entropy(step_logits),
-            n_tokens,
-        )
+    n_tokens = sum(len(t) for t in batch.targets)
+    lengths = [len(seq) for seq in batch.seqs]
+    groups = (token_micro_batches(lengths, budget, packing) if budget
+              else [[i] for i in range(len(lengths))])
+    forward = packed_response_logits if packing else padded_response_logits
+    device = batch.targets[0].device
+    for group in groups:
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                            enabled=device.type == "cuda"):
+            rows = forward(model, [batch.seqs[i] for i in group],
+                           [batch.prompts[i] for i in group], 0, device)
+        loss = 0.0
+        for logits, i in zip(rows, group):
+            step_logits = logits.float()[None] / 0.8
+            targets = batch.targets[i][None]
+            log_prob = torch.log_softmax(step_logits, -1).gather(-1, targets[..., None]).squeeze(-1)
+            sample_loss, _ = loss_fn(batch.old[i][None], log_prob, batch.adv[i][None],
+                                     torch.ones_like(log_prob), token_entropy(step_logits), n_tokens)
+            loss = loss + sample_loss
         loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return float(grad_norm)
 
 
+def sample_lengths(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(prompt, response) per kept sample: all full length, or with ``--mixed`` responses spread
+    evenly from a quarter of ``--response`` to all of it (as sampled groups are)."""
+    if not args.mixed or args.samples == 1:
+        return [(args.prompt, args.response)] * args.samples
+    low = args.response // 4
+    step = (args.response - low) / (args.samples - 1)
+    return [(args.prompt, round(low + i * step)) for i in range(args.samples)]
+
+
 def make_batch(vocab: int, args: argparse.Namespace, device: torch.device) -> SimpleNamespace:
     gen = torch.Generator(device="cpu").manual_seed(1)
-    shape = (args.samples, args.prompt + args.response)
-    ids = torch.randint(0, vocab, shape, generator=gen).to(device)
-    mask = torch.ones(args.samples, args.response, device=device)
-    adv = torch.randn(args.samples, 1, generator=gen).to(device).expand(-1, args.response)
-    old = (-torch.rand(args.samples, args.response, generator=gen) * 12).to(device)
-    return SimpleNamespace(ids=ids, mask=mask, adv=adv, old=old)
+    lengths = sample_lengths(args)
+    seqs = [torch.randint(0, vocab, (p + r,), generator=gen).tolist() for p, r in lengths]
+    return SimpleNamespace(
+        lengths=lengths,
+        seqs=seqs,
+        prompts=[p for p, _ in lengths],
+        targets=[torch.tensor(s[p:], device=device) for s, (p, _) in zip(seqs, lengths)],
+        adv=[torch.full((r,), float(torch.randn(1, generator=gen)), device=device)
+             for _, r in lengths],
+        old=[(-torch.rand(r, generator=gen) * 12).to(device) for _, r in lengths],
+    )
 
 
 def run_update(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Every variant in ``--variants`` on one model and batch; an out-of-memory is recorded."""
     loss_fn = prour_policy_loss() or torch_policy_loss
-    model = build_model(args.shape, device, args.prompt + args.response, train=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=7e-7, weight_decay=0.01)
+    longest = args.prompt + args.response
+    model = build_model(args.shape, device, longest, train=True)
     batch = make_batch(model.config.vocab_size, args, device)
+    budget = args.micro_tokens or 3 * longest
+    out = {}
+    for name in args.variants:
+        options = VARIANTS[name]
+        try:
+            out[name] = time_variant(model, batch, loss_fn, options, budget, args, device)
+        except torch.OutOfMemoryError as error:
+            out[name] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        out[name]["options"] = {**options, "budget": budget if options.get("budget") else None}
+    del model, batch
+    return out
+
+
+def time_variant(
+    model: Any, batch: SimpleNamespace, loss_fn: LossFn, options: dict[str, Any], budget: int,
+    args: argparse.Namespace, device: torch.device,
+) -> dict[str, Any]:
+    set_checkpointing(model, options.get("checkpointing", True))
+    fused = {"fused": True} if options.get("fused") else {}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=7e-7, weight_decay=0.01, **fused)
+    packing, micro = options.get("packing", False), budget if options.get("budget") else None
     reset_peak(device)
-    dapo_update(model, optimizer, batch, loss_fn)  # warm-up (allocator, kernels, optimizer state)
-    times = []
-    for _ in range(args.repeats):
-        sync(device)
-        start = time.perf_counter()
-        dapo_update(model, optimizer, batch, loss_fn)
-        sync(device)
-        times.append(time.perf_counter() - start)
+    try:
+        dapo_update(model, optimizer, batch, loss_fn, packing, micro)  # warm-up (allocator, kernels)
+        times = []
+        for _ in range(args.repeats):
+            sync(device)
+            start = time.perf_counter()
+            dapo_update(model, optimizer, batch, loss_fn, packing, micro)
+            sync(device)
+            times.append(time.perf_counter() - start)
+    finally:
+        del optimizer
+        model.zero_grad(set_to_none=True)
     seconds = sorted(times)[len(times) // 2]
-    flops = model_flops(model, args.prompt, args.response, args.samples)
+    flops = model_flops(model, batch.lengths)
     _name, peak = peak_tflops(device)
-    out = {
+    return {
         "params_b": sum(p.numel() for p in model.parameters()) / 1e9,
         "loss": "prour.train.algorithm (verl)" if loss_fn is not torch_policy_loss else "torch twin",
-        "samples": args.samples,
+        "samples": len(batch.lengths),
         "prompt_tokens": args.prompt,
-        "response_tokens": args.response,
+        "response_tokens": [r for _, r in batch.lengths],
         "step_s_median": seconds,
         "step_s_all": times,
-        "tokens_per_s": args.samples * (args.prompt + args.response) / seconds,
+        "tokens_per_s": sum(p + r for p, r in batch.lengths) / seconds,
         "achieved_tflops": flops / seconds / 1e12,
         "mfu": flops / seconds / 1e12 / peak if peak else None,
         "peak_mem_gib": peak_memory(device),
     }
-    del model, optimizer, batch
-    return out
 
 
 # ---- generation ------------------------------------------------------------------------------
@@ -370,11 +447,14 @@ def peak_tflops(device: torch.device) -> tuple[str, float | None]:
 def report(result: dict[str, Any]) -> None:
     print(f"\n{result['shape']} on {result['device']} — torch {result['torch']}, "
           f"transformers {result['transformers']}, {result['date']}")
-    if "update" in result:
-        u = result["update"]
+    for name, u in result.get("update_variants", {}).items():
+        if "error" in u:
+            print(f"update   {name:<17} {u['error']}")
+            continue
         mfu = f"{u['mfu']:.1%}" if u["mfu"] is not None else "n/a"
         mem = f"{u['peak_mem_gib']:.1f} GiB" if u["peak_mem_gib"] is not None else "n/a"
-        print(f"update   {u['samples']} x ({u['prompt_tokens']} + {u['response_tokens']}) tokens, "
+        print(f"update   {name:<17} {u['samples']} x ({u['prompt_tokens']} + "
+              f"{'/'.join(map(str, sorted(set(u['response_tokens']))))}) tokens, "
               f"{u['params_b']:.2f}B params, loss: {u['loss']}")
         print(f"         step {u['step_s_median']:.3f} s (median of "
               f"{', '.join(f'{t:.3f}' for t in u['step_s_all'])}), {u['tokens_per_s']:.0f} tok/s, "
@@ -403,9 +483,18 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=1400)
     parser.add_argument("--response", type=int, default=1760)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variants", type=lambda v: v.split(","), default=list(VARIANTS),
+                        help=f"comma-separated update layouts of {', '.join(VARIANTS)}")
+    parser.add_argument("--micro-tokens", type=int, default=None,
+                        help="token budget of a packed micro-batch (default 3 full samples)")
+    parser.add_argument("--mixed", action="store_true",
+                        help="responses of mixed lengths (a quarter of --response up to all of it)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--check-loss", action="store_true", help="compare the two losses; exit")
     args = parser.parse_args()
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     if args.check_loss:
         return check_loss()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -425,7 +514,9 @@ def main() -> None:
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
     if args.part in ("all", "update"):
-        result["update"] = run_update(args, device)
+        result["update_variants"] = run_update(args, device)
+        if "baseline" in result["update_variants"]:  # the key earlier results and rates.json read
+            result["update"] = result["update_variants"]["baseline"]
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if args.part in ("all", "generate"):

@@ -11,5 +11,7 @@ core algorithms, the local trainer, and the verl backend. Heavy modules load on 
   log under the same names;
 - ``report``: :func:`~prour.train.report.write_training_report`, the training curves (PNG, series
   JSON, markdown) of a run's metrics, local or verl; ``progress``: the training progress bar;
+- ``layout``: padded or packed forwards of the update and token-budget micro-batches (torch
+  only, timed by benchmarks/gpu_step.py);
 - ``checkpoint``, ``data``, ``policy``, ``reward``: the trainer's parts.
 """

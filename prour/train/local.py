@@ -32,6 +32,7 @@ from prour.train.algorithm import (
 )
 from prour.train.config import TrainConfig
 from prour.train.data import DataOrder, keep_modes, read_instances, row_mode
+from prour.train.layout import token_micro_batches
 from prour.train.metrics import MetricsLog, sample_diagnostics
 from prour.train.policy import Policy, Rollout
 from prour.train.recipe import recipe_dict, train_section
@@ -520,27 +521,6 @@ def sample_metrics(
         "response_length_mean": _mean(lengths),
         "truncated_fraction": _mean([r.finish_reason == "length" for g in rollouts for r in g]),
     }
-
-
-def token_micro_batches(lengths: Sequence[int], budget: int, packed: bool) -> list[list[int]]:
-    """Consecutive positions of ``lengths`` (tokens per sample) grouped so that each group's
-    forward computes at most ``budget`` tokens: their sum when packed, rows x longest when padded.
-    A sample longer than the budget forms a group alone. Order is kept, so the mini-batch and
-    its token-mean loss are unchanged; only the accumulation is regrouped."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for index, length in enumerate(lengths):
-        widest = max(longest, length)
-        cost = (sum(lengths[i] for i in current) + length) if packed else widest * (len(current) + 1)
-        if current and cost > budget:
-            groups.append(current)
-            current, widest = [], length
-        current.append(index)
-        longest = widest
-    if current:
-        groups.append(current)
-    return groups
 
 
 def _mean(values: Sequence[float]) -> float | None:

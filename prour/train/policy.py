@@ -17,6 +17,7 @@ import torch
 
 from prour.llm.base import ChatRequest, Completion, Message, SamplingParams
 from prour.train.config import RolloutSettings
+from prour.train.layout import packed_response_logits, padded_response_logits
 
 logger = logging.getLogger(__name__)
 
@@ -127,61 +128,6 @@ class Policy:
         rows = forward(self.model, seqs, prompts, self.pad_id, self.device)
         targets = [r.response_ids for r in rollouts]
         return response_scores(rows, targets, self.settings.temperature, with_entropy)
-
-
-def padded_response_logits(
-    model: Any, seqs: Sequence[Sequence[int]], prompts: Sequence[int], pad_id: int,
-    device: torch.device,
-) -> list[torch.Tensor]:
-    """Per sample, the logits (R_i, V) that predict its response tokens, from a right-padded batch.
-
-    ``seqs[i]`` is prompt + response token ids, ``prompts[i]`` the prompt length.
-    """
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        attention[row, : len(seq)] = 1
-    keep = width - min(prompts) + 1  # logits of response positions only
-    logits = model(
-        input_ids=ids.to(device),
-        attention_mask=attention.to(device),
-        use_cache=False,
-        logits_to_keep=keep,
-    ).logits
-    offset = width - keep
-    return [
-        logits[row, prompt - offset - 1 : len(seq) - offset - 1]
-        for row, (seq, prompt) in enumerate(zip(seqs, prompts, strict=True))
-    ]
-
-
-def packed_response_logits(
-    model: Any, seqs: Sequence[Sequence[int]], prompts: Sequence[int], pad_id: int,
-    device: torch.device,
-) -> list[torch.Tensor]:
-    """As :func:`padded_response_logits`, from one packed row (1, sum of lengths) and no padding.
-
-    Position ids restart at 0 for each sample and no attention mask is passed: transformers reads
-    the restarts as sequence boundaries and masks attention block-diagonally (causal within each
-    sample). Only the positions that predict response tokens reach the LM head. ``pad_id`` is
-    unused (nothing is padded); it keeps the two layouts interchangeable.
-    """
-    ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long)[None]
-    positions = torch.cat([torch.arange(len(s), dtype=torch.long) for s in seqs])[None]
-    keep, lengths, start = [], [], 0
-    for seq, prompt in zip(seqs, prompts, strict=True):
-        keep.append(torch.arange(start + prompt - 1, start + len(seq) - 1, dtype=torch.long))
-        lengths.append(len(seq) - prompt)
-        start += len(seq)
-    logits = model(
-        input_ids=ids.to(device),
-        position_ids=positions.to(device),
-        use_cache=False,
-        logits_to_keep=torch.cat(keep).to(device),
-    ).logits
-    return list(torch.split(logits[0], lengths))
 
 
 def response_scores(

@@ -14,7 +14,7 @@ from train_helpers import instance_rows
 from prour.llm.base import Completion
 from prour.train.algorithm import policy_loss, token_entropy
 from prour.train.config import PPOSettings, RolloutSettings, TrainConfig
-from prour.train.local import token_micro_batches
+from prour.train.layout import token_micro_batches
 from prour.train.policy import Policy, Rollout
 
 # Mixed lengths: (prompt, response) tokens of each sample; the longest is padded least.
