@@ -773,9 +773,10 @@ _EXTRACT_KEYS = (*_DECOMPOSER, "router.tau_au", "router.tau_eu", "data", "-data.
                  "-data.teacher*", "-data.normalizer*", "data.tokenizer", "models.generator",
                  "seed")
 _TRAIN_KEYS = ("train", "-train.wandb", "-train.keep_checkpoints", "models.generator",
-               "models.strict_user", "models.verifier", "models.judge", "reward", "seed")
+               "models.strict_user", "models.verifier", "models.judge", "reward",
+               "-reward.responder_concurrency", "seed")
 _EVAL_KEYS = ("eval", "-eval.concurrency", "models", "env", "router", "-router.calibration",
-              "-router.thresholds_file", "reward", "seed")
+              "-router.thresholds_file", "reward", "-reward.responder_concurrency", "seed")
 
 STAGES: tuple[Stage, ...] = (
     Stage("serve", "vLLM servers for the recipe's frozen models", (

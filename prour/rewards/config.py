@@ -38,6 +38,10 @@ class RewardConfig(Section):
     aggregation: Literal["sum", "mean"] = "sum"
     responder_retries: int = Field(2, ge=0)  # retries after a failed responder call, then `failed`
     responder_timeout_s: float | None = Field(300.0, gt=0)  # wall-clock limit per responder call
+    # responder calls in flight at once: in the local trainer a call is one state's batch of
+    # questions (a step's states are answered side by side), in verl's agent loop one session's
+    # question; each model's own HTTP limit (models.<role>.max_concurrency) still applies
+    responder_concurrency: int = Field(16, ge=1)
     retry_backoff_s: float = Field(0.5, ge=0)  # sleep before retry k: backoff * 2**(k-1)
     prior_cache_size: int = Field(4096, ge=1)  # states whose ℓ_prior is kept (per policy version)
     verifier_max_steps: int = Field(4, ge=0)  # tool rounds of the verifier's ReAct loop

@@ -8,7 +8,8 @@ With ``reward.attention.lambda`` λ > 0 an answered clarify query earns R = IG �
 attention cost priced by :mod:`prour.rewards.attention`; ``ig`` and ``attention_cost`` keep the
 two terms apart for the metrics.
 
-Cost per group: one responder batch, one prior score request per state (cached across groups
+Cost per group: one responder batch (a step's groups answered side by side, at most
+``reward.responder_concurrency`` calls at once), one prior score request per state (cached across groups
 until :meth:`InfoGainReward.policy_updated`), and one batched score call for all posteriors.
 """
 
@@ -91,6 +92,8 @@ class InfoGainReward:
         self._priors: OrderedDict[tuple[str, int], ScoreResult] = OrderedDict()
         self._verifiers: dict[str, Verifier] = {}
         self._env_cache: tuple[str, Any] | None = None
+        self._cache_lock = threading.Lock()  # verifiers and the environment, built once each
+        self._in_flight = threading.BoundedSemaphore(self.config.responder_concurrency)
 
     def policy_updated(self) -> None:
         """Forget cached priors: they were scored by the policy before its latest update."""
@@ -101,12 +104,44 @@ class InfoGainReward:
         self, state: RewardState, completions: Sequence[str | Completion]
     ) -> list[SampleReward]:
         """Rewards for the sampled outputs of one state, in order."""
+        return self.score_groups([state], [completions])[0]
+
+    def score_groups(
+        self, states: Sequence[RewardState], groups: Sequence[Sequence[str | Completion]]
+    ) -> list[list[SampleReward]]:
+        """:meth:`score_group` for each state: the responders answer all states side by side (at
+        most ``responder_concurrency`` calls at once), then the policy scores them, in order, in
+        the calling thread (the policy is the model being trained)."""
+        pending = [self._parse(c) for c in groups]
+        questions = [[rewards[i].question or "" for i in asks] for rewards, asks in pending]
+        todo = [g for g, q in enumerate(questions) if q]
+        answers: dict[int, list[tuple[str | None, str | None]]] = {}
+        if len(todo) == 1:
+            answers[todo[0]] = self.respond(states[todo[0]], questions[todo[0]])
+        elif todo:
+            from concurrent.futures import ThreadPoolExecutor
+
+            workers = min(self.config.responder_concurrency, len(todo))
+            with ThreadPoolExecutor(workers, thread_name_prefix="prour-responders") as pool:
+                futures = {g: pool.submit(self.respond, states[g], questions[g]) for g in todo}
+                answers = {g: f.result() for g, f in futures.items()}
+        for g in todo:
+            self._finish(states[g], *pending[g], answers[g])
+        return [rewards for rewards, _ in pending]
+
+    def _parse(self, completions: Sequence[str | Completion]) -> tuple[list[SampleReward], list[int]]:
+        """Each output's reward before any responder call, and the indices of its questions."""
         parsed = [parse_query(_text(c)) for c in completions]
-        rewards = [self._decided(p) for p in parsed]
-        asks = [i for i, p in enumerate(parsed) if p.kind == "ask"]
-        if not asks:
-            return rewards
-        answers = self.respond(state, [parsed[i].question or "" for i in asks])
+        return [self._decided(p) for p in parsed], [i for i, p in enumerate(parsed) if p.kind == "ask"]
+
+    def _finish(
+        self,
+        state: RewardState,
+        rewards: list[SampleReward],
+        asks: list[int],
+        answers: list[tuple[str | None, str | None]],
+    ) -> None:
+        """Record the answers of a state's questions and score the answered ones."""
         scored: list[int] = []
         for i, (answer, error) in zip(asks, answers):
             rewards[i].answer = answer
@@ -117,7 +152,6 @@ class InfoGainReward:
         if scored:
             self._score_posteriors(state, [rewards[i] for i in scored])
             self._charge_attention(state, [rewards[i] for i in scored])
-        return rewards
 
     def _charge_attention(self, state: RewardState, samples: list[SampleReward]) -> None:
         """R = IG − λ·cost(Q) for answered clarify questions (verify questions reach no user);
@@ -200,10 +234,11 @@ class InfoGainReward:
                 logger.info("retrying %d responder call(s), attempt %d", len(pending), attempt + 1)
             batch = [questions[i] for i in pending]
             try:
-                replies = call_with_timeout(
-                    functools.partial(self._responder_call, state, batch),
-                    self.config.responder_timeout_s,
-                )
+                with self._in_flight:  # at most responder_concurrency calls at once
+                    replies = call_with_timeout(
+                        functools.partial(self._responder_call, state, batch),
+                        self.config.responder_timeout_s,
+                    )
             except EnvironmentMismatch:  # a wrong environment is an error, never a failed sample
                 raise
             except Exception as exc:  # noqa: BLE001 - BackendError, timeouts, HTTP errors: retry, then fail
@@ -234,15 +269,17 @@ class InfoGainReward:
     def _verifier(self, domain: str) -> Verifier:
         if self.verifier_factory is None:
             raise ValueError("a verify state needs a verifier_factory in InfoGainReward")
-        if domain not in self._verifiers:
-            self._verifiers[domain] = self.verifier_factory(domain)
-        return self._verifiers[domain]
+        with self._cache_lock:
+            if domain not in self._verifiers:
+                self._verifiers[domain] = self.verifier_factory(domain)
+            return self._verifiers[domain]
 
     def _private_environment(self, state: RewardState) -> Any:
         """The environment at a verify state, rebuilt and hash-checked (last state cached)."""
-        if self._env_cache is None or self._env_cache[0] != state.state_id:
-            self._env_cache = (state.state_id, decision_environment(state))
-        return self._env_cache[1]
+        with self._cache_lock:
+            if self._env_cache is None or self._env_cache[0] != state.state_id:
+                self._env_cache = (state.state_id, decision_environment(state))
+            return self._env_cache[1]
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:

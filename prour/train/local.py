@@ -36,7 +36,7 @@ from prour.train.layout import token_micro_batches
 from prour.train.metrics import MetricsLog, sample_diagnostics
 from prour.train.policy import Policy, Rollout
 from prour.train.recipe import recipe_dict, train_section
-from prour.train.reward import RewardFn
+from prour.train.reward import RewardFn, score_groups
 
 logger = logging.getLogger(__name__)
 
@@ -334,10 +334,9 @@ class LocalTrainer:
         was_training = self.model.training
         self.model.eval()
         try:
-            return [
-                self._reward_fn.score_group(self._make_state(row), [r.completion for r in group])
-                for row, group in zip(rows, rollouts)
-            ]
+            states = [self._make_state(row) for row in rows]
+            groups = [[r.completion for r in group] for group in rollouts]
+            return score_groups(self._reward_fn, states, groups)
         finally:
             self.model.train(was_training)
 

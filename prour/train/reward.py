@@ -34,6 +34,17 @@ class RewardFn(Protocol):
         ...
 
 
+def score_groups(
+    reward_fn: RewardFn, states: Sequence[Any], groups: Sequence[Sequence[Completion]]
+) -> list[list[SampleReward]]:
+    """A step's groups scored: through the reward's own ``score_groups`` when it has one (the
+    information-gain reward answers the states side by side), else one group after another."""
+    many = getattr(reward_fn, "score_groups", None)
+    if many is not None:
+        return many(states, groups)
+    return [reward_fn.score_group(state, group) for state, group in zip(states, groups)]
+
+
 class VerifiableFormatReward:
     """1 for a well-formed ``YES [QUESTION]…[/QUESTION]`` answer, 0 for anything else."""
 

@@ -55,7 +55,8 @@ class StepPriorReward(InfoGainReward):
     """The information-gain reward shared by the agent loops of one worker during one step.
 
     Sessions run concurrently in worker threads; a lock per state makes the first of them score
-    the prior while the others wait for it, so each state costs one prior request per step.
+    the prior while the others wait for it, so each state costs one prior request per step. The
+    responder calls of all those sessions share one bound, ``reward.responder_concurrency``.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
