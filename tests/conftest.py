@@ -68,3 +68,15 @@ def vllm_python() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return candidate
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Headless Chromium's program (Debian's package, apt-get installed when missing, as root);
+    skips where it cannot be had (a failure in CI, where skips fail the run)."""
+    from headless_chromium import ChromiumUnavailable, ensure_chromium
+
+    try:
+        return ensure_chromium()
+    except ChromiumUnavailable as exc:
+        pytest.skip(f"headless Chromium unavailable: {exc}")

@@ -89,9 +89,10 @@ def _register_subcommands() -> None:
         tau2,
         tiny,
         train,
+        view,
     )
 
-    for module in (env, data, train, eval, serve, demo, tiny, run, tau2):
+    for module in (env, data, train, eval, serve, demo, tiny, run, tau2, view):
         module.register(app)  # env/episode, collect/.../data, train, eval/report, ..., run/status
     app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")
