@@ -26,11 +26,12 @@ def ensure_chromium(timeout_s: float = 900.0) -> str:
         raise ChromiumUnavailable("chromium is missing and this is not root with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "-qq", PACKAGE]
-    done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run(install, check=False, env=env, capture_output=True, text=True,
+                          timeout=timeout_s)
     if done.returncode != 0:  # a stale package index is the usual cause: refresh it once
-        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True,
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, capture_output=True,
                        timeout=timeout_s)
-        done = subprocess.run(install, env=env, capture_output=True, text=True,
+        done = subprocess.run(install, check=False, env=env, capture_output=True, text=True,
                               timeout=timeout_s)
     found = shutil.which(PACKAGE)
     if done.returncode != 0 or not found:
@@ -38,11 +39,11 @@ def ensure_chromium(timeout_s: float = 900.0) -> str:
     return found
 
 
-def headless(program: str, *args: str, profile: Path, timeout_s: float = 120.0
+def headless(program: str, *args: str, profile: Path, timeout_s: float = 60.0
              ) -> subprocess.CompletedProcess[str]:
     """Run headless Chromium with its own throw-away profile folder; fails loudly on errors."""
     command = [program, *FLAGS, f"--user-data-dir={profile}", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
     return done

@@ -218,8 +218,8 @@ def episode_page(episode: Episode) -> str:
     title = f"{episode.method} · {traj.domain} {traj.task_id} · seed {traj.seed}"
     return page(title, [
         f'<p><a href="{INDEX}">all episodes</a></p><h1>{esc(title)}</h1>',
-        f"<p>outcome: {outcome(traj)} · {traj.seconds:.1f} s · agent {esc(traj.agent)} "
-        f"({esc(traj.agent_model)}) · user {esc(traj.user)} ({esc(traj.user_model)})</p>",
+        (f"<p>outcome: {outcome(traj)} · {traj.seconds:.1f} s · agent {esc(traj.agent)} "
+        f"({esc(traj.agent_model)}) · user {esc(traj.user)} ({esc(traj.user_model)})</p>"),
         *[f'<p class="fail">error: {esc(e)}</p>' for e in traj.errors],
         "<h2>Decisions</h2>", table(headers, rows, "decisions"),
         "<h2>Conversation</h2>", conversation(traj),
@@ -254,8 +254,8 @@ def reward_section(traj: Trajectory) -> str:
     breakdown = traj.reward_breakdown or {}
     checks = breakdown.get("checks") or {}
     rows = [[esc(name), number(float(value), 2)] for name, value in checks.items()]
-    parts = [f"<p>reward: {outcome(traj)} · basis: {esc(', '.join(breakdown.get('basis') or []))}"
-             "</p>", table(["check", "reward"], rows, "reward")]
+    parts = [(f"<p>reward: {outcome(traj)} · basis: {esc(', '.join(breakdown.get('basis') or []))}"
+             "</p>"), table(["check", "reward"], rows, "reward")]
     if breakdown.get("not_evaluated"):
         parts.append(f"<p>not evaluated: {esc(', '.join(map(str, breakdown['not_evaluated'])))}"
                      "</p>")
@@ -278,8 +278,8 @@ def index_page(run_dir: Path, episodes: list[Episode]) -> str:
     grid = [[esc(d), esc(t), *["<br>".join(cells.get((d, t, m), [])) for m in methods]]
             for d, t in tasks]
     return page(f"prour run {run_dir.name}", [
-        f"<h1>Run {esc(run_dir.name)}</h1><p class=\"meta\">{esc(run_dir.resolve())} · "
-        f"{len(episodes)} episodes</p>",
+        (f"<h1>Run {esc(run_dir.name)}</h1><p class=\"meta\">{esc(run_dir.resolve())} · "
+        f"{len(episodes)} episodes</p>"),
         "<h2>Episodes (methods × tasks)</h2>", table(["domain", "task", *methods], grid, "tasks"),
         "<h2>Per method (means per episode)</h2>", method_table(methods, episodes),
     ])

@@ -9,8 +9,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from eval_world import CLARIFY_ANSWER, CLARIFY_Q, expected_uncertainty, generator_llm, recipe, \
-    scripted_llms
+from eval_world import (
+    CLARIFY_ANSWER,
+    CLARIFY_Q,
+    expected_uncertainty,
+    generator_llm,
+    recipe,
+    scripted_llms,
+)
 from headless_chromium import headless
 from typer.testing import CliRunner
 
@@ -86,9 +92,9 @@ def test_view_pages_in_headless_chromium(tmp_path: Path, chromium: str) -> None:
     assert len(pages) == 2 and f"{view / 'index.html'} (2 episode pages)" in done.output
 
     index = Dom()
-    index.feed(headless(chromium, "--dump-dom", (view / "index.html").as_uri(),
-                        profile=tmp_path / "profile").stdout)
+    index.feed((view / "index.html").read_text())
     assert all(name in "".join(index.text) for name in ("base", "prour", "retail", "65"))
+    assert sum(tag == "a" for tag in index.tags) == 2  # one link per episode
 
     [page] = [p for p in view.glob("episode-*prour*.html")]
     traj = trajectories[lines["prour"]["key"][3]]
@@ -114,4 +120,30 @@ def test_view_pages_in_headless_chromium(tmp_path: Path, chromium: str) -> None:
     headless(chromium, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri(),
              profile=tmp_path / "profile")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads(json.dumps(traj.reward_breakdown))["checks"]  # the page's reward table
+    _check_imported(tmp_path, run_dir)
+
+
+def _check_imported(tmp_path: Path, run_dir: Path) -> None:
+    """prour's own tau2 export of the prour episode, imported back, viewed: inferred tags by
+    hand (question, READ tool -> lookup, question, statement), the script still text, and tau2's
+    per-check rewards in the reward table."""
+    [exported] = (run_dir / "tau2_results").glob("retail__prour*.json")
+    imported = tmp_path / "imported"
+    runner = CliRunner()
+    done = runner.invoke(app, ["import", "tau2", str(exported), "--run-dir", str(imported)])
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(app, ["view", str(imported), "--out", str(tmp_path / "site")])
+    assert done.exit_code == 0, done.output
+    [page] = (tmp_path / "site").glob("episode-*.html")
+    dom = Dom()
+    dom.feed(page.read_text())
+    assert "script" not in dom.tags and SCRIPT in "".join(dom.text)
+    header, *rows = dom.rows
+    assert header[2] == "inferred tag"
+    assert [r[2] for r in rows] == ["question", "lookup", "question", "reply"]
+    assert all(r[4] == r[5] == "" for r in rows)  # no router ran: no AU/EU
+    [traj] = read_trajectories(imported / "trajectories.jsonl")
+    checks = json.loads(exported.read_text())["simulations"][0]["reward_info"]["reward_breakdown"]
+    assert checks and all(f"{name}{value:.2f}" in "".join(dom.text) for name, value in
+                          checks.items())
+    assert traj.reward == 1.0
