@@ -281,7 +281,8 @@ def served_models_of(recipe: Recipe, step: Step) -> dict[str, list[str]]:
 
     called = set(step.roles(recipe))
     return {model_id: [r for r in roles if r in called]
-            for model_id, roles in served_roles(recipe).items() if called & set(roles)}
+            for model_id, roles in served_roles(step.served_recipe(recipe)).items()
+            if called & set(roles)}
 
 
 def runner_endpoints(recipe: Recipe) -> Path:
@@ -312,8 +313,9 @@ class StepServers:
         if not missing:
             return
         roles = sorted({role for m in missing for role in wanted[m]})
-        plans = [plan for plan in plan_servers(self.recipe, roles) if plan.model_id in missing]
-        check_memory(self.recipe, [*plans, *(g.plans[m] for m, g in self.groups.items())])
+        served = step.served_recipe(self.recipe)  # eval: the exported generator's server too
+        plans = [plan for plan in plan_servers(served, roles) if plan.model_id in missing]
+        check_memory(served, [*plans, *(g.plans[m] for m, g in self.groups.items())])
         try:
             group = ServerGroup(plans, self.recipe.serve.python,
                                 self.recipe.serve.startup_timeout_s, self.recipe.models_dir,

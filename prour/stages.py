@@ -100,6 +100,13 @@ class Step:
     clears: Files | None = None
     resume: tuple[str, ...] = ()
     skip: Callable[[Recipe], str | None] | None = None
+    # The recipe whose servers the step calls, when the step serves more than the recipe's own
+    # openai roles (eval under eval.generator_backend vllm: the exported checkpoint too).
+    serving: Callable[[Recipe], Recipe] | None = None
+
+    def served_recipe(self, recipe: Recipe) -> Recipe:
+        """The recipe whose ``serve.models`` and roles the servers of this step come from."""
+        return self.serving(recipe) if self.serving is not None else recipe
 
     @property
     def is_gate(self) -> bool:
@@ -508,6 +515,18 @@ def _export_clears(recipe: Recipe) -> tuple[File, ...]:
 # ---- the IG-Clarifier baseline's own training (prour.train.ig_clarifier) -----------------------
 
 
+def _eval_serving(recipe: Recipe) -> Recipe:
+    """Eval's recipe under ``eval.generator_backend: vllm``: the generator a server of the
+    exported checkpoint (a recipe without training: of ``models.generator``'s folder), which
+    the runner starts before eval, once export has written it."""
+    from prour.cluster.recipe import generator_folder, serves_generator, with_served_generator
+
+    if not serves_generator(recipe):
+        return recipe
+    folder = _exported(recipe) if recipe.train is not None else generator_folder(recipe)
+    return with_served_generator(recipe, folder)
+
+
 def _ig_trains(recipe: Recipe) -> bool:
     """Whether the run trains the ig-clarifier baseline: eval.methods holds it and the recipe
     trains (a recipe without ``train`` evaluates it with a given ``models.ig_clarifier``)."""
@@ -888,7 +907,7 @@ STAGES: tuple[Stage, ...] = (
                                                    _exported(i) / "config.json",
                                                    checked=False),))(r)),
              writes=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
-             roles=_eval_roles, done=_evaluated, keys=_EVAL_KEYS),
+             roles=_eval_roles, done=_evaluated, keys=_EVAL_KEYS, serving=_eval_serving),
     ), placement="in_process", slurm="eval", routes=_eval_routes),
     Stage("report", "Pass@1 tables with intervals, steps by mode, plots", (
         Step("report", "the report of the eval run", ("report", "{eval_dir}"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -108,6 +110,7 @@ def eval_command(
             "eval.sweep": _sweep(sweep)})
     default_generator = _file_generator(recipe) if overrides or checkpoint else None
     checkpoints = _checkpoints(checkpoint, _split(steps))
+    loaded = _served_generator(loaded, checkpoints)
     # every checkpoint is a local HF folder already: check the run with the first as generator
     preflight_or_exit(with_checkpoint(loaded, checkpoints[0].path) if checkpoints else loaded,
                       "eval")
@@ -178,6 +181,49 @@ def _checkpoints(checkpoint: str | None, steps: list[str] | None) -> list[Any]:
         return checkpoint_generators(checkpoint, steps)
     except (OSError, ValueError) as exc:
         _fail(f"--checkpoint {checkpoint}: {exc}")
+
+
+@contextmanager
+def _endpoint_errors() -> Iterator[None]:
+    """Exit 2 with the message of an endpoints file that lacks eval's served generator."""
+    from prour.cluster.endpoints import EndpointsError
+
+    try:
+        yield
+    except EndpointsError as exc:
+        _fail(str(exc))
+
+
+def _served_generator(loaded: Recipe, checkpoints: list[Any]) -> Recipe:
+    """The recipe eval runs: under ``eval.generator_backend: vllm`` its generator is the server
+    of the checkpoint (without ``--checkpoint``: of the ``hf`` generator's folder) that the
+    endpoints file lists (one server, one checkpoint: a ``--steps`` sweep of several is
+    refused); ``eval.concurrency`` sized to the servers' capacity
+    (:func:`prour.cluster.recipe.eval_concurrency`)."""
+    from prour.cluster.recipe import (
+        connect_served_generator,
+        eval_concurrency,
+        generator_folder,
+        serves_generator,
+    )
+
+    if serves_generator(loaded):
+        if len(checkpoints) > 1:
+            _fail(f"--steps: eval.generator_backend is vllm, and one server serves one "
+                  f"checkpoint ({len(checkpoints)} chosen); sweep steps with --set "
+                  f"eval.generator_backend=hf or evaluate one --checkpoint at a time")
+        folder = checkpoints[0].path if checkpoints else generator_folder(loaded)
+        with _endpoint_errors():
+            loaded = connect_served_generator(loaded, folder)
+        typer.echo(f"generator: served by vLLM at {loaded.models['generator'].base_url} "
+                   f"({folder})")
+    episodes = eval_concurrency(loaded)
+    if episodes < loaded.eval.concurrency:
+        typer.echo(f"eval.concurrency {loaded.eval.concurrency} -> {episodes}: the servers "
+                   f"run at most {episodes} sequences at once (serve.models.*.max_num_seqs)")
+        loaded = loaded.model_copy(update={
+            "eval": loaded.eval.model_copy(update={"concurrency": episodes})})
+    return loaded
 
 
 def _announce(checkpoint: Any) -> None:

@@ -65,7 +65,7 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    loaded = _load(recipe, overrides)
+    loaded = _with_eval_generator(_load(recipe, overrides))
     wanted = [r.strip() for r in roles.split(",") if r.strip()] if roles else None
     if dry_run:  # the servers and their memory plan, then what this node lacks for them
         fits = _dry_run(loaded, wanted)
@@ -89,6 +89,25 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"endpoints: {path}")
+
+
+def _with_eval_generator(loaded: Recipe) -> Recipe:
+    """The recipe with eval's generator among its servers under ``eval.generator_backend:
+    vllm`` (the exported checkpoint; a recipe without training: ``models.generator``'s folder),
+    once export has written it; before that it is left out, and said so."""
+    from prour.cluster.recipe import serves_generator
+    from prour.stages import get_step
+
+    if not serves_generator(loaded):
+        return loaded
+    export = get_step("export")
+    if loaded.train is not None and not export.is_done(loaded):
+        folder = export.writes(loaded)[0].path.parent
+        typer.echo(f"eval.generator_backend is vllm, but {folder} is not exported yet: its "
+                   f"server is left out (serve again once `prour train export` has run)",
+                   err=True)
+        return loaded
+    return get_step("eval").served_recipe(loaded)
 
 
 def _serving_only(loaded: Recipe, roles: list[str] | None) -> Recipe:

@@ -33,6 +33,7 @@ class ServedModel(Section):
     host: str | None = None  # bind address; None: serve.host
     dtype: str = "auto"  # vLLM --dtype (float32 for the CPU build)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # None: vLLM's 0.9
+    max_num_seqs: int | None = Field(None, ge=1)  # vLLM --max-num-seqs; None: vLLM's own
     enforce_eager: bool = False  # no CUDA graphs (needed by the CPU build; slower on GPUs)
     # Flags by what the served roles need (prour.cluster.serve.server_flags). Qwen3 writes tool
     # calls as hermes-style <tool_call>{json}</tool_call> blocks and thinks in <think></think>.

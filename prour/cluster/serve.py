@@ -158,6 +158,8 @@ def vllm_server(plan: ServerPlan, python: str | None, models_dir: str | None = N
     extra += server_flags(spec, plan.roles)
     if spec.gpu_memory_utilization is not None:
         extra += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+    if spec.max_num_seqs is not None:
+        extra += ["--max-num-seqs", str(spec.max_num_seqs)]
     env = dict(spec.env)
     if spec.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in spec.gpus)

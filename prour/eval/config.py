@@ -107,7 +107,14 @@ class EvalConfig(Section):
     split: SplitName = "test"
     tasks: list[str] | None = None  # only these ids: "retail:5" or a bare id (every domain)
     max_tasks: int | None = Field(None, ge=1)  # first N tasks of each domain's split
-    concurrency: int = Field(4, ge=1)  # episodes run at the same time
+    # Episodes run at the same time: this cap, lowered to the smallest serve.models.<id>.
+    # max_num_seqs among the servers the evaluation calls (prour.eval.harness.eval_concurrency).
+    concurrency: int = Field(4, ge=1)
+    # Where a trained (or hf) query generator runs: hf loads it in process (CPU, tests); vllm
+    # serves the checkpoint eval is given with vLLM as one more server, served name
+    # "exported-generator" (its settings: serve.models.exported-generator), and eval sends the
+    # generator's requests to the URL the endpoints file gives it (prour.cluster.recipe).
+    generator_backend: Literal["hf", "vllm"] = "hf"
     # The query generator decodes greedily in evaluation (paper: 0.0, training samples at 0.8);
     # None: the training temperature, train.rollout.temperature.
     generator_temperature: float | None = Field(0.0, ge=0)

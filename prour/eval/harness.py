@@ -117,9 +117,15 @@ class Arm:
 
 
 def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:
-    """The recipe with ``models.generator`` pointing at a checkpoint's HF folder."""
+    """The recipe with ``models.generator`` pointing at a checkpoint's HF folder; under
+    ``eval.generator_backend: vllm`` an ``openai`` generator is kept: ``prour eval`` has pointed
+    it at the server that loads the checkpoint (:mod:`prour.cluster.recipe`)."""
     if checkpoint is None:
         return recipe
+    generator = recipe.models.get("generator")
+    if recipe.eval.generator_backend == "vllm" and generator is not None \
+            and generator.backend == "openai":
+        return recipe  # already the server of this checkpoint (prour eval connects it)
     models = dict(recipe.models)
     models["generator"] = checkpoint_model(checkpoint, models.get("generator"))
     return recipe.model_copy(update={"models": models})
