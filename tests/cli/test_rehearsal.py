@@ -96,8 +96,21 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     # train -> export: the final step, what eval loaded
     final = run_dir / "checkpoints" / f"step_{recipe.train.total_steps}"
     assert (final / "config.json").is_file()
+    # eval's generator requests went to the vLLM server of that folder (eval.generator_backend:
+    # vllm): the endpoint eval recorded is the server that loaded the export, and its request log
+    # holds one request per generator call the episodes counted (llm-router's fallback asks)
     evaluated = yaml.safe_load((run_dir / "eval" / "recipe.resolved.yaml").read_text())
-    assert evaluated["models"]["generator"]["path"] == str(final)
+    generator = evaluated["models"]["generator"]
+    assert (generator["backend"], generator["model"]) == ("openai", "exported-generator")
+    provenance = json.loads((run_dir / "eval" / "provenance.json").read_text())
+    assert provenance["endpoints"]["generator"] == generator["base_url"]
+    port = int(generator["base_url"].rsplit(":", 1)[1].split("/")[0])
+    log = (run_dir / "serve" / "exported-generator.log").read_text()
+    assert f"'port': {port}, 'model': '{final}'" in log, log[:3000]
+    called = sum(line["model_calls"].get("generator.chat", 0) for line in
+                 map(json.loads, (run_dir / "eval" / "results.jsonl").read_text().splitlines()))
+    requests = log.count('"POST /v1/chat/completions HTTP/1.1" 200')
+    assert called > 0 and requests == called, (called, requests)
     # eval: every method x domain x seed once; the report has a row per method
     rows = every_method_reported(run_dir, recipe)
     assert "prour (generator rehearsal step 2)" in rows  # the trained checkpoint's row
