@@ -64,6 +64,11 @@ def episode_file(run_dir: Path) -> Path:
     for name in EPISODE_FILES:
         if (run_dir / name).is_file():
             return run_dir / name
+    from prour.env.trajectory import is_tau2_results, misplaced_message
+
+    for candidate in sorted(run_dir.glob("*.json")):
+        if is_tau2_results(candidate):
+            raise ValueError(misplaced_message(candidate))
     raise FileNotFoundError(f"{run_dir}: no {' or '.join(EPISODE_FILES)} (is it a run folder of "
                             "`prour eval`, `prour collect` or `prour import tau2`?)")
 

@@ -147,3 +147,30 @@ def _check_imported(tmp_path: Path, run_dir: Path) -> None:
     assert checks and all(f"{name}{value:.2f}" in "".join(dom.text) for name, value in
                           checks.items())
     assert traj.reward == 1.0
+
+
+@pytest.mark.parametrize(("setup", "fragment"), [
+    ("tau2", ("it is a tau2 results file (one JSON object with `simulations`), not JSONL; convert "
+             "it with `prour import tau2")),
+    ("tau2-folder", "results.json: it is a tau2 results file"),
+    ("none", "no episodes.jsonl or trajectories.jsonl (is it a run folder of"),
+    ("empty", "episodes.jsonl: no episodes to show"),
+    ("torn", "episodes.jsonl:1: "),
+])
+def test_view_refuses_what_is_not_a_run_in_one_line(tmp_path: Path, setup: str,
+                                                    fragment: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    target = run
+    if setup.startswith("tau2"):
+        tau2_file = run / "results.json"
+        tau2_file.write_text(json.dumps({"info": {}, "tasks": [], "simulations": []}, indent=2))
+        target = tau2_file if setup == "tau2" else run
+    elif setup == "empty":
+        (run / "episodes.jsonl").write_text("")
+    elif setup == "torn":
+        (run / "episodes.jsonl").write_text('{"schema_version": 1, "domain": "ret')
+    done = CliRunner().invoke(app, ["view", str(target)])
+    errors = [x for x in done.output.splitlines() if x.startswith("error: ")]
+    assert done.exit_code == 2 and len(errors) == 1 and fragment in errors[0], done.output
+    assert not (run / "view").exists()
