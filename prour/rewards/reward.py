@@ -15,6 +15,7 @@ until :meth:`InfoGainReward.policy_updated`), and one batched score call for all
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import threading
@@ -27,12 +28,14 @@ from typing import Any, Literal
 from prour.data.schema import EnvironmentMismatch, RewardState, decision_environment
 from prour.eval.attention.cost import utility
 from prour.llm.base import LLM, Completion, ScoreRequest, ScoreResult
+from prour.llm.meter import metering
 from prour.rewards.attention import QuestionCost
 from prour.rewards.belief import belief_prompt
 from prour.rewards.config import RewardConfig
 from prour.rollout.query import ParsedQuery, parse_query
 from prour.rollout.strict_user import StrictUserSimulator
 from prour.rollout.verifier import Verifier
+from prour.train.metrics import PhaseClock
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +72,9 @@ class InfoGainReward:
     ``verifier_factory(domain)`` builds the verifier of a domain (once). ``question_cost`` prices
     clarify questions when ``config.attention.lam`` > 0 (built from the config when not given;
     the ``judge`` cost needs it given). Call :meth:`policy_updated` after every optimizer step:
-    cached priors belong to the old policy.
+    cached priors belong to the old policy. :attr:`clock` adds up the seconds of its prior and
+    posterior scoring and of its responder calls, with their counts and tokens (the trainer
+    takes them every step).
     """
 
     def __init__(
@@ -94,6 +99,7 @@ class InfoGainReward:
         self._env_cache: tuple[str, Any] | None = None
         self._cache_lock = threading.Lock()  # verifiers and the environment, built once each
         self._in_flight = threading.BoundedSemaphore(self.config.responder_concurrency)
+        self.clock = PhaseClock()
 
     def policy_updated(self) -> None:
         """Forget cached priors: they were scored by the policy before its latest update."""
@@ -185,7 +191,9 @@ class InfoGainReward:
         request = ScoreRequest(
             context=belief_prompt(state.mode, state.history), target=state.target
         )
-        result = self._score([request], state)[0]
+        with self.clock.timed("prior"):
+            result = self._score([request], state)[0]
+        self.clock.count("prior_requests", 1)
         self._priors[key] = result
         while len(self._priors) > self.config.prior_cache_size:
             self._priors.popitem(last=False)
@@ -203,7 +211,9 @@ class InfoGainReward:
             )
             for q, a in unique
         ]
-        results = self._score(requests, state)
+        with self.clock.timed("posterior"):
+            results = self._score(requests, state)
+        self.clock.count("posterior_requests", len(requests))
         for s in samples:
             result = results[unique[(s.question or "", s.answer or "")]]
             s.prior, s.post = prior, self._logprob(result)
@@ -225,7 +235,20 @@ class InfoGainReward:
     def respond(
         self, state: RewardState, questions: list[str]
     ) -> list[tuple[str | None, str | None]]:
-        """(answer, error) per question from the mode's responder, retrying failed items."""
+        """(answer, error) per question from the mode's responder, retrying failed items; its
+        seconds, chat requests and tokens go to :attr:`clock` under the responder's role."""
+        role = "strict_user" if state.mode == "clarify" else "verifier"
+
+        def counted(requests: int, tokens: int) -> None:
+            self.clock.count(f"{role}_calls", requests)
+            self.clock.count(f"{role}_tokens", tokens)
+
+        with self.clock.timed(role), metering(counted):
+            return self._respond(state, questions)
+
+    def _respond(
+        self, state: RewardState, questions: list[str]
+    ) -> list[tuple[str | None, str | None]]:
         results: list[tuple[str | None, str | None]] = [(None, "not attempted")] * len(questions)
         pending = list(range(len(questions)))
         for attempt in range(self.config.responder_retries + 1):
@@ -294,7 +317,10 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
             box["error"] = exc
 
-    thread = threading.Thread(target=run, name="prour-responder", daemon=True)
+    context = contextvars.copy_context()  # the caller's meter follows the call
+    thread = threading.Thread(
+        target=context.run, args=(run,), name="prour-responder", daemon=True
+    )
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():

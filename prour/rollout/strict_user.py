@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
+from prour.llm.meter import record
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.rewards.config import RewardConfig
@@ -85,12 +86,17 @@ class StrictUserSimulator:
             )
             for q in questions
         ]
-        outputs = self.llm.chat(requests)
+        try:
+            outputs = self.llm.chat(requests)
+        except Exception:
+            record(len(requests))  # sent, and waited for: counted without tokens
+            raise
         if len(outputs) != len(requests):
             raise RuntimeError(
                 f"strict user backend {self.llm.name!r} returned {len(outputs)} results "
                 f"for {len(requests)} requests"
             )
+        record(len(requests), outputs)
         return [_reply_text(out) for out in outputs]
 
     def answer(self, goal: str, question: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from prour.env.history import render_history
 from prour.llm.base import LLM, ChatRequest, Completion, Message, ToolCall
+from prour.llm.meter import record
 from prour.rollout.grounding import INSUFFICIENT, Evidence, ToolEvidence, grounding, is_insufficient
 from prour.rollout.strict_user import responder_sampling
 
@@ -187,8 +188,10 @@ class Verifier:
                 raise RuntimeError(
                     f"backend returned {len(outputs)} results for {len(requests)} requests"
                 )
+            record(len(requests), outputs)
         except Exception as exc:  # noqa: BLE001 - a responder failure: reported, never an answer
             logger.warning("verifier backend failed: %s", exc)
+            record(len(requests))  # sent, and waited for: counted without tokens
             for loop in active:
                 loop.result = self._failed(loop, f"{type(exc).__name__}: {exc}")
             return

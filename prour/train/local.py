@@ -33,7 +33,7 @@ from prour.train.algorithm import (
 from prour.train.config import TrainConfig
 from prour.train.data import DataOrder, keep_modes, read_instances, row_mode
 from prour.train.layout import token_micro_batches
-from prour.train.metrics import MetricsLog, sample_diagnostics
+from prour.train.metrics import MetricsLog, PhaseClock, phase_metrics, sample_diagnostics
 from prour.train.policy import Policy, Rollout
 from prour.train.recipe import recipe_dict, train_section
 from prour.train.reward import RewardFn, score_groups
@@ -289,7 +289,13 @@ class LocalTrainer:
         return torch.autocast(device_type=self.policy.device.type, dtype=self.compute_dtype)
 
     def train_step(self) -> dict[str, Any]:
-        """One training step on the next ``states_per_step`` instances; returns its metrics."""
+        """One training step on the next ``states_per_step`` instances; returns its metrics,
+        with the seconds of every phase (:data:`~prour.train.metrics.PHASE_KEYS`: the reward's
+        clock times its scoring and responder calls)."""
+        clock = getattr(self._reward_fn, "clock", None)
+        if not isinstance(clock, PhaseClock):  # a reward without one: its time is waiting
+            clock = PhaseClock()
+        clock.take()  # nothing from before this step
         t0 = time.perf_counter()
         rows = [self._rows[i] for i in self.order.indices(self.step, self.cfg.states_per_step)]
         with self._autocast():
@@ -298,7 +304,8 @@ class LocalTrainer:
             rewards = self._score(rows, rollouts)
             t2 = time.perf_counter()
             groups, select_stats = self._select(rollouts, rewards)
-            update = self._update(groups)
+            with clock.timed("update"):
+                update = self._update(groups)
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this step's updates used
         self.scheduler.step()
         self.step += 1
@@ -308,11 +315,12 @@ class LocalTrainer:
         metrics.update(update)
         n_generated = sum(len(r.response_ids) for g in rollouts for r in g)
         n_tokens = n_generated + sum(len(r.prompt_ids) for g in rollouts for r in g)
+        clock.add_interval("generation", t0, t1)
+        clock.count("generation_tokens", n_generated)
+        metrics.update(phase_metrics(*clock.take(), t3 - t0))
         metrics.update(
             time_rollout_s=t1 - t0,
             time_reward_s=t2 - t1,
-            time_update_s=t3 - t2,
-            time_step_s=t3 - t0,
             rollout_tokens_per_s=n_generated / max(t1 - t0, 1e-9),
             # verl's perf/throughput on one device: prompt + response tokens per step second
             throughput_tokens_per_s=n_tokens / max(t3 - t0, 1e-9),

@@ -7,11 +7,14 @@ the local trainer as plain keys in ``metrics.jsonl`` (and wandb), verl with the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,7 +35,8 @@ def segment_name(start_step: int) -> str:
 PHASES = ("generation", "strict_user", "verifier", "prior", "posterior", "update", "waiting")
 """Where a training step's time goes: sampling the queries, the strict user's and the verifiers'
 calls, scoring the priors and the posteriors with the policy, the optimizer update, and waiting
-(the step's time that none of the others account for: selection, scheduling, transfers)."""
+(the step's time that none of the others account for: parsing and selection, the attention
+judge, scheduling, transfers, checkpoints)."""
 
 PHASE_KEYS = tuple(f"time_{phase}_s" for phase in PHASES)
 """Every step's seconds per phase, in both backends' metrics (verl's under ``training/prour/``,
@@ -54,6 +58,94 @@ CALL_KEYS = (
 chat requests (the strict user one per question, the verifier one per question and tool round)
 and their tokens (prompt + reply, as the backend counted them); and the score requests of the
 prior and posterior passes."""
+
+
+class PhaseClock:
+    """A step's phases as wall-clock intervals, and its call counts, recorded as they happen
+    (thread-safe: a step's responder calls run side by side). :meth:`take` returns each phase's
+    seconds, a second during which k phases ran shared equally among them, so that the phases
+    together never count more time than passed; then it starts afresh."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._intervals: list[tuple[str, float, float]] = []
+        self._counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Record the block as an interval of ``phase`` (one of :data:`PHASES`)."""
+        _check_phase(phase)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_interval(phase, start, time.perf_counter())
+
+    def add_interval(self, phase: str, start: float, end: float) -> None:
+        """An interval of ``phase`` in :func:`time.perf_counter` seconds."""
+        _check_phase(phase)
+        with self._lock:
+            self._intervals.append((phase, start, end))
+
+    def count(self, key: str, n: int) -> None:
+        """Add ``n`` to the count ``key`` (one of :data:`CALL_KEYS`)."""
+        if key not in CALL_KEYS:
+            raise ValueError(f"unknown count {key!r}; counts are {', '.join(CALL_KEYS)}")
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + n
+
+    def take(self) -> tuple[dict[str, float], dict[str, int]]:
+        """(seconds by phase, counts by key) since the last take; both start again at zero."""
+        with self._lock:
+            intervals, counts = self._intervals, self._counts
+            self._intervals, self._counts = [], {}
+        return shared_seconds(intervals), counts
+
+
+def _check_phase(phase: str) -> None:
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; phases are {', '.join(PHASES)}")
+
+
+def shared_seconds(intervals: Sequence[tuple[str, float, float]]) -> dict[str, float]:
+    """Seconds per phase of ``(phase, start, end)`` intervals: each stretch of time goes in equal
+    parts to the phases running in it (a phase's own overlapping intervals count once), so the
+    result sums to the length of the intervals' union."""
+    events = sorted(
+        [(start, 1, phase) for phase, start, end in intervals if end > start]
+        + [(end, -1, phase) for phase, start, end in intervals if end > start]
+    )
+    out: dict[str, float] = {}
+    running: dict[str, int] = {}
+    last = events[0][0] if events else 0.0
+    for moment, change, phase in events:
+        active = [p for p, n in running.items() if n > 0]
+        if active and moment > last:
+            for p in active:
+                out[p] = out.get(p, 0.0) + (moment - last) / len(active)
+        last = moment
+        running[phase] = running.get(phase, 0) + change
+    return out
+
+
+def phase_metrics(
+    seconds: Mapping[str, float], counts: Mapping[str, int], step_s: float
+) -> dict[str, float | int]:
+    """A step's :data:`PHASE_KEYS`, :data:`CALL_KEYS` and :data:`STEP_TIME_KEY`: every phase's
+    seconds (0 when it did not run), ``waiting`` the step's seconds the others leave, so the
+    phases sum to ``step_s``. Phases that add up to more than the step are an error."""
+    measured = {p: float(seconds.get(p, 0.0)) for p in PHASES if p != "waiting"}
+    waiting = step_s - sum(measured.values())
+    if waiting < -1e-6 * max(step_s, 1.0):
+        raise ValueError(
+            f"phase seconds {measured} add up to more than the step's {step_s:.6f} s"
+        )
+    out: dict[str, float | int] = {f"time_{p}_s": v for p, v in measured.items()}
+    out["time_waiting_s"] = max(waiting, 0.0)
+    out[STEP_TIME_KEY] = step_s
+    out.update({key: int(counts.get(key, 0)) for key in CALL_KEYS})
+    return out
+
 
 KINDS = ("ask", "none", "invalid")
 MODES = ("clarify", "verify")

@@ -18,6 +18,7 @@ from prour.rollout.query import parse_query
 from prour.train.config import TrainConfig
 from prour.train.data import DataOrder
 from prour.train.local import LocalTrainer
+from prour.train.metrics import CALL_KEYS, PHASE_KEYS, STEP_TIME_KEY
 from prour.train.policy import Rollout
 from prour.train.reward import RewardFn, VerifiableFormatReward
 
@@ -55,7 +56,15 @@ METRIC_KEYS = {
     "time_update_s",
     "time_step_s",
     "step",
+    *PHASE_KEYS,
+    *CALL_KEYS,
 }
+
+
+def _phases_add_up(logged: dict[str, Any]) -> None:
+    """Every phase's seconds are there, none negative, and together they are the step's."""
+    assert all(logged[k] >= 0 for k in PHASE_KEYS)
+    assert sum(logged[k] for k in PHASE_KEYS) == pytest.approx(logged[STEP_TIME_KEY], rel=1e-9)
 
 
 class StandInReward:
@@ -155,6 +164,10 @@ def test_one_step_changes_every_parameter_and_logs_all_metrics(tiny_model_dir, f
     )
     assert logged[0]["optimizer_steps"] == 2  # 1 epoch x 2 mini-batches of one state
     assert logged[0]["post_mean"] > logged[0]["prior_mean"]
+    _phases_add_up(logged[0])  # a reward without a clock: no responder or scoring time, calls
+    assert [logged[0][k] for k in CALL_KEYS if k != "generation_tokens"] == [0] * 6
+    assert logged[0]["time_strict_user_s"] == logged[0]["time_prior_s"] == 0
+    assert logged[0]["generation_tokens"] == 8 * logged[0]["response_length_mean"]
     assert reward.updates == 1 and len(reward.states) == 2  # the reward saw the states of this step
     assert trainer.model.is_gradient_checkpointing
 
@@ -297,6 +310,30 @@ def _tau2_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def _spy_on_responder_chats(llm: Any) -> list[tuple[str, int, int]]:
+    """(role, requests, prompt + generated tokens) of every chat call ``llm`` gets (a failed
+    call: no tokens), the role told by the request's system prompt (strict user's or not)."""
+    from prour.rollout.strict_user import STRICT_USER_SYSTEM
+
+    seen: list[tuple[str, int, int]] = []
+    chat = llm.chat
+    opening = STRICT_USER_SYSTEM[:40]
+
+    def spied(requests: Any) -> Any:
+        user = str(requests[0].messages[0]["content"]).startswith(opening)
+        try:
+            outputs = chat(requests)
+        except Exception:
+            seen.append(("strict_user" if user else "verifier", len(requests), 0))
+            raise
+        tokens = sum(c.prompt_tokens + c.completion_tokens for out in outputs for c in out)
+        seen.append(("strict_user" if user else "verifier", len(requests), tokens))
+        return outputs
+
+    llm.chat = spied
+    return seen
+
+
 def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_dir, fresh_dir):
     """The real reward (policy-scored prior/posterior, tiny strict user and verifier on tau2),
     with the attention term on (proxy cost): metrics keep IG and cost apart."""
@@ -314,8 +351,19 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
     cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24})
     trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
     trainer.setup()
+    seen = _spy_on_responder_chats(trainer._reward_fn.strict_user.llm)
     assert _unchanged_after_one_step(trainer) == []
     logged = trainer.metrics.read()[0]
+    # the per-phase times and counts, against what the responder backends were asked
+    _phases_add_up(logged)
+    for role in ("strict_user", "verifier"):
+        assert logged[f"{role}_calls"] == sum(n for r, n, _ in seen if r == role), role
+        assert logged[f"{role}_tokens"] == sum(t for r, _, t in seen if r == role), role
+        assert (logged[f"time_{role}_s"] > 0) == (logged[f"{role}_calls"] > 0), role
+    assert logged["strict_user_calls"] + logged["verifier_calls"] > 0
+    assert logged["prior_requests"] >= 1 and logged["time_prior_s"] > 0
+    assert logged["posterior_requests"] >= 1 and logged["time_posterior_s"] > 0
+    assert logged["time_generation_s"] == logged["time_rollout_s"] > 0
     assert set(logged) >= METRIC_KEYS
     assert logged["n_sampled"] == 12
     assert logged["n_valid"] > 0, "the warm-started policy asked no well-formed question"
