@@ -396,3 +396,26 @@ def _weights(folder: Path) -> dict[str, str]:
     tensors = load_file(next(Path(folder).glob("*.safetensors")))
     return {name: hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
             for name, t in tensors.items()}
+
+
+def test_overlapping_phases_share_their_seconds():
+    """Side-by-side responder calls: each stretch goes in equal parts to the phases running in it,
+    a phase's own overlapping calls count once, and the whole never exceeds the time that passed."""
+    from prour.train.metrics import PhaseClock, phase_metrics
+
+    clock = PhaseClock()
+    for phase, start, end in [("strict_user", 0, 4), ("strict_user", 1, 3), ("verifier", 2, 6),
+                              ("prior", 7, 8)]:
+        clock.add_interval(phase, start, end)
+    clock.count("strict_user_calls", 2)
+    seconds, counts = clock.take()
+    # 0-2 strict user alone, 2-4 shared with the verifier, 4-6 verifier alone, 7-8 prior
+    assert seconds == {"strict_user": 3.0, "verifier": 3.0, "prior": 1.0}
+    metrics = phase_metrics(seconds, counts, 10.0)
+    assert metrics["time_waiting_s"] == 3.0 and metrics["strict_user_calls"] == 2
+    assert sum(metrics[k] for k in PHASE_KEYS) == metrics[STEP_TIME_KEY] == 10.0
+    assert clock.take() == ({}, {})  # taken: the next step starts at zero
+    with pytest.raises(ValueError, match="more than the step"):
+        phase_metrics(seconds, counts, 5.0)
+    with pytest.raises(ValueError, match="unknown phase 'gen'"):
+        clock.add_interval("gen", 0, 1)
