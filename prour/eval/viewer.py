@@ -2,8 +2,11 @@
 
 The site has one index page (every method × task with its outcome, turns by tag and cost) and one
 page per episode: the conversation, a decision table (at each agent turn the AU/EU, the route, the
-generated question or verification query, the answer it got, the information gain and the
-attention cost where the run recorded them) and tau2's reward breakdown. Every text that comes from
+generated question or verification query, the answer it got and the attention cost of a delivered
+request; for methods without the decomposer, the AU/EU (and, on imported runs, the route) of the
+post-hoc decomposer pass where ``prour report --posthoc-uncertainty`` measured them) and tau2's
+reward breakdown. Evaluation computes no information gain (it is the training reward: it needs
+the policy's log-probabilities of G*), so the pages show none. Every text that comes from
 a model, a user simulator, a tool or a file is HTML-escaped; the pages load nothing from outside.
 
 A run folder is an evaluation (``episodes.jsonl`` beside ``results.jsonl``) or a folder of
@@ -54,6 +57,7 @@ class Episode:
     trajectory: Trajectory
     method: str
     line: dict[str, Any] | None = None  # its results.jsonl line (None: no evaluation line)
+    posthoc: list[dict[str, Any]] = field(default_factory=list)  # post-hoc decisions by turn
     page: str = ""
     routed: bool = True  # its agent turns carry prour's own turn tags
     tags: list[str] = field(default_factory=list)
@@ -77,13 +81,18 @@ def load_episodes(run_dir: str | Path) -> list[Episode]:
     """The run's episodes with their result lines (matched by key), method label and tags."""
     run_dir = Path(run_dir)
     path = episode_file(run_dir)
+    from prour.eval.harness import result_key
+    from prour.eval.posthoc import load_posthoc
+
+    posthoc = load_posthoc(run_dir)
     lines = {}
     if (run_dir / RESULTS_FILE).is_file():
         lines = {tuple(x["key"]): x for x in read_jsonl(run_dir / RESULTS_FILE)}
     episodes = []
     for number, traj in enumerate(read_trajectories(path)):
         line = lines.get(traj.key)
-        episode = Episode(traj, method_label(traj, line), line)
+        episode = Episode(traj, method_label(traj, line), line,
+                          posthoc.get(result_key(traj.key), []))
         episode.routed, episode.tags = episode_tags(traj, line)
         episode.page = f"episode-{number:04d}-{slug(episode.method)}-{slug(traj.domain)}-" \
                        f"{slug(traj.task_id)}-s{traj.seed}.html"
@@ -121,12 +130,14 @@ def episode_tags(traj: Trajectory, line: dict[str, Any] | None) -> tuple[bool, l
 
 
 def decision_rows(episode: Episode) -> list[dict[str, Any]]:
-    """One row per agent turn: tag, route, AU/EU, query, its answer, info gain, attention cost."""
+    """One row per agent turn: tag, route, AU/EU, query, its answer, attention cost, and the
+    post-hoc decomposer's AU/EU/route (None where not measured)."""
     from prour.eval.agent import is_agent_turn, step_labels
 
     traj = episode.trajectory
     costs = request_costs(episode.line)
     turns = [s for s in traj.steps if is_agent_turn(s)]
+    posthoc = {record["step"]: record for record in episode.posthoc}
     rows = []
     for number, step in enumerate(turns):
         meta = step.meta
@@ -139,8 +150,8 @@ def decision_rows(episode: Episode) -> list[dict[str, Any]]:
             "skipped": decision.get("why") if decision.get("skipped") else None,
             "query": query.get("question") if query.get("kind") == "ask" else query.get("kind"),
             "answer": turn_answer(traj, step.message_index, meta),
-            "info_gain": meta.get("info_gain"),
             "cost": costs.get(step.message_index),
+            "posthoc": posthoc.get(number),
         })
     return rows
 
@@ -214,12 +225,17 @@ def outcome(traj: Trajectory) -> str:
 def episode_page(episode: Episode) -> str:
     """The episode's page: header, decision table, conversation, reward breakdown."""
     traj = episode.trajectory
+    decisions = decision_rows(episode)
     rows = [[str(r["turn"]), str(r["message"]), esc(r["tag"]), esc(r["route"]),
              number(r["au"]), number(r["eu"]), esc(r["skipped"]), f"<pre>{esc(r['query'])}</pre>",
-             f"<pre>{esc(r['answer'])}</pre>", number(r["info_gain"]), number(r["cost"])]
-            for r in decision_rows(episode)]
+             f"<pre>{esc(r['answer'])}</pre>", number(r["cost"])] for r in decisions]
     headers = ["turn", "message", "tag" if episode.routed else "inferred tag", "route", "AU",
-               "EU", "router skipped", "query", "answer", "info gain", "attention cost"]
+               "EU", "router skipped", "query", "answer", "attention cost"]
+    if episode.posthoc:
+        headers += ["post-hoc AU", "post-hoc EU", "post-hoc route"]
+        for row, r in zip(rows, decisions):
+            record = r["posthoc"] or {}
+            row += [number(record.get("au")), number(record.get("eu")), esc(record.get("route"))]
     title = f"{episode.method} · {traj.domain} {traj.task_id} · seed {traj.seed}"
     return page(title, [
         f'<p><a href="{INDEX}">all episodes</a></p><h1>{esc(title)}</h1>',

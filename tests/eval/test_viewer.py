@@ -23,9 +23,10 @@ from typer.testing import CliRunner
 from prour.build import Builder
 from prour.cli.main import app
 from prour.config import Recipe
-from prour.env.trajectory import read_jsonl, read_trajectories
+from prour.env.trajectory import Trajectory, read_jsonl, read_trajectories
 from prour.eval.agent import is_agent_turn
 from prour.eval.harness import EPISODES_FILE, RESULTS_FILE, Evaluation
+from prour.eval.posthoc import posthoc_uncertainty
 
 SCRIPT = "<script>alert(1)</script>"
 QUESTION = f"{CLARIFY_Q} {SCRIPT}"
@@ -114,13 +115,33 @@ def test_view_pages_in_headless_chromium(tmp_path: Path, chromium: str) -> None:
     [request] = [r for r in lines["prour"]["attention"]["requests"]
                  if r["text"] == QUESTION]  # full accounting: 1 + r/20 + (1 − v/10)
     cost = 1 + request["reading_effort"] / 20 + (1 - request["value"] / 10)
-    assert clarify[10] == f"{cost:.3f}"
+    assert clarify[9] == f"{cost:.3f}"
+    _check_posthoc(tmp_path, run_dir, trajectories[lines["base"]["key"][3]])
 
     shot = run_dir / "episode.png"
     headless(chromium, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri(),
              profile=tmp_path / "profile")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     _check_imported(tmp_path, run_dir)
+
+
+def _check_posthoc(tmp_path: Path, run_dir: Path, base: Trajectory) -> None:
+    """After the post-hoc decomposer pass, base's page shows its AU/EU per turn: the scripted
+    decomposer's clarify state before any tool result, verify after it (hand-computed)."""
+    loaded = Recipe.model_validate(recipe(str(tmp_path), methods=["base", "prour"]))
+    posthoc_uncertainty(run_dir, loaded, Builder(loaded, scripted_llms()))
+    done = CliRunner().invoke(app, ["view", str(run_dir)])
+    assert done.exit_code == 0, done.output
+    [page] = (run_dir / "view").glob("episode-*base*.html")
+    dom = Dom()
+    dom.feed(page.read_text())
+    header, *rows = dom.rows
+    assert header[-3:] == ["post-hoc AU", "post-hoc EU", "post-hoc route"]
+    assert len(rows) == len([s for s in base.steps if is_agent_turn(s)])
+    assert all(r[4] == r[5] == "" for r in rows)  # base recorded no AU/EU of its own
+    for row, state in zip(rows, ["clarify", "verify"]):
+        au, eu = expected_uncertainty(state)
+        assert (row[-3], row[-2]) == (f"{au:.3f}", f"{eu:.3f}")
 
 
 def _check_imported(tmp_path: Path, run_dir: Path) -> None:
