@@ -350,7 +350,6 @@ class StepServers:
     def publish(self, status: str, error: str | None = None) -> None:
         """Write the endpoints file for the live servers (what children read)."""
         from prour.cluster.endpoints import write_endpoints
-
         from prour.cluster.run_key import run_key_path
 
         servers: dict[str, Any] = {}

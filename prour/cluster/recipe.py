@@ -122,7 +122,12 @@ def connect_served_generator(recipe: Recipe, folder: str | Path) -> Recipe:
     """:func:`with_served_generator` with ``models.generator``'s URL read from the recipe's
     endpoints file, which must list a ready server :data:`EXPORTED_GENERATOR` loading
     ``folder``; :class:`~prour.cluster.endpoints.EndpointsError` naming the file otherwise."""
-    from prour.cluster.endpoints import EndpointsError, apply_endpoints, endpoints_path, read_endpoints
+    from prour.cluster.endpoints import (
+        EndpointsError,
+        apply_endpoints,
+        endpoints_path,
+        read_endpoints,
+    )
 
     served = with_served_generator(recipe, folder)
     if served is recipe:

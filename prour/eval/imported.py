@@ -99,8 +99,8 @@ def split_line(lines: list[dict[str, Any]]) -> str:
     domains = [d for d in DOMAINS if d in ids] + sorted(set(ids) - set(DOMAINS))
     parts = []
     for domain in domains:
-        holding = sorted(((len(split_task_ids(domain, s)), s) for s in domain_spec(domain).splits
-                          if ids[domain] <= set(split_task_ids(domain, s))))
+        holding = sorted((len(split_task_ids(domain, s)), s) for s in domain_spec(domain).splits
+                         if ids[domain] <= set(split_task_ids(domain, s)))
         parts.append(f"{domain} {holding[0][1]} ({len(ids[domain])} of {holding[0][0]})"
                      if holding else f"{domain} no single split ({len(ids[domain])} tasks)")
     protocols = []
