@@ -136,10 +136,21 @@ class TrainConfig(Section):
     update: UpdateSettings = UpdateSettings()  # local backend only
     verl: VerlSettings = VerlSettings()
     wandb: WandbSettings = WandbSettings()
+    # Local backend: "off" (the paper's setting) samples each step with the policy it updates;
+    # "one_step" samples and scores step k+1 on a copy of the policy while step k updates, the
+    # copy re-synced so that no update uses samples more than max_staleness updates old.
+    overlap: Literal["off", "one_step"] = "off"
+    max_staleness: int = Field(1, ge=1)  # with overlap one_step: updates between sampling and use
 
     @model_validator(mode="after")
     def _batch_arithmetic(self) -> TrainConfig:
         check_batch_arithmetic(self)
+        if self.overlap != "off" and self.backend != "local":
+            raise ConfigError(
+                "overlap", f"{self.overlap!r} runs on the local backend only (backend is "
+                f"{self.backend!r}); verl's asynchronous modes abort and resume partial rollouts "
+                "across weight updates, which mixes policies within one sample"
+            )
         return self
 
     @property

@@ -44,6 +44,18 @@ StateFn = Callable[[dict[str, Any]], Any]
 
 
 @dataclass
+class Batch:
+    """A step's sampled and scored states, with the policy version (updates done) that sampled."""
+
+    rows: list[dict[str, Any]]
+    rollouts: list[list[Rollout]]
+    rewards: list[list[SampleReward]]
+    version: int
+    time_rollout_s: float
+    time_reward_s: float
+
+
+@dataclass
 class Kept:
     """A sample that reaches the update: its rollout, reward and state (group) index."""
 
@@ -70,6 +82,7 @@ class LocalTrainer:
         self.cfg = train_section(recipe)
         self.output_dir = Path(self.cfg.output_dir)
         self._reward_fn = reward_fn
+        self._given_reward = reward_fn
         self._make_state = make_state
         self._rows = list(rows) if rows is not None else None
         self.step = 0
@@ -179,8 +192,42 @@ class LocalTrainer:
         self._setup_metrics()
         if start is not None:
             self._restore(start)
+        if self.cfg.overlap != "off" and self._rows:
+            self._setup_sampler()
         self._write_provenance(start)
         return start
+
+    def _setup_sampler(self) -> None:
+        """train.overlap: a frozen copy of the policy samples and scores the next step in a
+        background thread while this one updates (it costs one more copy of the weights)."""
+        import copy
+        from concurrent.futures import ThreadPoolExecutor
+
+        model = copy.deepcopy(self.model).eval()
+        model.requires_grad_(False)
+        self._sampler = Policy(model, self.tokenizer, self.cfg.rollout,
+                               self.recipe.data.max_prompt_tokens, seed=self.recipe.seed)
+        self._sampler_version = self.step
+        self._sampler_reward = self._reward_fn
+        if self._given_reward is None:  # the paper's reward scores beliefs with the sampler
+            from prour.build import Builder
+            from prour.train.reward import info_gain_reward
+
+            self._sampler_reward = info_gain_reward(
+                Builder(self.recipe, {"generator": self._sampler.llm})
+            )
+        if isinstance(getattr(self._sampler_reward, "clock", None), PhaseClock):
+            self._sampler_reward.clock = self._clock()  # its phases go into the step's times
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="prour-overlap")
+        self._next: tuple[int, Any] | None = None  # (step, future of its Batch)
+
+    def _sync_sampler(self) -> None:
+        """Copy the policy's current weights into the sampler (no background sampling runs)."""
+        with torch.no_grad():
+            for dst, src in zip(self._sampler.model.parameters(), self.model.parameters()):
+                dst.copy_(src)
+        self._sampler_version = self.step
+        self._sampler_reward.policy_updated()
 
     def _restore(self, folder: Path) -> None:
         state = ckpt.load_trainer_state(folder)
@@ -220,6 +267,9 @@ class LocalTrainer:
             with StepProgress(self.cfg.total_steps, self.step, enabled=progress) as bar:
                 last = self._loop(bar) or last
         finally:
+            pool = getattr(self, "_pool", None)
+            if pool is not None:  # a sampled-ahead step is dropped (a resume samples it again)
+                pool.shutdown(wait=True, cancel_futures=True)
             self.metrics.close()
         return last
 
@@ -291,18 +341,21 @@ class LocalTrainer:
     def train_step(self) -> dict[str, Any]:
         """One training step on the next ``states_per_step`` instances; returns its metrics,
         with the seconds of every phase (:data:`~prour.train.metrics.PHASE_KEYS`: the reward's
-        clock times its scoring and responder calls)."""
-        clock = getattr(self._reward_fn, "clock", None)
-        if not isinstance(clock, PhaseClock):  # a reward without one: its time is waiting
-            clock = PhaseClock()
-        clock.take()  # nothing from before this step
+        clock times its scoring and responder calls). With ``train.overlap`` the next step's
+        sampling runs during this step's update: the phases share the step's seconds (each
+        counted within the step's window), and ``waiting`` is the rest."""
+        clock = self._clock()
         t0 = time.perf_counter()
-        rows = [self._rows[i] for i in self.order.indices(self.step, self.cfg.states_per_step)]
+        clock.take(until=t0)  # nothing from before this step
+        batch = self._batch()
+        t1 = time.perf_counter()
+        staleness = self.step - batch.version
+        if staleness > (self.cfg.max_staleness if self.cfg.overlap != "off" else 0):
+            raise RuntimeError(f"step {self.step}: samples of policy version {batch.version} "
+                               f"are {staleness} updates old (train.max_staleness)")
+        self._sample_ahead()
+        rollouts, rewards = batch.rollouts, batch.rewards
         with self._autocast():
-            rollouts = self._rollout(rows)
-            t1 = time.perf_counter()
-            rewards = self._score(rows, rollouts)
-            t2 = time.perf_counter()
             groups, select_stats = self._select(rollouts, rewards)
             with clock.timed("update"):
                 update = self._update(groups)
@@ -310,43 +363,91 @@ class LocalTrainer:
         self.scheduler.step()
         self.step += 1
         t3 = time.perf_counter()
-        metrics = sample_metrics(rollouts, rewards, [row_mode(row) for row in rows])
+        metrics = sample_metrics(rollouts, rewards, [row_mode(row) for row in batch.rows])
         metrics.update(select_stats)
         metrics.update(update)
         n_generated = sum(len(r.response_ids) for g in rollouts for r in g)
         n_tokens = n_generated + sum(len(r.prompt_ids) for g in rollouts for r in g)
-        clock.add_interval("generation", t0, t1)
         clock.count("generation_tokens", n_generated)
-        metrics.update(phase_metrics(*clock.take(), t3 - t0))
+        metrics.update(phase_metrics(*clock.take(since=t0, until=t3), t3 - t0))
         metrics.update(
-            time_rollout_s=t1 - t0,
-            time_reward_s=t2 - t1,
-            rollout_tokens_per_s=n_generated / max(t1 - t0, 1e-9),
+            time_rollout_s=batch.time_rollout_s,
+            time_reward_s=batch.time_reward_s,
+            time_sample_wait_s=t1 - t0,  # the step's wait for its samples (with overlap off:
+            # all of sampling and scoring)
+            rollout_tokens_per_s=n_generated / max(batch.time_rollout_s, 1e-9),
             # verl's perf/throughput on one device: prompt + response tokens per step second
             throughput_tokens_per_s=n_tokens / max(t3 - t0, 1e-9),
+            sample_policy_version=batch.version,
+            sample_staleness=staleness,
             lr=lr,
         )
         return metrics
 
-    def _rollout(self, rows: list[dict[str, Any]]) -> list[list[Rollout]]:
+    def _clock(self) -> PhaseClock:
+        """The step clock: the reward's own (it times its scoring and responder calls), else
+        the trainer's (a reward without one: its time is waiting)."""
+        clock = getattr(self._reward_fn, "clock", None)
+        if not isinstance(clock, PhaseClock):
+            clock = self.__dict__.setdefault("_own_clock", PhaseClock())
+        return clock
+
+    def _batch(self) -> Batch:
+        """This step's samples: sampled ahead during the last update, or now by the policy."""
+        if self.cfg.overlap != "off" and self._next is not None:
+            step, future = self._next
+            self._next = None
+            if step == self.step:
+                return future.result()
+        return self._generate(self.step, self.policy, self._reward_fn, self.step)
+
+    def _sample_ahead(self) -> None:
+        """With overlap, start sampling step + 1 on the sampler, re-synced first when its weights
+        would be more than ``max_staleness`` updates old by the time step + 1 updates."""
+        if self.cfg.overlap == "off" or self.step + 1 >= self.cfg.total_steps:
+            return
+        if self._sampler_version < self.step + 1 - self.cfg.max_staleness:
+            self._sync_sampler()
+        future = self._pool.submit(self._generate, self.step + 1, self._sampler,
+                                   self._sampler_reward, self._sampler_version)
+        self._next = (self.step + 1, future)
+
+    def _generate(self, step: int, policy: Policy, reward_fn: RewardFn, version: int) -> Batch:
+        """Sample and score step ``step``'s states with ``policy`` (weights of ``version``)."""
+        rows = [self._rows[i] for i in self.order.indices(step, self.cfg.states_per_step)]
+        with self._autocast():
+            t0 = time.perf_counter()
+            rollouts = self._rollout(rows, step, policy)
+            t1 = time.perf_counter()
+            self._clock().add_interval("generation", t0, t1)
+            rewards = self._score(rows, rollouts, policy.model, reward_fn)
+        return Batch(rows, rollouts, rewards, version, t1 - t0, time.perf_counter() - t1)
+
+    def _rollout(
+        self, rows: list[dict[str, Any]], step: int, policy: Policy
+    ) -> list[list[Rollout]]:
         from prour.llm.hf import sample_seed
 
-        base = self.step * self.cfg.states_per_step
+        base = step * self.cfg.states_per_step
         seeds = [sample_seed(self.recipe.seed, base + i) for i in range(len(rows))]
-        return self.policy.sample([row["prompt"] for row in rows], self.cfg.rollout.n, seeds)
+        return policy.sample([row["prompt"] for row in rows], self.cfg.rollout.n, seeds)
 
     @torch.no_grad()
     def _score(
-        self, rows: list[dict[str, Any]], rollouts: list[list[Rollout]]
+        self,
+        rows: list[dict[str, Any]],
+        rollouts: list[list[Rollout]],
+        model: Any,
+        reward_fn: RewardFn,
     ) -> list[list[SampleReward]]:
-        was_training = self.model.training
-        self.model.eval()
+        was_training = model.training
+        model.eval()
         try:
             states = [self._make_state(row) for row in rows]
             groups = [[r.completion for r in group] for group in rollouts]
-            return score_groups(self._reward_fn, states, groups)
+            return score_groups(reward_fn, states, groups)
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
 
     def _select(
         self, rollouts: list[list[Rollout]], rewards: list[list[SampleReward]]

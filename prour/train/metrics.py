@@ -94,12 +94,19 @@ class PhaseClock:
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + n
 
-    def take(self) -> tuple[dict[str, float], dict[str, int]]:
-        """(seconds by phase, counts by key) since the last take; both start again at zero."""
+    def take(
+        self, since: float | None = None, until: float | None = None
+    ) -> tuple[dict[str, float], dict[str, int]]:
+        """(seconds by phase, counts by key) since the last take; both start again at zero.
+        ``since``/``until`` clip the intervals to a window (a step's own seconds, when work of
+        another step overlaps it)."""
         with self._lock:
             intervals, counts = self._intervals, self._counts
             self._intervals, self._counts = [], {}
-        return shared_seconds(intervals), counts
+        lo = -math.inf if since is None else since
+        hi = math.inf if until is None else until
+        clipped = [(p, max(start, lo), min(end, hi)) for p, start, end in intervals]
+        return shared_seconds(clipped), counts
 
 
 def _check_phase(phase: str) -> None:
