@@ -35,7 +35,7 @@ from prour.rewards.config import RewardConfig
 from prour.rollout.query import ParsedQuery, parse_query
 from prour.rollout.strict_user import StrictUserSimulator
 from prour.rollout.verifier import Verifier
-from prour.train.metrics import PhaseClock
+from prour.train.metrics import PhaseClock, current_clock
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +72,9 @@ class InfoGainReward:
     ``verifier_factory(domain)`` builds the verifier of a domain (once). ``question_cost`` prices
     clarify questions when ``config.attention.lam`` > 0 (built from the config when not given;
     the ``judge`` cost needs it given). Call :meth:`policy_updated` after every optimizer step:
-    cached priors belong to the old policy. :attr:`clock` adds up the seconds of its prior and
-    posterior scoring and of its responder calls, with their counts and tokens (the trainer
-    takes them every step).
+    cached priors belong to the old policy. :attr:`clock` (or the one
+    :func:`~prour.train.metrics.clocking` sets) records its prior and posterior scoring and its
+    responder calls, with their counts and tokens (the trainer takes them every step).
     """
 
     def __init__(
@@ -191,9 +191,9 @@ class InfoGainReward:
         request = ScoreRequest(
             context=belief_prompt(state.mode, state.history), target=state.target
         )
-        with self.clock.timed("prior"):
+        with current_clock(self.clock).timed("prior"):
             result = self._score([request], state)[0]
-        self.clock.count("prior_requests", 1)
+        current_clock(self.clock).count("prior_requests", 1)
         self._priors[key] = result
         while len(self._priors) > self.config.prior_cache_size:
             self._priors.popitem(last=False)
@@ -211,9 +211,9 @@ class InfoGainReward:
             )
             for q, a in unique
         ]
-        with self.clock.timed("posterior"):
+        with current_clock(self.clock).timed("posterior"):
             results = self._score(requests, state)
-        self.clock.count("posterior_requests", len(requests))
+        current_clock(self.clock).count("posterior_requests", len(requests))
         for s in samples:
             result = results[unique[(s.question or "", s.answer or "")]]
             s.prior, s.post = prior, self._logprob(result)
@@ -238,12 +238,13 @@ class InfoGainReward:
         """(answer, error) per question from the mode's responder, retrying failed items; its
         seconds, chat requests and tokens go to :attr:`clock` under the responder's role."""
         role = "strict_user" if state.mode == "clarify" else "verifier"
+        clock = current_clock(self.clock)
 
         def counted(requests: int, tokens: int) -> None:
-            self.clock.count(f"{role}_calls", requests)
-            self.clock.count(f"{role}_tokens", tokens)
+            clock.count(f"{role}_calls", requests)
+            clock.count(f"{role}_tokens", tokens)
 
-        with self.clock.timed(role), metering(counted):
+        with clock.timed(role), metering(counted):
             return self._respond(state, questions)
 
     def _respond(

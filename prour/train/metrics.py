@@ -14,7 +14,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,7 +67,8 @@ class PhaseClock:
     seconds, a second during which k phases ran shared equally among them, so that the phases
     together never count more time than passed; then it starts afresh."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self.now = now  # time.time where intervals of several processes are put together
         self._lock = threading.Lock()
         self._intervals: list[tuple[str, float, float]] = []
         self._counts: dict[str, int] = {}
@@ -75,14 +77,14 @@ class PhaseClock:
     def timed(self, phase: str) -> Iterator[None]:
         """Record the block as an interval of ``phase`` (one of :data:`PHASES`)."""
         _check_phase(phase)
-        start = time.perf_counter()
+        start = self.now()
         try:
             yield
         finally:
-            self.add_interval(phase, start, time.perf_counter())
+            self.add_interval(phase, start, self.now())
 
     def add_interval(self, phase: str, start: float, end: float) -> None:
-        """An interval of ``phase`` in :func:`time.perf_counter` seconds."""
+        """An interval of ``phase`` in :attr:`now`'s seconds."""
         _check_phase(phase)
         with self._lock:
             self._intervals.append((phase, start, end))
@@ -100,13 +102,38 @@ class PhaseClock:
         """(seconds by phase, counts by key) since the last take; both start again at zero.
         ``since``/``until`` clip the intervals to a window (a step's own seconds, when work of
         another step overlaps it)."""
-        with self._lock:
-            intervals, counts = self._intervals, self._counts
-            self._intervals, self._counts = [], {}
+        intervals, counts = self.take_intervals()
         lo = -math.inf if since is None else since
         hi = math.inf if until is None else until
         clipped = [(p, max(start, lo), min(end, hi)) for p, start, end in intervals]
         return shared_seconds(clipped), counts
+
+    def take_intervals(self) -> tuple[list[tuple[str, float, float]], dict[str, int]]:
+        """(the intervals, counts by key) since the last take, to be joined with others'."""
+        with self._lock:
+            intervals, counts = self._intervals, self._counts
+            self._intervals, self._counts = [], {}
+        return intervals, counts
+
+
+_clock_override: ContextVar[PhaseClock | None] = ContextVar("prour_phase_clock", default=None)
+
+
+@contextlib.contextmanager
+def clocking(clock: PhaseClock) -> Iterator[None]:
+    """Inside the block (this context and threads that copy it, e.g. ``asyncio.to_thread``),
+    :func:`current_clock` is ``clock``: one verl session's own phases, apart from the others
+    that share the worker's reward."""
+    token = _clock_override.set(clock)
+    try:
+        yield
+    finally:
+        _clock_override.reset(token)
+
+
+def current_clock(default: PhaseClock) -> PhaseClock:
+    """The clock :func:`clocking` set, else ``default`` (the reward's own)."""
+    return _clock_override.get() or default
 
 
 def _check_phase(phase: str) -> None:

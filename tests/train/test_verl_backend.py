@@ -30,6 +30,7 @@ from prour.train.verl_ext.logic import (
     sample_info,
     step_metrics,
     target_logprobs,
+    verl_phase_metrics,
 )
 
 
@@ -194,6 +195,34 @@ def test_sample_info_reads_verl_extra_fields():
     assert sample_info(fields) == expected
     assert sample_info(Wrapped(fields)) == expected
     assert sample_info({}) == SampleInfo("invalid", True, None)  # no reward info: never kept
+
+
+def test_verl_phase_times_join_the_sessions_and_verls_timers():
+    """Sessions' intervals (absolute seconds) cut to the step, shared where they overlap; the
+    update is verl's training-side timers; waiting the rest; counts summed over sessions."""
+    one = reward_extra_info(SampleInfo("ask", False, 0.1), "clarify",
+                            [("generation", 99.0, 102.0), ("strict_user", 102.0, 104.0)],
+                            {"generation_tokens": 7, "strict_user_calls": 1})
+    two = reward_extra_info(SampleInfo("ask", False, 0.1), "clarify",
+                            [("generation", 101.0, 103.0), ("posterior", 104.0, 105.0)],
+                            {"generation_tokens": 5, "posterior_requests": 1})
+    infos = [sample_info({"reward_extra_info": info}) for info in (one, two)]
+    assert infos[0].phases[0] == ("generation", 99.0, 102.0) and infos[1].calls["generation_tokens"] == 5
+    timers = {"step": 10.0, "gen": 5.5, "update_actor": 3.0, "adv": 0.5, "save_checkpoint": 0.2}
+    got = verl_phase_metrics(infos, timers, step_started=100.0, prefix="p")
+    # from 100: generation alone 100-102 (one session's before-step second cut), 102-103
+    # generation and strict user, 103-104 strict user, 104-105 posterior
+    assert got["p/time_generation_s"] == pytest.approx(2.5)
+    assert got["p/time_strict_user_s"] == pytest.approx(1.5)
+    assert got["p/time_posterior_s"] == pytest.approx(1.0)
+    assert got["p/time_update_s"] == pytest.approx(3.5)
+    assert got["p/time_waiting_s"] == pytest.approx(10.0 - 2.5 - 1.5 - 1.0 - 3.5)
+    assert got["p/time_step_s"] == 10.0 and got["p/time_prior_s"] == 0.0
+    assert got["p/generation_tokens"] == 12 and got["p/strict_user_calls"] == 1
+    # sessions and update over the step (another node's clock): sessions scaled to fit
+    tight = verl_phase_metrics(infos, {"step": 5.0, "update_actor": 3.0}, 100.0, prefix="p")
+    assert tight["p/time_update_s"] == 3.0 and tight["p/time_waiting_s"] == pytest.approx(0.0)
+    assert tight["p/time_generation_s"] == pytest.approx(2.5 * 2.0 / 5.0)  # 2 s room of 5 s
 
 
 def test_step_metrics_keep_information_gain_and_attention_cost_apart():

@@ -8,7 +8,9 @@ reward workers are not called.
 
 verl runs each of a prompt's ``n`` sessions as its own agent loop; the reward object is shared
 by every loop of a worker process and keyed by training step, so a state's prior is scored once
-per step and all its sessions use that one value.
+per step and all its sessions use that one value. Each session times its own phases
+(generation, responder calls, scoring) and hands them on with the reward's facts; the trainer
+joins every session's into the step's phase times.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from functools import lru_cache
 from typing import Any
 from uuid import uuid4
@@ -28,6 +31,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from prour.rewards import InfoGainReward
+from prour.train.metrics import PhaseClock, clocking
 from prour.train.verl_ext.logic import (
     RolloutServerLLM,
     completion_from_output,
@@ -121,8 +125,11 @@ class QueryAgentLoop(AgentLoopBase):
         from prour.data.schema import state_from_row
 
         prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
-        output = await self._generate(prompt_ids, sampling_params)
+        clock = PhaseClock(now=time.time)  # this session's phases, joined with the others' later
+        with clock.timed("generation"):
+            output = await self._generate(prompt_ids, sampling_params)
         response_ids = list(output.token_ids)[: self.response_length]
+        clock.count("generation_tokens", len(response_ids))
         budget = generation_budget(len(prompt_ids), sampling_params, self.rollout_config)
         completion = completion_from_output(
             self.tokenizer, response_ids, output.stop_reason, len(prompt_ids), budget
@@ -131,7 +138,9 @@ class QueryAgentLoop(AgentLoopBase):
             {"reward_model": kwargs["reward_model"], "extra_info": kwargs["extra_info"]}
         )
         reward_fn = _step_reward(self, int(kwargs["global_steps"]))
-        sample = (await asyncio.to_thread(reward_fn.score_group, state, [completion]))[0]
+        with clocking(clock):  # to_thread copies the context: the reward records on ``clock``
+            sample = (await asyncio.to_thread(reward_fn.score_group, state, [completion]))[0]
+        intervals, counts = clock.take_intervals()
         logprobs = output.log_probs[: self.response_length] if output.log_probs else None
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
@@ -142,7 +151,7 @@ class QueryAgentLoop(AgentLoopBase):
             num_turns=2,
             metrics=AgentLoopMetrics(),
             extra_fields={
-                "reward_extra_info": reward_extra_info(sample, state.mode),
+                "reward_extra_info": reward_extra_info(sample, state.mode, intervals, counts),
                 "finish_reason": completion.finish_reason,
                 "turn_scores": [],
                 "tool_rewards": [],

@@ -7,14 +7,17 @@ prompt (one GRPO group), ``session`` the sample's place in sampling order.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prour.llm import chat as chat_rules
 from prour.llm.base import ChatRequest, Completion, ScoreRequest, ScoreResult
 from prour.train.algorithm import select_kept
-from prour.train.metrics import sample_diagnostics
+from prour.train.metrics import phase_metrics, sample_diagnostics, shared_seconds
+
+logger = logging.getLogger(__name__)
 
 SCORE_SAMPLING = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "detokenize": False}
 """vLLM parameters of a scoring call: one forward pass returning the prompt tokens' log-probs."""
@@ -32,6 +35,8 @@ class SampleInfo:
     post: float | None = None
     ig: float | None = None
     attention_cost: float | None = None
+    phases: tuple[tuple[str, float, float], ...] = ()  # (phase, start, end), time.time seconds
+    calls: dict[str, int] = field(default_factory=dict)  # CALL_KEYS counts of the session
 
 
 def parse_trajectory_key(key: str) -> tuple[str, int, int]:
@@ -40,11 +45,16 @@ def parse_trajectory_key(key: str) -> tuple[str, int, int]:
     return uid, int(session), int(index)
 
 
-def reward_extra_info(sample: Any, mode: str) -> dict[str, Any]:
+def reward_extra_info(
+    sample: Any,
+    mode: str,
+    phases: Sequence[tuple[str, float, float]] = (),
+    calls: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """The per-sample facts the agent loop hands to verl (metrics and our sampler read them);
     ``mode`` is the state's belief mode (clarify or verify). ``ig_reward`` is the reward the
     update uses (R = IG − λ·cost with the attention term on); ``ig`` and ``attention_cost`` are
-    its two terms.
+    its two terms; ``phases`` the session's timed intervals and ``calls`` its counts.
 
     Keys avoid verl's own ``reward`` entry, which its validation fills with the scalar score.
     """
@@ -58,6 +68,8 @@ def reward_extra_info(sample: Any, mode: str) -> dict[str, Any]:
         "ig": sample.ig,
         "attention_cost": sample.attention_cost,
         "valid": sample.kind == "ask",
+        "phases": [[str(p), float(a), float(b)] for p, a, b in phases],
+        "calls": dict(calls or {}),
     }
 
 
@@ -77,6 +89,8 @@ def sample_info(extra_fields: Any) -> SampleInfo:
         post=_optional_float(info.get("post")),
         ig=_optional_float(info.get("ig")),
         attention_cost=_optional_float(info.get("attention_cost")),
+        phases=tuple((str(p), float(a), float(b)) for p, a, b in info.get("phases") or ()),
+        calls={str(k): int(v) for k, v in (info.get("calls") or {}).items()},
     )
 
 
@@ -91,6 +105,51 @@ def step_metrics(infos: Sequence[SampleInfo], prefix: str = "training/prour") ->
     ``prefix``; values that are None this step (no sample of a mode) are left out."""
     diagnostics = sample_diagnostics(infos, [i.mode for i in infos])
     return {f"{prefix}/{key}": value for key, value in diagnostics.items() if value is not None}
+
+
+VERL_UPDATE_TIMERS = (
+    "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "update_weights"
+)
+"""verl's ``timing_s/*`` timers of the training side, which together are the update phase."""
+
+
+def verl_phase_metrics(
+    infos: Sequence[SampleInfo],
+    timing_raw: Mapping[str, float],
+    step_started: float,
+    prefix: str = "training/prour",
+) -> dict[str, float | int]:
+    """A verl step's :data:`~prour.train.metrics.PHASE_KEYS` and ``CALL_KEYS`` under ``prefix``.
+
+    The step is verl's ``timing_s/step`` from ``step_started`` (``time.time``). Generation, the
+    responders and the scoring passes are the sessions' intervals (``infos``: every trajectory
+    the step sampled, kept or not), cut to the step and shared out where sessions overlap
+    (:func:`~prour.train.metrics.shared_seconds`); the update is the sum of verl's training-side
+    timers (:data:`VERL_UPDATE_TIMERS`); waiting is the rest (verl's scheduling and transfers,
+    the balance, checkpoints). Should the sessions' share and the update exceed the step (clocks
+    of several nodes apart), the sessions' phases are scaled down to fit, with a warning.
+    """
+    step_s = float(timing_raw["step"])
+    end = step_started + step_s
+    intervals = [
+        (phase, max(a, step_started), min(b, end)) for info in infos for phase, a, b in info.phases
+    ]
+    seconds = shared_seconds(intervals)
+    update = sum(float(timing_raw.get(name, 0.0)) for name in VERL_UPDATE_TIMERS)
+    room = max(step_s - update, 0.0)
+    if sum(seconds.values()) > room:
+        logger.warning(
+            "sessions' phases (%.3f s) and update (%.3f s) exceed the step's %.3f s: scaled down",
+            sum(seconds.values()), update, step_s,
+        )
+        scale = room / sum(seconds.values())
+        seconds = {p: v * scale for p, v in seconds.items()}
+    seconds["update"] = min(update, step_s)
+    counts: dict[str, int] = {}
+    for info in infos:
+        for key, n in info.calls.items():
+            counts[key] = counts.get(key, 0) + n
+    return {f"{prefix}/{k}": v for k, v in phase_metrics(seconds, counts, step_s).items()}
 
 
 def _groups(keys: Sequence[str]) -> dict[str, list[int]]:

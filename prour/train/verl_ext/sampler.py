@@ -59,6 +59,10 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
         super().__init__(sampler_kwargs=sampler_kwargs, refill_fn=refill_fn, **kwargs, **extra)
         self._seen: dict[str, SampleInfo] = {}  # this step's finished trajectories, by key
 
+    def step_infos(self) -> list[SampleInfo]:
+        """Every trajectory the step's sampling saw (kept, dropped, refilled), as sampled."""
+        return list(self._seen.values())
+
     def _infos(self, partition_id: str, keys: list[str]) -> list[SampleInfo]:
         if not keys:
             return []

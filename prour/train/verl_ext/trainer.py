@@ -17,6 +17,7 @@ runner; :func:`register` (run in every Ray worker through Ray's
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from transfer_queue import KVBatchMeta
@@ -30,6 +31,7 @@ from prour.train.verl_ext.logic import (
     parse_trajectory_key,
     rank_major_order,
     states_in_prompt_order,
+    verl_phase_metrics,
 )
 
 
@@ -48,6 +50,23 @@ class StateOrderedTrainer(PPOTrainerSync):
     @trainer_mode.setter
     def trainer_mode(self, _registered_name: str) -> None:
         """``PPOTrainer.__init__`` stores the configured name; the mode stays ``"sync"``."""
+
+    def on_step_begin(self) -> None:
+        """verl's hook; also notes when the step began (its sessions' phases are cut to it)."""
+        self.step_started = time.time()
+        super().on_step_begin()
+
+    def _compute_metrics(self, batch: Any, metrics: dict, timing_raw: dict, **kwargs: Any) -> None:
+        """verl's step metrics, and the step's phase times under ``training/prour/``."""
+        super()._compute_metrics(batch, metrics, timing_raw, **kwargs)
+        metrics.update(self.phase_metrics(timing_raw))
+
+    def phase_metrics(self, timing_raw: dict) -> dict:
+        """The step's :data:`~prour.train.metrics.PHASE_KEYS` and counts, from the sampled
+        sessions' own intervals and verl's timers (:func:`~prour.train.verl_ext.logic.
+        verl_phase_metrics`)."""
+        step_infos = getattr(self.replay_buffer, "step_infos", list)  # verl's own buffer: none
+        return verl_phase_metrics(step_infos(), timing_raw, self.step_started)
 
     def _actor_dp_size(self) -> int:
         worker_group = self.actor_rollout_wg

@@ -195,6 +195,34 @@ def test_sampler_metrics_reach_verl_step_metrics(paper_step):
     assert "global_seqlen/mean" in metrics or any(k.startswith("global_seqlen") for k in metrics)
 
 
+def _phases_fill_the_step(harness, metrics) -> None:
+    """The step's phase keys are there under training/prour/ and add up to verl's step timer."""
+    from prour.train.metrics import CALL_KEYS, PHASE_KEYS
+
+    ours = {k: metrics[f"training/prour/{k}"] for k in (*PHASE_KEYS, *CALL_KEYS, "time_step_s")}
+    assert all(v >= 0 for v in ours.values())
+    assert ours["time_step_s"] == harness.timing_raw["step"]
+    assert sum(ours[k] for k in PHASE_KEYS) == pytest.approx(ours["time_step_s"], rel=1e-9)
+    assert ours["time_generation_s"] > 0 and ours["time_strict_user_s"] > 0
+    assert ours["time_update_s"] == 0  # the harness stops before verl's update timers
+
+
+def test_every_step_writes_the_phase_keys(paper_step):
+    """One session's phases per trajectory, joined by our trainer: counts match what the stand-in
+    rollout server and responder were asked."""
+    harness, _, metrics = paper_step
+    _phases_fill_the_step(harness, metrics)
+    infos = list(harness.rolled.values())
+    prior_prompts = harness.server.prior_requests()
+    posterior_prompts = sum(harness.server.score_prompts.values()) - sum(prior_prompts.values())
+    assert metrics["training/prour/prior_requests"] == sum(prior_prompts.values()) == N_STATES
+    assert metrics["training/prour/posterior_requests"] == posterior_prompts > 0
+    # every session asks its one question of the strict user once (no retries: responder_retries=0)
+    assert metrics["training/prour/strict_user_calls"] == sum(i.kind == "ask" for i in infos)
+    assert metrics["training/prour/verifier_calls"] == 0  # clarify states only
+    assert metrics["training/prour/generation_tokens"] == harness.server.sampled_tokens > 0
+
+
 def test_one_prior_request_per_state_per_step(paper_step):
     harness, _, _ = paper_step
     states_with_answers = {
@@ -329,6 +357,9 @@ def test_drop_zero_variance_refills_single_prompts_and_continues(
         # verl evicts k flat groups and refills 2k prompts, fetched one by one (gen_batch_size 1)
         assert harness.config.data.gen_batch_size == 1
         assert harness.submitted[:2] == [N_STATES, 2 * 3]
+        _phases_fill_the_step(harness, metrics)
+        _, metrics = harness.step()  # the next step: its own phases, from its own sessions
+        _phases_fill_the_step(harness, metrics)
     finally:
         harness.close()
 

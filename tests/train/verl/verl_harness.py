@@ -68,6 +68,7 @@ class RolloutServer:
         self.tokenizer = tokenizer
         self.reply = reply
         self.score_prompts: Counter[str] = Counter()
+        self.sampled_tokens = 0  # tokens of every sampled reply (scoring calls not counted)
         self._lock = threading.Lock()
 
     async def generate(
@@ -98,6 +99,8 @@ class RolloutServer:
             return TokenOutput(token_ids=[1], stop_reason="completed", extra_fields=extra)
         ids = self.tokenizer(self.reply(text), add_special_tokens=False)["input_ids"]
         ids = ids + [self.tokenizer.eos_token_id]
+        with self._lock:
+            self.sampled_tokens += len(ids)
         logprobs = [-0.5] * len(ids) if sampling_params.get("logprobs") else None
         return TokenOutput(
             token_ids=ids, log_probs=logprobs, stop_reason="completed", extra_fields=extra
@@ -143,9 +146,13 @@ def trainer_class() -> type:
             self.balanced: list[Any] = []  # as handed to the actor ranks
 
         def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
-            batch, sampler_metrics = self.replay_buffer.sample(
-                global_steps=self.global_steps, partition_id="train", batch_size=sample_batch_size
-            )
+            from verl.utils.debug import marked_timer
+
+            with marked_timer("gen", timing_raw):  # as verl's own _step_once times sampling
+                batch, sampler_metrics = self.replay_buffer.sample(
+                    global_steps=self.global_steps, partition_id="train",
+                    batch_size=sample_batch_size,
+                )
             metrics.update(sampler_metrics)
             self.batches.append(batch)
             self.balanced.append(self._balance_batch(batch, metrics=metrics))
@@ -267,9 +274,16 @@ class Harness:
             self.rolled.update({k: sample_info(v) for k, v in zip(keys, values)})
 
     def step(self) -> tuple[Any, dict[str, Any]]:
-        """One verl training step (``PPOTrainer.step``); the sampled batch and step metrics."""
+        """One verl training step (``PPOTrainer.step``, timed and hooked as verl's ``fit`` does,
+        then our trainer's phase metrics); the sampled batch and step metrics."""
+        from verl.utils.debug import marked_timer
+
         metrics: dict[str, Any] = {}
-        balanced = self.trainer.step(metrics, {})
+        self.timing_raw: dict[str, float] = {}
+        with marked_timer("step", self.timing_raw):
+            self.trainer.on_step_begin()
+            balanced = self.trainer.step(metrics, self.timing_raw)
+        metrics.update(self.trainer.phase_metrics(self.timing_raw))
         self.trainer.global_steps += 1
         return balanced, metrics
 
