@@ -158,11 +158,14 @@ class LocalTrainer:
 
             self._make_state = state_from_row
         if self._reward_fn is None:
-            from prour.build import Builder
-            from prour.train.reward import info_gain_reward
+            self._reward_fn = self._reward_for(self.policy.llm)
 
-            builder = Builder(self.recipe, {"generator": self.policy.llm})
-            self._reward_fn = info_gain_reward(builder)
+    def _reward_for(self, policy_llm: Any) -> RewardFn:
+        """The recipe's information-gain reward whose belief scorer is ``policy_llm``."""
+        from prour.build import Builder
+        from prour.train.reward import info_gain_reward
+
+        return info_gain_reward(Builder(self.recipe, {"generator": policy_llm}))
 
     def _setup_metrics(self) -> None:
         self.metrics = MetricsLog(
@@ -210,12 +213,7 @@ class LocalTrainer:
         self._sampler_version = self.step
         self._sampler_reward = self._reward_fn
         if self._given_reward is None:  # the paper's reward scores beliefs with the sampler
-            from prour.build import Builder
-            from prour.train.reward import info_gain_reward
-
-            self._sampler_reward = info_gain_reward(
-                Builder(self.recipe, {"generator": self._sampler.llm})
-            )
+            self._sampler_reward = self._reward_for(self._sampler.llm)
         if isinstance(getattr(self._sampler_reward, "clock", None), PhaseClock):
             self._sampler_reward.clock = self._clock()  # its phases go into the step's times
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="prour-overlap")
