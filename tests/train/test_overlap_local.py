@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from transformers import AutoModelForCausalLM, AutoTokenizer
 from train_helpers import instance_rows
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prour.config import ModelConfig, Recipe
 from prour.train.config import TrainConfig
