@@ -214,6 +214,12 @@ class LocalTrainer:
         self._sampler_reward = self._reward_fn
         if self._given_reward is None:  # the paper's reward scores beliefs with the sampler
             self._sampler_reward = self._reward_for(self._sampler.llm)
+        elif getattr(self._given_reward, "policy_llm", None) is self.policy.llm:
+            raise ValueError(
+                "train.overlap: the given reward scores beliefs with the live policy, which "
+                "updates while the next step is scored; give no reward_fn (the recipe's reward "
+                "is built for the sampler) or one that does not score with the policy"
+            )
         if isinstance(getattr(self._sampler_reward, "clock", None), PhaseClock):
             self._sampler_reward.clock = self._clock()  # its phases go into the step's times
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="prour-overlap")
