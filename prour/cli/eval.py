@@ -350,7 +350,9 @@ def _refuse_tau2_files(runs: list[str]) -> None:
 
 def training_report(output_dir: str, out: str | None) -> None:
     """Write the training report of one training output folder and print its files."""
-    from prour.train.report import write_training_report
+    import json
+
+    from prour.train.report import share_line, write_training_report
 
     try:
         written = write_training_report(output_dir, out)
@@ -358,6 +360,9 @@ def training_report(output_dir: str, out: str | None) -> None:
         _fail(str(exc))
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
+    line = share_line(json.loads(written["json"].read_text())["time"])
+    if line:  # each phase's share of the step time (the report's time table)
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.files import write_atomic
-from prour.train.metrics import METRICS_FILE, SEGMENT_PREFIX
+from prour.train.metrics import METRICS_FILE, PHASE_KEYS, PHASES, SEGMENT_PREFIX, STEP_TIME_KEY
 
 VERL_PREFIX = "training/prour/"
 VERL_NAMES = {
@@ -38,6 +38,7 @@ VERL_NAMES = {
 REPORT_DIR = "report"
 REWARD_PLOT = "training_reward.png"
 CURVES_PLOT = "training_curves.png"
+TIME_PLOT = "training_time.png"
 REPORT_FILE = "training_report.md"
 REPORT_JSON = "training_report.json"
 
@@ -222,6 +223,65 @@ def plot_curves(records: Sequence[Mapping[str, Any]], panels: Sequence[Panel],
     return save_plot(fig, out, drawn)
 
 
+def timed_steps(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The steps that logged every phase's seconds and the step's (runs before the phase keys
+    have none)."""
+    return [r for r in records
+            if all(isinstance(r.get(k), (int, float)) for k in (*PHASE_KEYS, STEP_TIME_KEY))]
+
+
+def phase_shares(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each phase's seconds over the timed steps and its share of their total step time; the
+    phases of a step add up to it (``waiting`` is the rest), so the shares sum to 1."""
+    timed = timed_steps(records)
+    total = sum(float(r[STEP_TIME_KEY]) for r in timed)
+    seconds = {p: sum(float(r[f"time_{p}_s"]) for r in timed) for p in PHASES}
+    return {"steps": len(timed), "step_seconds": total,
+            "phases": {p: {"seconds": v, "share": v / total if total > 0 else None}
+                       for p, v in seconds.items()}}
+
+
+def share_line(shares: Mapping[str, Any]) -> str | None:
+    """One line of :func:`phase_shares`: mean step seconds and every phase's share (None without
+    timed steps)."""
+    if not shares["steps"] or not shares["step_seconds"]:
+        return None
+    parts = ", ".join(f"{phase} {100 * e['share']:.1f}%" for phase, e in shares["phases"].items())
+    mean = shares["step_seconds"] / shares["steps"]
+    return f"time per step: {_fmt(mean)} s over {shares['steps']} steps: {parts}"
+
+
+def plot_times(records: Sequence[Mapping[str, Any]], out: str | Path) -> Path:
+    """Seconds per training step, stacked by phase (generation at the bottom, waiting on top)."""
+    from matplotlib.ticker import MaxNLocator
+
+    from prour.plots import padded_limits, pyplot, save_plot
+
+    timed = timed_steps(records)
+    steps = [int(r["step"]) for r in timed]
+    fig, ax = pyplot().subplots(figsize=(7.5, 4.2))
+    bottom = [0.0] * len(timed)
+    drawn: dict[str, Any] = {}
+    for phase in PHASES:
+        key = f"time_{phase}_s"
+        heights = [float(r[key]) for r in timed]
+        label = phase.replace("_", " ")
+        ax.bar(steps, heights, bottom=bottom, width=0.8, label=label)
+        drawn[label] = {"key": key, "x": steps, "y": heights}
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    drawn["step"] = {"key": STEP_TIME_KEY, "x": steps, "y": [float(r[STEP_TIME_KEY]) for r in timed]}
+    ax.set_xlim(*padded_limits(steps, min_span=2.0, bounds=(0.0, math.inf)))
+    ax.set_ylim(0.0, max(bottom, default=1.0) * 1.08 or 1.0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title("Time per training step by phase", fontsize=10)
+    ax.set_xlabel("training step", fontsize=8)
+    ax.set_ylabel("seconds", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save_plot(fig, out, {"time": drawn})
+
+
 # ---- the report ----------------------------------------------------------------------------
 
 
@@ -262,6 +322,16 @@ def _markdown(output_dir: Path, records: Sequence[Mapping[str, Any]],
     missing = [f"`{r['key']}`" for r in rows if not r["steps"]]
     if missing:
         lines += ["", f"Not logged by this run: {', '.join(missing)}."]
+    shares = phase_shares(records)
+    if shares["steps"]:
+        mean = shares["step_seconds"] / shares["steps"]
+        lines += ["", "## Where the time goes", "",
+                  (f"{shares['steps']} timed steps, {_fmt(shares['step_seconds'])} s in all "
+                   f"({_fmt(mean)} s per step)."), "",
+                  "| Phase | Seconds | Share |", "| --- | --- | --- |"]
+        for phase, entry in shares["phases"].items():
+            share = "–" if entry["share"] is None else f"{100 * entry['share']:.1f}%"
+            lines.append(f"| {phase} | {_fmt(entry['seconds'])} | {share} |")
     lines += ["", *(f"![{name}]({path.name})" for name, path in plots.items())]
     return "\n".join(lines) + "\n"
 
@@ -270,7 +340,8 @@ def write_training_report(output_dir: str | Path,
                           out_dir: str | Path | None = None) -> dict[str, Path]:
     """Plots and markdown of a training run's metrics (default folder ``<output_dir>/report``);
     returns the written paths by name: ``reward_plot``, ``curves_plot`` (when any diagnostic
-    was logged), ``markdown``, ``json``."""
+    was logged), ``time_plot`` (when the steps logged their phase times; the markdown and the
+    JSON's ``time`` give each phase's share), ``markdown``, ``json``."""
     output_dir = Path(output_dir)
     records = read_metrics(output_dir)
     if not records:
@@ -281,12 +352,15 @@ def write_training_report(output_dir: str | Path,
     panels = [p for p in CURVE_PANELS if has_data(p, records)]
     if panels:
         written["curves_plot"] = plot_curves(records, panels, out / CURVES_PLOT)
+    if timed_steps(records):
+        written["time_plot"] = plot_times(records, out / TIME_PLOT)
     rows = summary_rows(records)
     markdown = out / REPORT_FILE
     write_atomic(markdown, _markdown(output_dir, records, rows, dict(written)))
     payload = out / REPORT_JSON
     write_atomic(payload, json.dumps({"output_dir": str(output_dir), "steps": len(records),
-                                      "series": rows}, indent=2) + "\n")
+                                      "series": rows, "time": phase_shares(records)},
+                                     indent=2) + "\n")
     return {**written, "markdown": markdown, "json": payload}
 
 

@@ -21,7 +21,15 @@ from prour.rewards.reward import SampleReward
 from prour.rollout.query import parse_query
 from prour.train.config import TrainConfig
 from prour.train.local import LocalTrainer
-from prour.train.report import CURVES_PLOT, REWARD_PLOT, read_metrics, write_training_report
+from prour.train.metrics import PHASES
+from prour.train.report import (
+    CURVES_PLOT,
+    REWARD_PLOT,
+    TIME_PLOT,
+    _fmt,
+    read_metrics,
+    write_training_report,
+)
 
 STEPS = 3
 SAMPLES_PER_STEP = 2 * 3  # states_per_step x rollout.n
@@ -110,6 +118,21 @@ def test_report_series_equal_the_samples_by_mode(tiny_run, tmp_path):
     assert "Clip fraction" in titles and "Attention-aware reward terms" not in titles  # no data
     markdown = written["markdown"].read_text()
     assert f"![reward_plot]({REWARD_PLOT})" in markdown and CURVES_PLOT in markdown
+    # time per step, stacked by phase: the bars are the logged phase seconds, they reach each
+    # step's time, and the shares printed sum to the run's step time
+    time = read_plot(written["time_plot"])["series"]["time"]
+    tops = [sum(time[p.replace("_", " ")]["y"][i] for p in PHASES) for i in range(STEPS)]
+    assert tops == pytest.approx([m["time_step_s"] for m in logged], rel=1e-9)
+    assert time["generation"]["y"] == [m["time_generation_s"] for m in logged]
+    shares = json.loads(written["json"].read_text())["time"]
+    total = sum(m["time_step_s"] for m in logged)
+    assert shares["step_seconds"] == pytest.approx(total)
+    assert sum(e["seconds"] for e in shares["phases"].values()) == pytest.approx(total)
+    assert sum(e["share"] for e in shares["phases"].values()) == pytest.approx(1.0)
+    update = shares["phases"]["update"]
+    assert update["share"] == pytest.approx(sum(m["time_update_s"] for m in logged) / total)
+    assert f"| update | {_fmt(update['seconds'])} | {100 * update['share']:.1f}% |" in markdown
+    assert TIME_PLOT in markdown
     assert "Not logged by this run: `ig_mean`, `attention_cost_mean`" in markdown
 
 
@@ -125,14 +148,19 @@ def test_prour_report_detects_a_training_folder(tiny_run):
     again = CliRunner().invoke(app, ["train", "report", str(out), "--out", str(out / "r2")])
     assert again.exit_code == 0, again.output
     assert f"markdown: {out / 'r2' / 'training_report.md'}" in again.output
+    shares = json.loads((out / "r2" / "training_report.json").read_text())["time"]["phases"]
+    printed = ", ".join(f"{p} {100 * e['share']:.1f}%" for p, e in shares.items())
+    assert f"steps: {printed}" in again.output and list(shares) == list(PHASES)
 
 
 def test_verl_file_logger_lines_read_under_the_local_names(tmp_path, monkeypatch):
     """verl's own FileLogger writes the sampler's metrics; a resume segment replaces later steps."""
     from verl.utils.tracking import FileLogger
 
-    from prour.train.verl_ext.logic import SampleInfo, step_metrics
+    from prour.train.verl_ext.logic import SampleInfo, step_metrics, verl_phase_metrics
 
+    session = SampleInfo("ask", False, 0.5, "clarify",
+                         phases=(("generation", 100.0, 101.5), ("strict_user", 101.5, 102.0)))
     infos = [SampleInfo("ask", False, 0.5, "clarify", -3.0, -2.0),
              SampleInfo("ask", False, 0.25, "verify", -3.5, -3.0),
              SampleInfo("none", False, 0.0, "verify"), SampleInfo("ask", True, None, "clarify")]
@@ -143,7 +171,10 @@ def test_verl_file_logger_lines_read_under_the_local_names(tmp_path, monkeypatch
         monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
         logger = FileLogger("p", "e")
         for step in steps:
-            logger.log({**step_metrics(infos), **verl_only, "actor/entropy": scale * step}, step)
+            timers = {"step": 4.0 * step, "update_actor": 1.0}  # verl's timing_raw of the step
+            times = verl_phase_metrics([session], timers, step_started=100.0)
+            logger.log({**step_metrics(infos), **verl_only, **times, "timing_s/step": 4.0 * step,
+                        "actor/entropy": scale * step}, step)
         logger.finish()
 
     log(tmp_path / "metrics.jsonl", range(1, 5), 1.0)
@@ -161,6 +192,14 @@ def test_verl_file_logger_lines_read_under_the_local_names(tmp_path, monkeypatch
     written = write_training_report(tmp_path)
     series = json.loads(written["curves_plot"].with_suffix(".json").read_text())["series"]
     assert series["entropy"]["entropy"]["y"] == [1.0, 2.0, 30.0]
+    # the phases as verl's run logged them: 1.5 s generation, 0.5 s strict user, 1 s update
+    time = read_plot(written["time_plot"])["series"]["time"]
+    assert time["step"]["y"] == [4.0, 8.0, 12.0]
+    assert time["generation"]["y"] == [1.5] * 3 and time["update"]["y"] == [1.0] * 3
+    assert time["waiting"]["y"] == pytest.approx([1.0, 5.0, 9.0])
+    shares = json.loads(written["json"].read_text())["time"]["phases"]
+    assert shares["waiting"]["share"] == pytest.approx(15.0 / 24.0)
+    assert sum(e["share"] for e in shares.values()) == pytest.approx(1.0)
 
 
 def test_local_and_verl_report_the_same_diagnostic_names():
