@@ -80,8 +80,9 @@ def test_a_previous_runs_metrics_and_results_take_precedence(tmp_path):
     lines = eval_estimate(recipe, {"eval_episode_s": rate})
     episodes = 2 * 2 * 3  # max_tasks 2 in each of retail and airline, 3 seeds
     assert lines[0].startswith("estimate (eval): 2 methods x 4 tasks (retail 2, airline 2)")
-    assert f"base: {episodes} episodes x 50.0 s (assumed) / 8 = " \
-           f"{episodes * 50 / 8 / 3600:.1f} h" in lines[1]
+    conc = recipe.eval.concurrency  # paper.yaml's
+    assert f"base: {episodes} episodes x 50.0 s (assumed) / {conc} = " \
+           f"{episodes * 50 / conc / 3600:.1f} h" in lines[1]
     assert f"prour: {episodes} episodes x 200 s (median of 3" in lines[2]
     assert any("a stated source" in line for line in lines)
 
