@@ -206,6 +206,11 @@ def test_verl_phase_times_join_the_sessions_and_verls_timers():
     two = reward_extra_info(SampleInfo("ask", False, 0.1), "clarify",
                             [("generation", 101.0, 103.0), ("posterior", 104.0, 105.0)],
                             {"generation_tokens": 5, "posterior_requests": 1})
+    # verl's validation averages reward_extra_info's entries per key (strings skipped): it takes ours
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    validated = process_validation_metrics(["d", "d"], ["u", "u"], {k: [one[k], two[k]] for k in one})
+    assert "phases" not in validated["d"] and "ig_reward" in validated["d"]  # (lists: TypeError)
     infos = [sample_info({"reward_extra_info": info}) for info in (one, two)]
     assert infos[0].phases[0] == ("generation", 99.0, 102.0) and infos[1].calls["generation_tokens"] == 5
     timers = {"step": 10.0, "gen": 5.5, "update_actor": 3.0, "adv": 0.5, "save_checkpoint": 0.2}

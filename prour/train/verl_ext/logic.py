@@ -7,6 +7,7 @@ prompt (one GRPO group), ``session`` the sample's place in sampling order.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +55,8 @@ def reward_extra_info(
     """The per-sample facts the agent loop hands to verl (metrics and our sampler read them);
     ``mode`` is the state's belief mode (clarify or verify). ``ig_reward`` is the reward the
     update uses (R = IG − λ·cost with the attention term on); ``ig`` and ``attention_cost`` are
-    its two terms; ``phases`` the session's timed intervals and ``calls`` its counts.
+    its two terms; ``phases`` the session's timed intervals and ``calls`` its counts (as JSON
+    text, which verl's validation metrics skip like the other strings).
 
     Keys avoid verl's own ``reward`` entry, which its validation fills with the scalar score.
     """
@@ -68,8 +70,9 @@ def reward_extra_info(
         "ig": sample.ig,
         "attention_cost": sample.attention_cost,
         "valid": sample.kind == "ask",
-        "phases": [[str(p), float(a), float(b)] for p, a, b in phases],
-        "calls": dict(calls or {}),
+        # JSON text: verl's validation averages every non-string entry of reward_extra_info
+        "phases": json.dumps([[str(p), float(a), float(b)] for p, a, b in phases]),
+        "calls": json.dumps(dict(calls or {})),
     }
 
 
@@ -89,9 +92,14 @@ def sample_info(extra_fields: Any) -> SampleInfo:
         post=_optional_float(info.get("post")),
         ig=_optional_float(info.get("ig")),
         attention_cost=_optional_float(info.get("attention_cost")),
-        phases=tuple((str(p), float(a), float(b)) for p, a, b in info.get("phases") or ()),
-        calls={str(k): int(v) for k, v in (info.get("calls") or {}).items()},
+        phases=tuple((str(p), float(a), float(b)) for p, a, b in _json(info.get("phases"), [])),
+        calls={str(k): int(v) for k, v in _json(info.get("calls"), {}).items()},
     )
+
+
+def _json(text: Any, empty: Any) -> Any:
+    """A JSON entry of reward_extra_info (``empty`` when absent)."""
+    return json.loads(text) if isinstance(text, str) and text else empty
 
 
 def _optional_float(value: Any) -> float | None:
