@@ -68,7 +68,7 @@ PosthocOpt = typer.Option(
     "(its recipe.resolved.yaml) over the first 16 decisions of each episode without AU/EU of "
     "its own, cached resumably in RUN/posthoc_uncertainty.jsonl.")
 PosthocRecipeOpt = typer.Option(
-    None, "--recipe", "-r", help="With --posthoc-uncertainty: the recipe whose models.decomposer "
+    None, "--posthoc-recipe", help="With --posthoc-uncertainty: the recipe whose models.decomposer "
     "(and router thresholds, which route an imported run's turns) the pass uses, for runs "
     "without their own recipe.resolved.yaml, such as `prour import tau2` folders.")
 
@@ -278,7 +278,7 @@ def report_command(
     burden_pairs: int = BurdenPairsOpt,
     annotations: str | None = AnnotationsOpt,
     posthoc: bool = PosthocOpt,
-    recipe: str | None = PosthocRecipeOpt,
+    posthoc_recipe: str | None = PosthocRecipeOpt,
 ) -> None:
     """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots; a training
     output folder (metrics.jsonl, no results.jsonl) gets the training report instead."""
@@ -296,10 +296,10 @@ def report_command(
         training_report(run, out if len(training) == 1 else None)
     if not evaluations:
         return
-    if recipe and not posthoc:
-        _fail("--recipe belongs to the post-hoc pass; add --posthoc-uncertainty")
+    if posthoc_recipe and not posthoc:
+        _fail("--posthoc-recipe belongs to the post-hoc pass; add --posthoc-uncertainty")
     if posthoc:
-        _posthoc(evaluations, recipe)
+        _posthoc(evaluations, posthoc_recipe)
     try:
         written = write_report(evaluations, out, attention=attention, baseline=baseline,
                                n_boot=n_boot, accounting=accounting, lam=lam,

@@ -13,7 +13,7 @@ An imported run (:mod:`prour.eval.imported`: no router took any of its turns) is
 same way and also *routed*: its decomposer has the recipe's thresholds (``router.tau_au`` /
 ``router.tau_eu`` or calibrated ones), each line records the route (act / clarify / verify), and
 the report counts them per episode beside the inferred tags. Such a run has no saved recipe: the
-caller passes one (``prour report RUN --posthoc-uncertainty --recipe R``).
+caller passes one (``prour report RUN --posthoc-uncertainty --posthoc-recipe R``).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def posthoc_uncertainty(run_dir: str | Path, recipe: Recipe | None = None,
         if routes and not (run_dir / RECIPE_FILE).is_file():
             raise ValueError(f"{run_dir} is an imported run without {RECIPE_FILE}: pass the "
                              "recipe whose models.decomposer and router thresholds route it "
-                             "(--recipe R)")
+                             "(--posthoc-recipe R)")
         recipe = load_recipe(run_dir / RECIPE_FILE, endpoints=True)
     if not episodes:
         return load_posthoc(run_dir)

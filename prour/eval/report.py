@@ -480,7 +480,7 @@ INFERRED_NOTE = ("Inferred from what each agent turn did, by prour.eval.tags' ru
                  "to the user that asks; else a reply). No router took these turns, so the "
                  "Act/Clarify/Verify columns above count them all as Act. Post-hoc columns: "
                  "the routes the recipe's decomposer gives their first 16 decisions "
-                 "(`prour report RUN --posthoc-uncertainty --recipe R`).")
+                 "(`prour report RUN --posthoc-uncertainty --posthoc-recipe R`).")
 
 
 def inferred_table(summaries: Sequence[SystemSummary]) -> list[str]:

@@ -396,8 +396,8 @@ def test_posthoc_pass_routes_the_imported_turns(imported, tmp_path, tiny_model_d
     run = Path(shutil.copytree(imported, tmp_path / "imported"))
     recipe = _data_recipe(tmp_path, tiny_model_dir, run / "trajectories.jsonl")
     alone = _cli("report", str(run), "--posthoc-uncertainty", "--out", str(tmp_path / "r0"))
-    assert alone.exit_code == 2 and "--recipe R" in alone.output  # no saved recipe to use
-    result = _cli("report", str(run), "--posthoc-uncertainty", "--recipe", str(recipe),
+    assert alone.exit_code == 2 and "--posthoc-recipe R" in alone.output  # no saved recipe to use
+    result = _cli("report", str(run), "--posthoc-uncertainty", "--posthoc-recipe", str(recipe),
                   "--out", str(tmp_path / "report"), "--n-boot", "50")
     assert result.exit_code == 0, result.output
     assert "post-hoc AU/EU: 9 episode(s)" in result.output
