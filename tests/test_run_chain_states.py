@@ -126,8 +126,9 @@ def test_the_dry_run_prints_every_step_with_its_state_command_and_servers(tmp_pa
     # The run-time estimates of the steps it would start (prour.estimate; tests/test_estimate.py)
     assert "estimate (train): from recorded benchmark rates" in result.output
     episodes = (114 + 50) * 3  # retail + airline base tasks x seeds 0, 1, 2
-    assert (f"  prour: {episodes} episodes x 697 s (assumed) / 8 = "  # the paper's 696.51 s
-            f"{episodes * 696.51 / 8 / 3600:.1f} h") in lines
+    conc = load_recipe(PAPER).eval.concurrency
+    assert (f"  prour: {episodes} episodes x 697 s (assumed) / {conc} = "  # the paper's 696.51 s
+            f"{episodes * 696.51 / conc / 3600:.1f} h") in lines
     assert not (tmp_path / ".prour").exists()  # a dry run writes nothing
 
 
