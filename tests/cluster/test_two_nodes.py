@@ -6,7 +6,6 @@ missing and owns munged, which both clusters share.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import alive
 
 pytestmark = [pytest.mark.slurm]
 
@@ -23,14 +23,6 @@ JOB = """#!/bin/bash
 srun --ntasks-per-node=1 bash -c 'echo "task $SLURMD_NODENAME $(ip -4 -o addr show eth0 | awk "{{print \\$4}}")"'
 srun -N1 -w node2 {python} -c "import urllib.request; print('fetched', urllib.request.urlopen('http://{addr}:{port}/page.txt', timeout=10).read().decode().strip())"
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_two_namespaced_nodes_run_one_job_and_leave_nothing_behind(
