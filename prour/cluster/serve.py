@@ -216,8 +216,9 @@ class ServerGroup:
         self.servers = {plan.model_id: vllm_server(plan, python, models_dir) for plan in plans}
         self.key_file = key_file
         if key_file is not None:  # in the environment: the endpoints file records command lines
+            key = read_run_key(key_file)
             for server in self.servers.values():
-                server.env[KEY_ENV] = read_run_key(key_file)
+                server.env[KEY_ENV] = key
         self.timeout_s = timeout_s
         self.errors: list[tuple[str, str]] = []  # (model id, message) in the order they happened
         self.pids: dict[str, int] = {}  # last known PID of each launched server (kept after stop)
