@@ -1,4 +1,5 @@
-"""Extensions that verl's ``main_ppo`` loads by path on the GPU nodes (never imported by prour).
+"""Extensions that verl's ``main_ppo`` loads by path on the GPU nodes (prour itself imports
+only the CPU ``rehearsal``).
 
 - ``agent_loop``: :class:`QueryAgentLoop` samples one query per session from the rollout server,
   asks the frozen responder, and scores the information-gain reward with the rollout server's
@@ -14,4 +15,6 @@
   every optimizer mini-batch whole states (each rank an equal share of the same states) instead
   of verl's length balancing; registered in the Ray workers by Ray's setup hook.
 - ``logic``: the pure parts of the three, tested on CPU.
+- ``rehearsal``: the CPU rehearsal of the trainer (verl's trainer code, stand-ins for the GPU
+  engine and the vLLM rollout), which the tests and the overlap benchmark build on.
 """

@@ -1,6 +1,6 @@
 """prour's verl extensions run inside verl 0.9.1's own code: Ray (2 CPUs) + TransferQueue (one
 storage unit; the default 8 hang on 2 cores) + ``AgentLoopWorkerTQ`` + our sampler as verl's
-trainer builds and calls it. See ``verl_harness`` for what stands in for the GPU side."""
+trainer builds and calls it. See ``prour.train.verl_ext.rehearsal`` for what stands in for the GPU side."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from verl_harness import SCORE_MARK
 
 pytestmark = pytest.mark.verl_harness
 
@@ -38,7 +39,8 @@ def ray_tq(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     import transfer_queue as tq
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-    from verl_harness import compose
+
+    from prour.train.verl_ext.rehearsal import compose
 
     config, _ = compose(tiny_model_dir, tmp_path_factory.mktemp("tq"), [])
     # the runtime env as verl's run_ppo builds it: its defaults under the recipe's ray_init one
@@ -89,9 +91,9 @@ def scripted_responders() -> Iterator:
 
 def _harness(model_dir: Path, run_dir: Path, sets: list[str], reply, flat: int = 0):
     from train_helpers import instance_rows
-    from verl_harness import Harness, compose
 
     from prour.data.dataset import write_rows
+    from prour.train.verl_ext.rehearsal import Harness, compose
 
     rows = instance_rows(N_STATES)
     for row in rows[:flat]:
@@ -213,7 +215,7 @@ def test_every_step_writes_the_phase_keys(paper_step):
     harness, _, metrics = paper_step
     _phases_fill_the_step(harness, metrics)
     infos = list(harness.rolled.values())
-    prior_prompts = harness.server.prior_requests()
+    prior_prompts = harness.server.prior_requests(SCORE_MARK)
     posterior_prompts = sum(harness.server.score_prompts.values()) - sum(prior_prompts.values())
     assert metrics["training/prour/prior_requests"] == sum(prior_prompts.values()) == N_STATES
     assert metrics["training/prour/posterior_requests"] == posterior_prompts > 0
@@ -228,7 +230,7 @@ def test_one_prior_request_per_state_per_step(paper_step):
     states_with_answers = {
         k.split("_")[0] for k, i in harness.rolled.items() if i.kind == "ask" and not i.failed
     }
-    priors = harness.server.prior_requests()
+    priors = harness.server.prior_requests(SCORE_MARK)
     assert len(states_with_answers) == N_STATES
     assert sorted(priors.values()) == [1] * N_STATES
     by_state = defaultdict(set)
