@@ -568,7 +568,7 @@ class LocalTrainer:
                 batch_num_tokens=n_tokens,
             )
             loss.backward()
-            tally.add_micro(metrics, int(scores.mask.sum()))
+            tally.add_micro(metrics, int(scores.mask.sum()), n_tokens)
         params = [q for q in self.model.parameters() if q.requires_grad]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip))
         if math.isfinite(grad_norm):
@@ -580,15 +580,22 @@ class _Tally:
     """Token-weighted means of loss metrics and grad-norm statistics over a step's update."""
 
     KEYS = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
+    # Aggregated over the whole mini-batch's tokens (policy_loss's batch_num_tokens): a
+    # micro-batch's value is its token sum over the mini-batch's count, not its own mean.
+    BATCH_SHARES = ("pg_loss", "entropy")
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
         self.tokens = 0
         self.grad_norms: list[float] = []
 
-    def add_micro(self, metrics: dict[str, float], tokens: int) -> None:
+    def add_micro(self, metrics: dict[str, float], tokens: int, batch_tokens: int) -> None:
+        """One micro-batch's metrics: ``tokens`` its response tokens, ``batch_tokens`` those of
+        its mini-batch. Each value goes in as a token sum, so the means do not depend on how a
+        mini-batch is split into micro-batches."""
         for key, value in metrics.items():
-            self.sums[key] = self.sums.get(key, 0.0) + value * tokens
+            weight = batch_tokens if key in self.BATCH_SHARES else tokens
+            self.sums[key] = self.sums.get(key, 0.0) + value * weight
         self.tokens += tokens
 
     def add_step(self, grad_norm: float) -> None:

@@ -171,3 +171,39 @@ def test_trainer_update_is_the_same_with_every_update_option(tiny_model_dir: Pat
         size = float(want[name].norm())
         assert size > 0, f"{name} did not move"
         assert float((delta - want[name]).norm()) < 1e-3 * size, name
+
+
+def test_step_metrics_do_not_depend_on_the_micro_batch_split(tiny_model_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """One mini-batch of both groups, one epoch, split into one-sample micro-batches: every
+    forward runs before the only optimizer step, so the logged entropy is the token mean of the
+    initial policy's entropies (one-sample forwards) and pg_loss, at ratio 1, is minus the
+    token mean of the advantages (GRPO by hand: each pair's rewards differ, so +-1/sqrt(2))."""
+    from prour.config import ModelConfig, Recipe
+    from prour.train.local import Kept, LocalTrainer
+    from prour.train.reward import VerifiableFormatReward
+
+    recipe = Recipe(name="t", seed=3,
+                    models={"generator": ModelConfig(backend="hf", path=str(tiny_model_dir))})
+    train = TrainConfig.model_validate({
+        "states_per_step": 2, "total_steps": 1, "output_dir": str(tmp_path / "out"),
+        "device": "cpu", "dtype": "float32", "gradient_checkpointing": False,
+        "rollout": {"n": 3, "keep": 2, "temperature": TEMPERATURE},
+        "optim": {"lr": 1e-3, "warmup_steps": 0},
+        "ppo": {"epochs": 1, "mini_batch_states": 2, "micro_batch_size": 1},
+    })
+    trainer = LocalTrainer(recipe, train, reward_fn=VerifiableFormatReward(),
+                           make_state=lambda row: row, rows=instance_rows(2))
+    trainer.setup()
+    rollouts = _rollouts(trainer.model.config.vocab_size)
+    with torch.no_grad():
+        entropies = torch.cat([_one_sample_scores(trainer.model.eval(), r)[1] for r in rollouts])
+    lengths = [r for _, r in LENGTHS]
+    signs = [1, -1, -1, 1]  # rewards 1.0 > 0.0 and 0.2 < 0.9
+    want_pg = -sum(s * 2 ** -0.5 * n for s, n in zip(signs, lengths)) / sum(lengths)
+    rewards = [1.0, 0.0, 0.2, 0.9]
+    groups = [[Kept(rollouts[i], rewards[i], i // 2) for i in pair] for pair in ([0, 1], [2, 3])]
+    summary = trainer._update(groups)
+    assert summary["optimizer_steps"] == 1
+    assert summary["entropy"] == pytest.approx(float(entropies.mean()), rel=1e-4)
+    assert summary["pg_loss"] == pytest.approx(want_pg, rel=1e-4)
