@@ -78,7 +78,9 @@ def episode_file(run_dir: Path) -> Path:
 
 
 def load_episodes(run_dir: str | Path) -> list[Episode]:
-    """The run's episodes with their result lines (matched by key), method label and tags."""
+    """The run's episodes with their result lines (matched by key), method label and tags. A key
+    stored twice (an errored episode and its rerun) keeps its last record, as the results, the
+    report and the tau2 export do."""
     run_dir = Path(run_dir)
     path = episode_file(run_dir)
     from prour.eval.harness import result_key
@@ -89,7 +91,8 @@ def load_episodes(run_dir: str | Path) -> list[Episode]:
     if (run_dir / RESULTS_FILE).is_file():
         lines = {tuple(x["key"]): x for x in read_jsonl(run_dir / RESULTS_FILE)}
     episodes = []
-    for number, traj in enumerate(read_trajectories(path)):
+    latest = {traj.key: traj for traj in read_trajectories(path)}
+    for number, traj in enumerate(latest.values()):
         line = lines.get(traj.key)
         episode = Episode(traj, method_label(traj, line), line,
                           posthoc.get(result_key(traj.key), []))

@@ -1,0 +1,55 @@
+"""`prour view` on hand-made run folders (no browser): which episodes the index shows and under
+which label, so that its counts and means are those of the report."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prour.env.trajectory import StepRecord, Trajectory
+from prour.eval.viewer import write_site
+from prour.files import append_jsonl
+
+
+def _episode(agent: str, reward: float | None, started_at: str, seconds: float,
+             termination: str = "agent_stop") -> Trajectory:
+    """A one-turn retail episode of task 7, seed 0: the user asks, the agent acts once."""
+    return Trajectory(
+        domain="retail", task_id="7", seed=0, agent=agent, user="user", started_at=started_at,
+        seconds=seconds, reward=reward, termination=termination,
+        errors=["server gone"] if termination == "error" else [],
+        messages=[{"role": "user", "content": "I want a refund."},
+                  {"role": "assistant", "content": "Done."}],
+        steps=[StepRecord(kind="user_message", message_index=0),
+               StepRecord(kind="agent_message", message_index=1,
+                          meta={"route": "act", "turn": "act"})],
+    )
+
+
+def _line(traj: Trajectory, method: str, **fields) -> dict:
+    """The fields of a result line the viewer reads."""
+    return {"key": list(traj.key), "method": method, "variant": None, "attention": None,
+            "episode_started_at": traj.started_at, "seconds": traj.seconds, **fields}
+
+
+def _reward_cells(index: str) -> list[str]:
+    """The per-method table's rows: method, episodes, mean reward."""
+    methods = index.split('id="methods"')[1]
+    return [re.findall(r"<td>(.*?)</td>", row)[:3] for row in methods.split("<tr>")[2:]]
+
+
+def test_a_rerun_episode_replaces_its_errored_attempt(tmp_path: Path) -> None:
+    """retry_errors appends the rerun after the errored attempt (same key): the viewer shows the
+    rerun alone, as the results, the report and the tau2 export count it."""
+    run = tmp_path / "run"
+    errored = _episode("base", None, "2026-12-01T10:00:00", 2.0, termination="error")
+    rerun = _episode("base", 1.0, "2026-12-01T11:00:00", 30.0)
+    for traj in (errored, rerun):
+        append_jsonl(run / "episodes.jsonl", traj)
+        append_jsonl(run / "results.jsonl", _line(traj, "base"))
+    index = write_site(run).read_text()
+    assert "1 episodes" in index
+    assert _reward_cells(index) == [["base", "1", "1.000"]]
+    assert len(list((run / "view").glob("episode-*.html"))) == 1
+    [page] = (run / "view").glob("episode-*.html")
+    assert "server gone" not in page.read_text() and "30.0 s" in page.read_text()
