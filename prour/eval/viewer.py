@@ -94,7 +94,7 @@ def load_episodes(run_dir: str | Path) -> list[Episode]:
     latest = {traj.key: traj for traj in read_trajectories(path)}
     for number, traj in enumerate(latest.values()):
         line = lines.get(traj.key)
-        episode = Episode(traj, method_label(traj, line), line,
+        episode = Episode(traj, method_label(traj), line,
                           posthoc.get(result_key(traj.key), []))
         episode.routed, episode.tags = episode_tags(traj, line)
         episode.page = f"episode-{number:04d}-{slug(episode.method)}-{slug(traj.domain)}-" \
@@ -108,12 +108,10 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:40]
 
 
-def method_label(traj: Trajectory, line: dict[str, Any] | None) -> str:
-    """The result line's method (with its variant), else the trajectory's agent name."""
-    if line is None:
-        return traj.agent
-    variant = line.get("variant")
-    return f"{line['method']}:{variant}" if variant else str(line["method"])
+def method_label(traj: Trajectory) -> str:
+    """The episode's agent name: in an evaluation the arm's key (method, variant, sweep point,
+    checkpoint step; the report's systems apart), the same with or without a result line."""
+    return traj.agent
 
 
 def episode_tags(traj: Trajectory, line: dict[str, Any] | None) -> tuple[bool, list[str]]:

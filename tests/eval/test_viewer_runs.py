@@ -53,3 +53,25 @@ def test_a_rerun_episode_replaces_its_errored_attempt(tmp_path: Path) -> None:
     assert len(list((run / "view").glob("episode-*.html"))) == 1
     [page] = (run / "view").glob("episode-*.html")
     assert "server gone" not in page.read_text() and "30.0 s" in page.read_text()
+
+
+def test_sweep_points_and_checkpoint_steps_are_apart(tmp_path: Path) -> None:
+    """One task and seed under two router budgets and two checkpoint steps: four arms (the report
+    reports four systems), so four columns and four rows of means, each of one episode."""
+    run = tmp_path / "run"
+    arms = [("prour [budget=1 every_n=1]", {"router.budget": 1, "router.every_n": 1}, None, 1.0),
+            ("prour [budget=inf every_n=1]", {"router.budget": None, "router.every_n": 1}, None,
+             0.0),
+            ("prour [step 10]", None, {"name": "t", "step": 10}, 0.0),
+            ("prour [step 20]", None, {"name": "t", "step": 20}, 1.0)]
+    for number, (agent, sweep, checkpoint, reward) in enumerate(arms):
+        traj = _episode(agent, reward, f"2026-12-01T10:0{number}:00", 10.0 + number)
+        append_jsonl(run / "episodes.jsonl", traj)
+        append_jsonl(run / "results.jsonl",
+                     _line(traj, "prour", sweep=sweep, checkpoint=checkpoint))
+    index = write_site(run).read_text()
+    assert _reward_cells(index) == sorted(
+        [[agent, "1", f"{reward:.3f}"] for agent, _, _, reward in arms])
+    header = index.split('id="tasks"')[1].split("</thead>")[0]
+    assert re.findall(r"<th>(.*?)</th>", header) == ["domain", "task",
+                                                     *sorted(a for a, *_ in arms)]
