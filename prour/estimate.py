@@ -201,16 +201,17 @@ def _eval_tasks(recipe: Recipe) -> dict[str, int]:
 
 
 def _episode_seconds(results: Path) -> dict[str, list[float]]:
-    """Seconds of each finished episode in a previous ``results.jsonl``, by method."""
+    """Seconds of each finished episode in a previous ``results.jsonl``, by method: the last line
+    of each key (a rerun replaces its errored attempt, as in the report), errored ones left out
+    (they end early, and a rerun runs them again); lines cut by a kill are skipped."""
+    from prour.eval.harness import load_result_lines
+
     by_method: dict[str, list[float]] = {}
     if not results.exists():
         return by_method
-    for line in results.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill
-            continue
-        if isinstance(row.get("seconds"), (int, float)) and row.get("method"):
+    for row in load_result_lines(results).values():
+        if isinstance(row.get("seconds"), (int, float)) and row.get("method") \
+                and not row.get("error"):
             by_method.setdefault(row["method"], []).append(float(row["seconds"]))
     return by_method
 

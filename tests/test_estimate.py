@@ -75,7 +75,8 @@ def test_a_previous_runs_metrics_and_results_take_precedence(tmp_path):
 
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "results.jsonl").write_text("".join(
-        json.dumps({"method": "prour", "seconds": s}) + "\n" for s in (100, 300, 200)))
+        json.dumps({"key": ["retail", str(task), 0, "prour"], "method": "prour", "seconds": s})
+        + "\n" for task, s in enumerate((100, 300, 200))))
     rate = Rate(50.0, "s", "an episode", "a stated source", {}, measured=False)
     lines = eval_estimate(recipe, {"eval_episode_s": rate})
     episodes = 2 * 2 * 3  # max_tasks 2 in each of retail and airline, 3 seeds
@@ -96,3 +97,18 @@ def test_a_broken_rates_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"gone\.json: no key 'update\.s'"):
         recorded_rates(tmp_path / "rates.json")
     assert recorded_rates(tmp_path / "absent.json") == {}
+
+
+def test_the_eval_median_reads_each_episode_once_and_no_errored_one(tmp_path):
+    """An errored attempt (2 s) and its rerun (300 s) share a key: the rerun's line replaces it,
+    as in the report; the episode that errored for good is no finished episode either."""
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", "eval.methods=[prour]",
+                                 "eval.max_tasks=2"])
+    (tmp_path / "eval").mkdir()
+    rows = [("1", 2.0, True), ("1", 300.0, False), ("2", 100.0, False), ("3", 200.0, False),
+            ("4", 1.0, True)]
+    (tmp_path / "eval" / "results.jsonl").write_text("".join(
+        json.dumps({"key": ["retail", task, 0, "prour"], "method": "prour", "seconds": s,
+                    "error": error}) + "\n" for task, s, error in rows))
+    lines = eval_estimate(recipe, {})
+    assert "prour: 12 episodes x 200 s (median of 3 in" in lines[1]
