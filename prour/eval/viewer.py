@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.env.trajectory import Trajectory, read_jsonl, read_trajectories
+from prour.env.trajectory import JsonlRecords, Trajectory, read_trajectories
 
 EPISODE_FILES = ("episodes.jsonl", "trajectories.jsonl")  # an evaluation's, then collect/import's
 RESULTS_FILE = "results.jsonl"
@@ -77,23 +77,25 @@ def episode_file(run_dir: Path) -> Path:
                             "`prour eval`, `prour collect` or `prour import tau2`?)")
 
 
-def load_episodes(run_dir: str | Path) -> list[Episode]:
+def load_episodes(run_dir: str | Path) -> JsonlRecords:
     """The run's episodes with their result lines (matched by key), method label and tags. A key
     stored twice (an errored episode and its rerun) keeps its last record, as the results, the
-    report and the tau2 export do."""
+    report and the tau2 export do; ``.skipped`` lists the episode file's unreadable lines (torn
+    by a crash), which are left out as the harness leaves them out on resume."""
     run_dir = Path(run_dir)
     path = episode_file(run_dir)
-    from prour.eval.harness import result_key
+    from prour.eval.harness import load_result_lines, result_key
     from prour.eval.posthoc import load_posthoc
 
     posthoc = load_posthoc(run_dir)
     lines = {}
-    if (run_dir / RESULTS_FILE).is_file():
-        lines = {tuple(x["key"]): x for x in read_jsonl(run_dir / RESULTS_FILE)}
-    episodes = []
-    latest = {traj.key: traj for traj in read_trajectories(path)}
+    if (run_dir / RESULTS_FILE).is_file():  # lines torn by a crash are skipped, as on resume
+        lines = load_result_lines(run_dir / RESULTS_FILE)
+    stored = read_trajectories(path, on_error="skip")
+    episodes = JsonlRecords(skipped=stored.skipped)
+    latest = {traj.key: traj for traj in stored}
     for number, traj in enumerate(latest.values()):
-        line = lines.get(traj.key)
+        line = lines.get(result_key(traj.key))
         episode = Episode(traj, method_label(traj), line,
                           posthoc.get(result_key(traj.key), []))
         episode.routed, episode.tags = episode_tags(traj, line)
@@ -288,8 +290,9 @@ def reward_section(traj: Trajectory) -> str:
     return "".join(parts)
 
 
-def index_page(run_dir: Path, episodes: list[Episode]) -> str:
-    """Methods × tasks with each episode's outcome (linked), then per-method means."""
+def index_page(run_dir: Path, episodes: list[Episode], skipped: list[int] | None = None) -> str:
+    """Methods × tasks with each episode's outcome (linked), then per-method means; ``skipped``:
+    the episode file's unreadable lines, named in the header."""
     methods = sorted({e.method for e in episodes})
     tasks = sorted({(e.trajectory.domain, e.trajectory.task_id) for e in episodes},
                    key=lambda t: (t[0], _task_order(t[1])))
@@ -301,10 +304,20 @@ def index_page(run_dir: Path, episodes: list[Episode]) -> str:
             for d, t in tasks]
     return page(f"prour run {run_dir.name}", [
         (f"<h1>Run {esc(run_dir.name)}</h1><p class=\"meta\">{esc(run_dir.resolve())} · "
-        f"{len(episodes)} episodes</p>"),
+        f"{len(episodes)} episodes{esc(_skipped_note(run_dir, skipped or []))}</p>"),
         "<h2>Episodes (methods × tasks)</h2>", table(["domain", "task", *methods], grid, "tasks"),
         "<h2>Per method (means per episode)</h2>", method_table(methods, episodes),
     ])
+
+
+def _skipped_note(run_dir: Path, skipped: list[int], lead: str = " · ") -> str:
+    """``lead`` + ``1 unreadable line of episodes.jsonl skipped (line 17)``; empty when none was."""
+    if not skipped:
+        return ""
+    name = episode_file(run_dir).name
+    lines = "line" if len(skipped) == 1 else "lines"
+    return (f"{lead}{len(skipped)} unreadable {lines} of {name} skipped "
+            f"({lines} {', '.join(map(str, skipped))})")
 
 
 def _task_order(task_id: str) -> tuple[int, str]:
@@ -357,7 +370,8 @@ def write_site(run_dir: str | Path, out: str | Path | None = None) -> Path:
     out = Path(out) if out is not None else run_dir / VIEW_DIR
     episodes = load_episodes(run_dir)
     if not episodes:
-        raise ValueError(f"{episode_file(run_dir)}: no episodes to show")
+        raise ValueError(f"{episode_file(run_dir)}: no episodes to show"
+                         f"{_skipped_note(run_dir, episodes.skipped, '; ')}")
     for episode in episodes:
         write_atomic(out / episode.page, episode_page(episode))
-    return write_atomic(out / INDEX, index_page(run_dir, episodes))
+    return write_atomic(out / INDEX, index_page(run_dir, episodes, episodes.skipped))

@@ -176,7 +176,8 @@ def _check_imported(tmp_path: Path, run_dir: Path) -> None:
     ("tau2-folder", "results.json: it is a tau2 results file"),
     ("none", "no episodes.jsonl or trajectories.jsonl (is it a run folder of"),
     ("empty", "episodes.jsonl: no episodes to show"),
-    ("torn", "episodes.jsonl:1: "),
+    ("torn", ("episodes.jsonl: no episodes to show; 1 unreadable line of episodes.jsonl "
+              "skipped (line 1)")),
 ])
 def test_view_refuses_what_is_not_a_run_in_one_line(tmp_path: Path, setup: str,
                                                     fragment: str) -> None:

@@ -75,3 +75,22 @@ def test_sweep_points_and_checkpoint_steps_are_apart(tmp_path: Path) -> None:
     header = index.split('id="tasks"')[1].split("</thead>")[0]
     assert re.findall(r"<th>(.*?)</th>", header) == ["domain", "task",
                                                      *sorted(a for a, *_ in arms)]
+
+
+def test_a_line_torn_by_a_crash_is_skipped_and_named(tmp_path: Path) -> None:
+    """A crash mid-append leaves a torn line; the resumed run appends after it (append_jsonl
+    starts a fresh line), and results.jsonl may be torn too. The run is still viewed, as the
+    harness and the report read it, and the index names what it skipped."""
+    run = tmp_path / "run"
+    first = _episode("base", 1.0, "2026-12-01T10:00:00", 10.0)
+    later = _episode("base", 0.0, "2026-12-01T10:05:00", 12.0).model_copy(update={"task_id": "8"})
+    append_jsonl(run / "episodes.jsonl", first)
+    with open(run / "episodes.jsonl", "a") as handle:
+        handle.write('{"schema_version": 1, "domain": "ret')  # the crash
+    append_jsonl(run / "episodes.jsonl", later)
+    append_jsonl(run / "results.jsonl", _line(first, "base"))
+    with open(run / "results.jsonl", "a") as handle:
+        handle.write('{"key": ["retail", "8"')
+    index = write_site(run).read_text()
+    assert "2 episodes" in index and "1 unreadable line of episodes.jsonl skipped (line 2)" in index
+    assert _reward_cells(index) == [["base", "2", "0.500"]]
