@@ -12,9 +12,10 @@ def view_command(
                               "results.jsonl) or one of trajectories (collect, import tau2)."),
     out: str | None = typer.Option(None, "--out", help="Folder for the site (default RUN/view)."),
 ) -> None:
-    """Write an HTML page per episode (conversation, decisions with AU/EU, route, query, answer,
-    information gain and attention cost, tau2's reward breakdown) and an index of methods ×
-    tasks; open index.html in a browser (no server, nothing loaded from outside)."""
+    """Write an HTML page per episode (conversation, decisions with AU/EU, route, query, answer
+    and attention cost, tau2's reward breakdown) and an index of methods × tasks; open index.html
+    in a browser (no server, nothing loaded from outside). Evaluation computes no information
+    gain (a training reward), so the pages show none."""
     from prour.env.trajectory import is_tau2_results, misplaced_message
     from prour.eval.viewer import write_site
 
