@@ -111,7 +111,9 @@ def train_from_metrics(records: Sequence[Mapping[str, Any]], total_steps: int,
     if not any(key in r for r in timed for _, key in named):
         named = list(EARLIER_PHASE_KEYS)
     phases = [(label, s) for label, key in named if (s := _median(timed, key)) is not None]
-    split = " = " + " + ".join(f"{label} {_s(s)}" for label, s in phases) if phases else ""
+    # medians of the phases need not add up to the median step: listed beside it, not as a sum
+    split = ("; median of each phase: " + ", ".join(f"{label} {_s(s)}" for label, s in phases)
+             if phases else "")
     return [
         f"estimate (train): from this run's metrics, {where}: median of {len(timed)} step(s)",
         f"  per step: {_s(step_s)}{split}",

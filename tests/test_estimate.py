@@ -66,7 +66,7 @@ def test_a_previous_runs_metrics_and_results_take_precedence(tmp_path):
     text = "\n".join(train_estimate(recipe, recipe.train))
     earlier = train_from_metrics([{"step": 1, "time_step_s": 5.0, "time_rollout_s": 2.0}], 10,
                                  out / "metrics.jsonl")  # a run from before the phase keys
-    assert earlier[1] == "  per step: 5.0 s = rollout 2.0 s"
+    assert earlier[1] == "  per step: 5.0 s; median of each phase: rollout 2.0 s"
     assert "from this run's metrics" in text and "median of 3 step(s)" in text
     assert _seconds(text, "per step:") == 12.0 and _seconds(text, "generation") == 8.0
     assert _seconds(text, "strict user") == 1.0 and "verifier" not in text  # phases it logged
@@ -112,3 +112,17 @@ def test_the_eval_median_reads_each_episode_once_and_no_errored_one(tmp_path):
                     "error": error}) + "\n" for task, s, error in rows))
     lines = eval_estimate(recipe, {})
     assert "prour: 12 episodes x 200 s (median of 3 in" in lines[1]
+
+
+def test_the_phase_split_claims_no_sum_it_does_not_have(tmp_path):
+    """Medians of phases need not add up to the median step (here 9 + 10 = 19 against 12): the
+    line may show them, but an equation it prints must hold."""
+    records = [{"step": s, "time_step_s": t, "time_generation_s": g, "time_update_s": u}
+               for s, t, g, u in ((1, 10.0, 9.0, 1.0), (2, 12.0, 1.0, 11.0), (3, 20.0, 10.0, 10.0))]
+    line = train_from_metrics(records, 10, tmp_path / "metrics.jsonl")[1]
+    assert _seconds(line, "per step:") == 12.0
+    assert _seconds(line, "generation") == 9.0 and _seconds(line, "update") == 10.0
+    if "=" in line:
+        total, parts = line.split("=", 1)
+        numbers = [float(x) for x in re.findall(r"([\d.]+) s", parts)]
+        assert sum(numbers) == pytest.approx(_seconds(total, "per step:")), line
