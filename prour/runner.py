@@ -447,8 +447,7 @@ class Runner:
                 for model_id, roles in served.items():
                     self.say(f"      serves {model_id} (roles {', '.join(roles)})")
         self._estimates(rows)
-        self._node_plan()
-        return 0
+        return 2 if self._node_plan() else 0
 
     def _estimates(self, rows: Sequence[Row]) -> None:
         """The run-time estimates (:mod:`prour.estimate`) of the steps this run would start."""
@@ -459,10 +458,11 @@ class Runner:
         for line in chain_estimates(self.recipe, todo):
             self.say(line)
 
-    def _node_plan(self) -> None:
+    def _node_plan(self) -> int:
         """The dry run's view of this node for the selected steps (:mod:`prour.run_summary`):
         the servers with their command lines, each stage's GPU memory plan, and what preflight
-        finds missing (each step's own check stops it before it starts)."""
+        finds missing (each step's own check stops it before it starts); returns how many
+        problems it found (the dry run then exits 2: a broken setup)."""
         from prour.run_summary import node_plan
 
         lines, problems = node_plan(self.recipe, self.options.names)
@@ -472,6 +472,7 @@ class Runner:
             self.say(f"problem: {problem}")
         self.say(f"{len(problems)} problem(s) on this node for these steps"
                  + (": each step checks again before it starts" if problems else ""))
+        return len(problems)
 
     def run(self) -> int:
         """Walk the selected steps; the exit code of ``prour run``."""

@@ -21,7 +21,7 @@ OnlyOpt = typer.Option(
     None, "--only", help="Only these stages or steps (comma-separated or repeated).")
 DryRunOpt = typer.Option(
     False, "--dry-run", help="Print each step's state, the command it would run and the servers "
-    "it needs; run nothing.")
+    "it needs; run nothing. Exits 2 when it finds problems on this node.")
 RerunStaleOpt = typer.Option(
     False, "--rerun-stale", help="Rerun the steps made with other recipe values (their outputs "
     "are moved aside, not deleted).")
@@ -58,8 +58,9 @@ def run(
 
 def run_chain(options: RunOptions) -> int:
     """Load the recipe and walk its chain; the exit code (0 done or at the gate, 1 a step failed
-    or is stale, 2 a setup error, 130 interrupted: SIGINT or SIGTERM, passed on to the running
-    step, whose report says what it saved; the servers are stopped). ``prour demo`` calls this."""
+    or is stale, 2 a setup error or a ``--dry-run`` that printed ``problem:`` lines, 130
+    interrupted: SIGINT or SIGTERM, passed on to the running step, whose report says what it
+    saved; the servers are stopped). ``prour demo`` calls this."""
     from prour import interrupt
     from prour.cli.recipe import recipe_errors
     from prour.recipes import load_recipe
