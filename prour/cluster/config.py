@@ -80,8 +80,9 @@ class ServeConfig(Section):
 
     @model_validator(mode="after")
     def _placement(self) -> ServeConfig:
+        # GPU shares are checked per step by the GPU plan (prour.cluster.gpu_plan): servers of
+        # different steps never run together, so their shares need not fit one GPU at once
         check_ports(self.models)
-        check_gpu_shares(self.models)
         return self
 
 
@@ -100,22 +101,19 @@ def check_ports(models: dict[str, ServedModel]) -> None:
         seen[key] = model_id
 
 
-def check_gpu_shares(models: dict[str, ServedModel]) -> None:
-    """Servers placed on the same GPU must split its memory (sum of shares at most 1.0)."""
+def share_overflow(models: dict[str, ServedModel]) -> tuple[int, list[tuple[str, float]]] | None:
+    """The first GPU whose servers, run together, ask for more than all of it (their
+    ``gpu_memory_utilization`` add up to more than 1.0): that GPU and its (model id, share)
+    pairs; ``None`` when every GPU's shares fit."""
     shares: dict[int, list[tuple[str, float]]] = defaultdict(list)
     for model_id, spec in models.items():
         share = spec.gpu_memory_utilization or VLLM_DEFAULT_GPU_SHARE
         for gpu in spec.gpus or []:
             shares[gpu].append((model_id, share))
     for gpu, users in sorted(shares.items()):
-        total = sum(share for _, share in users)
-        if len(users) > 1 and total > 1.0 + 1e-9:
-            listing = ", ".join(f"{name} ({share:g})" for name, share in users)
-            raise ConfigError(
-                f"models.{users[-1][0]}.gpu_memory_utilization",
-                f"GPU {gpu} is shared by {listing}: shares add up to {total:g} > 1.0; "
-                f"set gpu_memory_utilization on each so that they fit",
-            )
+        if len(users) > 1 and sum(share for _, share in users) > 1.0 + 1e-9:
+            return gpu, users
+    return None
 
 
 class SlurmResources(Section):

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.config import VLLM_DEFAULT_GPU_SHARE, ServedModel
-from prour.cluster.recipe import served_models, served_roles
+from prour.cluster.config import VLLM_DEFAULT_GPU_SHARE, ServedModel, share_overflow
+from prour.cluster.recipe import EXPORTED_GENERATOR, served_models, served_roles
 from prour.config import Recipe
-from prour.stages import get_stage, stage_roles, supplied_model
+from prour.stages import Step, get_stage, stage_roles, supplied_model
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}  # auto: Qwen3's bfloat16
@@ -136,6 +136,7 @@ class GpuPlan:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # fits, but with little to spare
+    during: dict[int, str] = field(default_factory=dict)  # GPU -> the steps its line shows
 
     def add(self, gpu: int, what: str, gib: float) -> None:
         self.uses[gpu].append((what, gib))
@@ -152,9 +153,9 @@ class GpuPlan:
         lines = [f"GPU memory plan, stage {self.stage}: {self.n_gpus} x {self.gpu_gib:g} GiB"]
         for gpu in range(self.n_gpus):
             parts = " + ".join(f"{what} {gib:.1f}" for what, gib in self.uses.get(gpu, []))
-            lines.append(
-                f"  GPU {gpu}: {self.total(gpu):.1f} / {self.gpu_gib:g} GiB = {parts or 'nothing'}"
-            )
+            during = f" ({self.during[gpu]})" if gpu in self.during else ""
+            lines.append(f"  GPU {gpu}: {self.total(gpu):.1f} / {self.gpu_gib:g} GiB{during} = "
+                         f"{parts or 'nothing'}")
         lines += [f"  note: {note}" for note in self.notes]
         lines += [f"  warning: {warning}" for warning in self.warnings]
         lines += [f"  does not fit: {problem}" for problem in self.problems]
@@ -166,10 +167,12 @@ class GpuPlan:
             raise GpuPlanError(self.text())
 
 
-def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel, running: bool = False) -> None:
+def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel, running: bool = False,
+                like: str | None = None) -> None:
     """Add one vLLM server (``running``: one the endpoints files show on this node); a share too
     small for weights + one full-length sequence is a problem. A server without ``gpus`` runs on
-    whatever GPUs its job is given: checked, not placed."""
+    whatever GPUs its job is given: checked, not placed. ``like``: the model it is a checkpoint
+    of, sized in its place while its own folder is not written yet (eval's exported generator)."""
     share = spec.gpu_memory_utilization or VLLM_DEFAULT_GPU_SHARE
     share_gib = share * plan.gpu_gib
     for gpu in spec.gpus or []:
@@ -180,7 +183,7 @@ def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel, running: bool =
             f"{model_id}: no serve.models.{model_id}.gpus, so it is not placed "
             f"(it takes {share:g} of the GPUs it inherits)"
         )
-    shape = model_shape(model_id, spec.path)
+    shape = model_shape(model_id, spec.path) or (model_shape(like, like) if like else None)
     if shape is None:
         plan.notes.append(
             f"{model_id}: size unknown (no config.json, not a known model); its "
@@ -238,13 +241,17 @@ def plan_trainer(plan: GpuPlan, recipe: Recipe) -> None:
         )
 
 
-def plan_in_process(plan: GpuPlan, recipe: Recipe, stage: str) -> None:
-    """Add the ``hf`` roles a stage loads in process (on the first GPU, as ``device: auto``
-    places them): their weights in their dtype and a CUDA context each."""
-    for role in stage_roles(recipe, stage):
+def plan_in_process(plan: GpuPlan, recipe: Recipe, roles: tuple[str, ...],
+                    models: Recipe | None = None) -> None:
+    """Add the ``hf`` roles among ``roles`` that a step loads in process (on the first GPU, as
+    ``device: auto`` places them): their weights in their dtype and a CUDA context each.
+    ``models``: the recipe the step runs on (:meth:`~prour.stages.Step.served_recipe`; eval under
+    ``eval.generator_backend: vllm`` calls a served generator, so loads none)."""
+    models = models or recipe
+    for role in roles:
         # a role the chain's own command sets (eval's models.ig_clarifier) is sized as the model
-        # it is a checkpoint of
-        cfg = recipe.models.get(role) or supplied_model(recipe, role)
+        # it is a checkpoint of (the run's models.generator, as trained)
+        cfg = models.models.get(role) or supplied_model(recipe, role)
         if cfg is None or cfg.backend != "hf" or cfg.device == "cpu":
             continue
         shape = model_shape(cfg.path or "", cfg.path)
@@ -321,31 +328,103 @@ def has_plan(stage: str) -> bool:
     return get_stage(stage).placement != "none"
 
 
-def stage_servers(recipe: Recipe, stage: str) -> dict[str, ServedModel]:
-    """The servers of the roles a stage calls (the table's roles, derived from the recipe); the
-    stage that starts the servers holds every one the recipe starts."""
-    specs, users = served_models(recipe), served_roles(recipe)
-    if get_stage(stage).placement == "servers":
-        return {m: specs[m] for m, roles in users.items() if roles}
-    wanted = set(stage_roles(recipe, stage))
+def step_servers(recipe: Recipe, step: Step) -> dict[str, ServedModel]:
+    """The servers up while ``step`` runs (``prour run`` starts those it calls and stops the
+    rest): those of the roles it calls, from the recipe it runs on (eval under
+    ``eval.generator_backend: vllm``: with the served exported generator)."""
+    served = step.served_recipe(recipe)
+    specs, users = served_models(served), served_roles(served)
+    wanted = set(step.roles(recipe))
     return {m: specs[m] for m, roles in users.items() if wanted & set(roles)}
+
+
+def stage_servers(recipe: Recipe, stage: str) -> dict[str, ServedModel]:
+    """The servers of the roles a stage's steps call (the table's roles, derived from the
+    recipe); the stage that starts the servers holds every one the recipe starts."""
+    if get_stage(stage).placement == "servers":
+        specs, users = served_models(recipe), served_roles(recipe)
+        return {m: specs[m] for m, roles in users.items() if roles}
+    found: dict[str, ServedModel] = {}
+    for step in _planned_steps(recipe, stage):
+        found.update(step_servers(recipe, step))
+    return found
+
+
+def _planned_steps(recipe: Recipe, stage: str) -> list[Step]:
+    """The steps of a stage that run something: those this recipe keeps (all of them when it
+    keeps none, so a stage asked about anyway still gets a plan)."""
+    commands = [step for step in get_stage(stage).steps if not step.is_gate]
+    kept = [step for step in commands if step.skip is None or step.skip(recipe) is None]
+    return kept or commands
 
 
 def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None = None,
              running: dict[str, ServedModel] | None = None) -> GpuPlan:
-    """The node's memory during ``stage`` (one that places something: :func:`has_plan`): its
-    servers (``servers`` when given, e.g. those of ``prour serve --roles``) and those that run on
-    this node already (``running``; default :func:`running_servers`, from the endpoints files),
-    each counted once, the ``hf`` roles it loads in process, and for the trainer's stage the verl
-    trainer (beside its servers when ``serve.colocate_train``, the paper's node)."""
+    """The node's memory during ``stage`` (one that places something: :func:`has_plan`).
+
+    ``prour run`` serves per step, so each step of the stage is planned with what runs while it
+    does: its servers (:func:`step_servers`), the ``hf`` roles it loads in process and, for the
+    trainer's stage, the verl trainer (beside its servers when ``serve.colocate_train``, the
+    paper's node); servers that run on this node already (``running``; default
+    :func:`running_servers`, from the endpoints files) count in every step. Steps that hold the
+    same things share one plan; with several, each GPU shows the step that holds the most on it
+    and every step's problems count. ``servers`` (e.g. those of ``prour serve --roles``, which
+    starts them together) replaces the steps' servers with one plan of them all."""
     placement = get_stage(stage).placement
     if placement == "none":
         raise ValueError(f"stage {stage!r} places nothing on the GPUs: it has no memory plan")
-    servers = stage_servers(recipe, stage) if servers is None else servers
+    running = running_servers(recipe) if running is None else running
+    if servers is not None or placement == "servers":
+        servers = stage_servers(recipe, stage) if servers is None else servers
+        roles = _union_roles(get_stage(stage).steps, recipe)
+        return _step_plan(recipe, stage, servers, running, roles, recipe,
+                          "they are served together")
+    groups: dict[str, tuple[list[str], GpuPlan]] = {}
+    for step in _planned_steps(recipe, stage):
+        plan = _step_plan(recipe, stage, step_servers(recipe, step), running,
+                          step.roles(recipe), step.served_recipe(recipe),
+                          f"step {step.name} runs")
+        groups.setdefault(plan.text(), ([], plan))[0].append(step.name)  # same plan: one group
+    if not groups:
+        return _step_plan(recipe, stage, {}, running, (), recipe, f"stage {stage} runs")
+    return _peak_plan(stage, list(groups.values()))
+
+
+def _union_roles(steps: tuple[Step, ...], recipe: Recipe) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(role for step in steps for role in step.roles(recipe)))
+
+
+def _peak_plan(stage: str, groups: list[tuple[list[str], GpuPlan]]) -> GpuPlan:
+    """One plan of a stage whose steps hold different things: each GPU as the step that holds
+    the most on it (named on its line), every step's problems, notes and warnings."""
+    if len(groups) == 1:
+        return groups[0][1]
+    first = groups[0][1]
+    plan = GpuPlan(stage, first.gpu_gib, max(group.n_gpus for _, group in groups))
+    for gpu in range(plan.n_gpus):
+        names, peak = max(groups, key=lambda group: group[1].total(gpu))
+        plan.uses[gpu] = list(peak.uses.get(gpu, []))
+        if plan.uses[gpu]:
+            plan.during[gpu] = ", ".join(names)
+    for names, group in groups:
+        label = ", ".join(names)
+        plan.problems += [f"{label}: {problem}" for problem in group.problems]
+        plan.warnings += [f"{label}: {warning}" for warning in group.warnings]
+        plan.notes += [note for note in group.notes if note not in plan.notes]
+    plan.notes.append("its steps hold different servers, never at once (`prour run` serves per "
+                      "step): each GPU shows the step that holds the most on it")
+    return plan
+
+
+def _step_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel],
+               running: dict[str, ServedModel], roles: tuple[str, ...],
+               models: Recipe, during: str) -> GpuPlan:
+    """The node's memory while one step runs, or a set of servers started together (``during``
+    says which, in a problem's words)."""
+    placement = get_stage(stage).placement
     trainer = placement == "trainer"
     if trainer and not recipe.serve.colocate_train:
         servers = {}
-    running = running_servers(recipe) if running is None else running
     servers = {**{m: spec for m, spec in servers.items() if m not in running}, **running}
     verl = trainer and recipe.train is not None and recipe.train.backend == "verl"
     trainer_gpus = recipe.train.verl.n_gpus_per_node if verl and recipe.train else 0
@@ -353,15 +432,30 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
     plan = GpuPlan(
         stage, recipe.serve.gpu_memory_gib, max([trainer_gpus, *(g + 1 for g in listed)])
     )
+    generator = recipe.models.get("generator")
     for model_id, spec in servers.items():
-        plan_server(plan, model_id, spec, running=model_id in running)
+        like = generator.path or generator.model if generator and model_id == EXPORTED_GENERATOR \
+            else None
+        plan_server(plan, model_id, spec, running=model_id in running, like=like)
     if placement == "in_process":
-        plan_in_process(plan, recipe, stage)
+        plan_in_process(plan, recipe, roles, models)
     if trainer:
         plan_trainer(plan, recipe)
         _note_other_servers(plan, recipe, stage, servers)
     plan.n_gpus = max(plan.n_gpus, max(plan.uses, default=-1) + 1)
+    overflow = share_overflow(servers)
+    if overflow is not None:  # servers that run together ask vLLM for more than the whole GPU
+        gpu, users = overflow
+        listing = ", ".join(f"{name} ({share:g})" for name, share in users)
+        plan.problems.append(
+            f"serve.models.{users[-1][0]}.gpu_memory_utilization: GPU {gpu} is shared by "
+            f"{listing} while {during}: shares add up to "
+            f"{sum(share for _, share in users):g} > 1.0; set gpu_memory_utilization on each "
+            f"so that they fit"
+        )
     for gpu in range(plan.n_gpus):
+        if overflow is not None and gpu == overflow[0]:
+            continue  # named above, by its keys
         if plan.total(gpu) > plan.gpu_gib + 1e-9:
             parts = ", ".join(f"{what} {gib:.1f}" for what, gib in plan.uses[gpu])
             plan.problems.append(

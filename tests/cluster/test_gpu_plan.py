@@ -139,27 +139,79 @@ def test_the_update_estimate_matches_the_measured_peak() -> None:
     assert plan.total(0) - parts["CUDA contexts"] == pytest.approx(34.5, abs=1.0)
 
 
-def test_eval_counts_the_generator_it_loads_in_process() -> None:
-    """The evaluated Qwen3-1.7B (hf, bf16) and the ig-clarifier's own checkpoint of it (the eval
-    step sets models.ig_clarifier) sit on GPU 0: 2 x (1,720,574,976 x 2 B (3.2 GiB) + 0.5),
-    since no method of the paper's eval calls a 32B role (teacher, annotator, judge: the 32B
-    server is not in the plan); GPU 1 holds the 8B server (0.45 x 80 + 0.5). Without servers
-    the two in-process models make the plan one GPU."""
+def test_eval_counts_the_served_generator_not_an_in_process_one() -> None:
+    """paper.yaml's eval.generator_backend is vllm: the evaluated Qwen3-1.7B is the served
+    exported-generator (0.45 x 80 + 0.5 on GPU 0), so eval's process loads only the
+    ig-clarifier's own checkpoint (the eval step sets models.ig_clarifier, hf, bf16:
+    1,720,574,976 x 2 B = 3.2 GiB + 0.5); no method of the paper's eval calls a 32B role
+    (teacher, annotator, judge), and GPU 1 holds the 8B server (0.45 x 80 + 0.5)."""
     plan = check_stage(load_recipe(PAPER, cluster=True), "eval")
-    weights = 2 * (1_720_574_976 * 2 / GIB + 0.5) - 0.5
-    assert plan.total(0) == pytest.approx(weights + 0.5)
-    assert [what for what, _ in plan.uses[0]].count("models.ig_clarifier in process (bfloat16)") == 1
+    parts = [what for what, _ in plan.uses[0]]
+    assert "models.generator in process (bfloat16)" not in parts
+    assert "exported-generator vLLM (0.45)" in parts
+    assert not any("size unknown" in note for note in plan.notes)  # sized as models.generator
+    one = 1_720_574_976 * 2 / GIB + 0.5
+    assert plan.total(0) == pytest.approx(0.45 * 80 + 0.5 + one)
+    assert parts.count("models.ig_clarifier in process (bfloat16)") == 1
     assert plan.total(1) == pytest.approx(0.45 * 80 + 0.5)
     assert not any("Qwen3-32B" in what for uses in plan.uses.values() for what, _ in uses)
-    alone = gpu_plan(load_recipe(PAPER, ["serve.models={}"], cluster=True), "eval")
-    assert alone.n_gpus == 1 and alone.total(0) == pytest.approx(weights + 0.5)
+
+
+def test_eval_counts_the_generator_it_loads_in_process() -> None:
+    """With eval.generator_backend hf the evaluated generator and the ig-clarifier's checkpoint
+    both sit on GPU 0 in eval's process: 2 x (3.2 + 0.5) GiB, no exported-generator server.
+    Without servers the two in-process models make the plan one GPU."""
+    hf = ["eval.generator_backend=hf"]
+    plan = check_stage(load_recipe(PAPER, hf, cluster=True), "eval")
+    weights = 2 * (1_720_574_976 * 2 / GIB + 0.5)
+    assert plan.total(0) == pytest.approx(weights)
+    assert [what for what, _ in plan.uses[0]] == [
+        "models.generator in process (bfloat16)", "CUDA context",
+        "models.ig_clarifier in process (bfloat16)", "CUDA context"]
+    assert plan.total(1) == pytest.approx(0.45 * 80 + 0.5)
+    alone = gpu_plan(load_recipe(PAPER, [*hf, "serve.models={}"], cluster=True), "eval")
+    assert alone.n_gpus == 1 and alone.total(0) == pytest.approx(weights)
+
+
+def test_a_stage_plan_sums_only_the_servers_of_one_step() -> None:
+    """calibrate's annotate calls the 32B (0.5 x 80 + 0.5 on each GPU), its search and heldout
+    the 8B (0.45 x 80 + 0.5 on GPU 1); `prour run` stops one before it starts the other, so
+    GPU 1 peaks at 40.5 GiB (annotate), not 77.0, and no warning; collect-retail calls both
+    (agent and user on the 8B, the teacher on the 32B), so collect keeps 77.0 and its warning."""
+    recipe = load_recipe(PAPER, ["router.tau_au=null", "router.tau_eu=null"], cluster=True)
+    calibrate = check_stage(recipe, "calibrate")
+    assert calibrate.total(1) == pytest.approx(40.5) and calibrate.warnings == []
+    assert calibrate.total(0) == pytest.approx(40.5)
+    assert "  GPU 1: 40.5 / 80 GiB (annotate) = Qwen/Qwen3-32B vLLM (0.5) 40.0" in calibrate.text()
+    collect = check_stage(recipe, "collect")
+    assert collect.total(1) == pytest.approx(77.0) and len(collect.warnings) == 1
+
+
+def test_servers_of_one_step_that_overflow_a_gpu_are_refused_with_numbers() -> None:
+    """A served router of its own on GPU 0 beside the exported-generator (0.45: 36 + 0.5 GiB),
+    which eval runs together: at 0.6 their shares add up to 1.05 > 1.0; at 0.55 (44 + 0.5 GiB)
+    the shares fit but the CUDA contexts do not: 81.0 GiB."""
+    router = ["models.router.model=Qwen/Qwen3-4B", "serve.models.Qwen/Qwen3-4B.gpus=[0]",
+              "eval.methods=[base,llm-router]"]
+    with pytest.raises(GpuPlanError) as info:
+        check_stage(load_recipe(
+            PAPER, [*router, "serve.models.Qwen/Qwen3-4B.gpu_memory_utilization=0.6"],
+            cluster=True), "eval")
+    assert ("serve.models.Qwen/Qwen3-4B.gpu_memory_utilization: GPU 0 is shared by "
+            "exported-generator (0.45), Qwen/Qwen3-4B (0.6) while step eval runs: shares add up "
+            "to 1.05 > 1.0") in str(info.value)
+    recipe = load_recipe(PAPER, [*router, "serve.models.Qwen/Qwen3-4B.gpu_memory_utilization=0.55"],
+                         cluster=True)
+    plan = gpu_plan(recipe, "eval")
+    assert any(p.startswith("GPU 0 needs 81.0 GiB > 80 GiB") for p in plan.problems), plan.text()
+    assert "Qwen/Qwen3-32B" not in plan.text()  # its half on GPU 0 is down while eval runs
 
 
 def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None:
     """On Slurm each job serves what its own steps call: train's plan holds the trainer
     (12.8 + 16 + 1 GiB per GPU) and, on GPU 1, the 8B the reward calls (0.45 x 80 + 0.5 GiB);
-    eval's the in-process generator and ig-clarifier checkpoint (2 x (3.2 + 0.5) GiB) and the
-    same 8B; neither the 32B."""
+    eval's the served exported-generator (0.45 x 80 + 0.5 GiB) and the in-process ig-clarifier
+    checkpoint (3.2 + 0.5 GiB) on GPU 0 and the same 8B; neither the 32B."""
     from typer.testing import CliRunner
 
     from prour.cli.main import app
@@ -173,7 +225,7 @@ def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None
     out = result.output
     assert "GPU memory plan, stage train: 2 x 80 GiB\n  GPU 0: 29.8 / 80 GiB" in out
     assert "  GPU 1: 66.3 / 80 GiB = Qwen/Qwen3-8B vLLM (0.45) 36.0 + CUDA context 0.5" in out
-    assert "GPU memory plan, stage eval: 2 x 80 GiB\n  GPU 0: 7.4 / 80 GiB" in out
+    assert "GPU memory plan, stage eval: 2 x 80 GiB\n  GPU 0: 40.2 / 80 GiB" in out
     assert "  GPU 1: 36.5 / 80 GiB = Qwen/Qwen3-8B vLLM (0.45) 36.0 + CUDA context 0.5\n" in out
     assert "Qwen3-32B vLLM" not in out
     assert out.count("#SBATCH --gpus-per-node=2") == 2

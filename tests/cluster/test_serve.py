@@ -121,11 +121,6 @@ def test_a_server_entry_no_role_uses_is_not_started(tmp_path: Path, fake_vllm_py
             "serve.models.big.gpus",
             "tensor_parallel_size=2",
         ),
-        (
-            {"big": {"gpus": [0, 1]}, "small": {"gpus": [1]}},
-            "serve.models.small.gpu_memory_utilization",
-            "add up to 1.8",
-        ),
     ],
 )
 def test_placement_errors_name_the_key(
@@ -136,6 +131,28 @@ def test_placement_errors_name_the_key(
         load_recipe(path, cluster=True)
     assert info.value.key == key
     assert fragment in str(info.value)
+
+
+def test_servers_of_one_step_must_split_a_gpu_those_of_two_need_not(tmp_path: Path) -> None:
+    """collect-retail calls the agent and the user, so their servers run together: 0.9 + 0.9 on
+    GPU 1 is refused by the collect plan, naming the key. The normalizer's server (normalize)
+    and the annotator's (annotate) are never up at once: 0.9 each on GPU 0 fits every plan."""
+    from prour.cluster.gpu_plan import GpuPlanError, check_stage
+
+    together = {"big": {"gpus": [0, 1]}, "small": {"gpus": [1]}}
+    roles = {"agent": "big", "user": "small", "decomposer": "big"}
+    loaded = load_recipe(frozen_recipe(tmp_path, Path(sys.executable), together, roles),
+                         cluster=True)
+    with pytest.raises(GpuPlanError) as info:
+        check_stage(loaded, "collect")
+    assert ("serve.models.small.gpu_memory_utilization: GPU 1 is shared by big (0.9), small "
+            "(0.9) while step collect-retail runs: shares add up to 1.8 > 1.0") in str(info.value)
+    apart = {"big": {"gpus": [0]}, "small": {"gpus": [0]}}
+    roles = {"normalizer": "big", "annotator": "small"}
+    loaded = load_recipe(frozen_recipe(tmp_path, Path(sys.executable), apart, roles),
+                         cluster=True)
+    for stage in ("normalize", "calibrate"):
+        assert check_stage(loaded, stage).total(0) == pytest.approx(0.9 * 80 + 0.5)
 
 
 def test_shared_gpu_is_fine_when_shares_fit(tmp_path: Path) -> None:
