@@ -360,8 +360,8 @@ def mean(values: list[float]) -> float | None:
 
 
 def write_site(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write the run's index and episode pages to ``out`` (default ``RUN/view``); returns the
-    index page's path."""
+    """Write the run's index and episode pages to ``out`` (default ``RUN/view``), removing the
+    episode pages an earlier site left there; returns the index page's path."""
     from prour.files import write_atomic
 
     run_dir = Path(run_dir)
@@ -374,4 +374,8 @@ def write_site(run_dir: str | Path, out: str | Path | None = None) -> Path:
                          f"{_skipped_note(run_dir, episodes.skipped, '; ')}")
     for episode in episodes:
         write_atomic(out / episode.page, episode_page(episode))
+    pages = {episode.page for episode in episodes}
+    for stale in out.glob("episode-*.html"):  # an earlier site's pages the new index does not link
+        if stale.name not in pages:
+            stale.unlink()
     return write_atomic(out / INDEX, index_page(run_dir, episodes, episodes.skipped))

@@ -94,3 +94,25 @@ def test_a_line_torn_by_a_crash_is_skipped_and_named(tmp_path: Path) -> None:
     index = write_site(run).read_text()
     assert "2 episodes" in index and "1 unreadable line of episodes.jsonl skipped (line 2)" in index
     assert _reward_cells(index) == [["base", "2", "0.500"]]
+
+
+def test_a_site_written_again_keeps_only_its_own_pages(tmp_path: Path) -> None:
+    """The same --out for a second, smaller run: the pages of the first run that the new index
+    does not link are gone, and the command counts the pages of this run."""
+    from typer.testing import CliRunner
+
+    from prour.cli.main import app
+
+    runs = {"a": ["base", "prour"], "b": ["base"]}
+    for name, agents in runs.items():
+        for number, agent in enumerate(agents):
+            append_jsonl(tmp_path / name / "episodes.jsonl",
+                         _episode(agent, 1.0, f"2026-12-01T10:0{number}:00", 5.0))
+    site = tmp_path / "site"
+    for name, agents in runs.items():
+        done = CliRunner().invoke(app, ["view", str(tmp_path / name), "--out", str(site)])
+        assert done.exit_code == 0, done.output
+        assert f"({len(agents)} episode pages)" in done.output
+    index = (site / "index.html").read_text()
+    pages = sorted(p.name for p in site.glob("episode-*.html"))
+    assert len(pages) == 1 and f'href="{pages[0]}"' in index
