@@ -161,7 +161,8 @@ def train_from_rates(cfg: TrainConfig, prompt_tokens: int,
          f"{_s(score_s)} + update {_s(update_s)}"),
         total,
         (f"  update: {opt_steps} optimizer steps/step ({epochs} epochs x {states} states / "
-         f"{cfg.ppo.mini_batch_states} per mini-batch) of {keep} kept samples, "
+         f"{cfg.ppo.mini_batch_states} per mini-batch) of "
+         f"{cfg.ppo.mini_batch_states * keep} kept samples each, "
          f"{update.value:.2f} s per {update.shape.get('samples', 1)} samples; {update.what}; "
          f"{update.source}"),
         (f"  generation: {states} states x {n} samples x {response:,} tokens at "

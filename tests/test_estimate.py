@@ -126,3 +126,15 @@ def test_the_phase_split_claims_no_sum_it_does_not_have(tmp_path):
         total, parts = line.split("=", 1)
         numbers = [float(x) for x in re.findall(r"([\d.]+) s", parts)]
         assert sum(numbers) == pytest.approx(_seconds(total, "per step:")), line
+
+
+def test_the_update_line_counts_the_samples_of_one_optimizer_step(tmp_path):
+    """Two states per mini-batch: each optimizer step takes 2 x 6 kept samples, half as many
+    steps, and the same update seconds (the rate is per sample)."""
+    rates = recorded_rates()
+    one, two = (load_recipe(PAPER, [f"run_dir={tmp_path}", f"train.ppo.mini_batch_states={m}"])
+                for m in (1, 2))
+    lines = ["\n".join(train_estimate(r, r.train, rates)) for r in (one, two)]
+    assert "64 optimizer steps/step" in lines[0] and "of 6 kept samples" in lines[0]
+    assert "32 optimizer steps/step" in lines[1] and "of 12 kept samples" in lines[1]
+    assert _seconds(lines[0], "update") == _seconds(lines[1], "update")
