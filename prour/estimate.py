@@ -65,9 +65,15 @@ def recorded_rates(path: Path = RATES_FILE) -> dict[str, Rate]:
         entries = json.loads(path.read_text())["rates"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a rates file ({exc})") from None
+    if not isinstance(entries, dict):
+        raise ValueError(  # noqa: TRY004 - a bad file, reported like the others
+            f"{path}: rates is a {type(entries).__name__}, not a mapping of names to entries")
     rates = {}
     for name, entry in entries.items():
         where = f"{path}: rates.{name}"
+        if not isinstance(entry, dict):
+            raise ValueError(  # noqa: TRY004 - a bad file, reported like the others
+                f"{where}: {entry!r} is not an entry (give file + key, or value)")
         if "file" in entry:
             raw = path.parent / entry["file"]
             if not raw.exists():

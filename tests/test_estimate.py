@@ -97,6 +97,10 @@ def test_a_broken_rates_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"gone\.json: no key 'update\.s'"):
         recorded_rates(tmp_path / "rates.json")
     assert recorded_rates(tmp_path / "absent.json") == {}
+    for broken in ({"rates": {"eval_episode_s": 696.5}}, {"rates": ["eval_episode_s"]}):
+        (tmp_path / "rates.json").write_text(json.dumps(broken))
+        with pytest.raises(ValueError, match=r"rates\.json: "):  # no AttributeError traceback
+            recorded_rates(tmp_path / "rates.json")
 
 
 def test_the_eval_median_reads_each_episode_once_and_no_errored_one(tmp_path):
