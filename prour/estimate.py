@@ -78,7 +78,11 @@ def recorded_rates(path: Path = RATES_FILE) -> dict[str, Rate]:
             raw = path.parent / entry["file"]
             if not raw.exists():
                 raise ValueError(f"{where}.file: {raw} does not exist")
-            value = _dig(json.loads(raw.read_text()), entry["key"], raw)
+            try:
+                data = json.loads(raw.read_text())
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{raw}: not JSON ({exc}); named by {where}.file") from None
+            value = _dig(data, entry["key"], raw)
             source = f"benchmarks/results/{entry['file']} {entry['key']}"
         elif isinstance(entry.get("value"), (int, float)):
             value, source = float(entry["value"]), entry.get("source", "stated in rates.json")

@@ -97,6 +97,9 @@ def test_a_broken_rates_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"gone\.json: no key 'update\.s'"):
         recorded_rates(tmp_path / "rates.json")
     assert recorded_rates(tmp_path / "absent.json") == {}
+    (tmp_path / "gone.json").write_text('{"update": ')  # cut short
+    with pytest.raises(ValueError, match=r"gone\.json: not JSON"):
+        recorded_rates(tmp_path / "rates.json")
     for broken in ({"rates": {"eval_episode_s": 696.5}}, {"rates": ["eval_episode_s"]}):
         (tmp_path / "rates.json").write_text(json.dumps(broken))
         with pytest.raises(ValueError, match=r"rates\.json: "):  # no AttributeError traceback
