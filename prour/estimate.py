@@ -268,12 +268,27 @@ def eval_estimate(recipe: Recipe, rates: Mapping[str, Rate] | None = None) -> li
     return lines
 
 
+def _ig_train_estimate(recipe: Recipe) -> list[str]:
+    """The ``train-ig-clarifier`` step's training estimate: the recipe with IG-Clarifier's
+    settings (its own output folder, so its own metrics), labelled by that step."""
+    from prour.stages import ig_recipe
+
+    ig = ig_recipe(recipe)
+    return [line.replace("estimate (train)", "estimate (train-ig-clarifier)", 1)
+            for line in train_estimate(ig, ig.train)]
+
+
 def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
     """The estimates ``prour run --dry-run`` prints for the steps it would run: training (the
-    ``train`` step, with a ``train`` section) and evaluation (the ``eval`` step). A broken
-    rates file is named in place of the numbers."""
+    ``train`` step, with a ``train`` section; ``train-ig-clarifier``, the second training run
+    when eval.methods has ig-clarifier) and evaluation (the ``eval`` step). A broken rates file
+    is named in place of the numbers."""
+    from prour.stages import get_step
+
     lines: list[str] = []
+    ig_skipped = get_step("train-ig-clarifier").skip(recipe)  # the stage table's own rule
     parts = (("train", recipe.train is not None, lambda: train_estimate(recipe, recipe.train)),
+             ("train-ig-clarifier", ig_skipped is None, lambda: _ig_train_estimate(recipe)),
              ("eval", True, lambda: eval_estimate(recipe)))
     for name, applies, make in parts:
         if name in step_names and applies:

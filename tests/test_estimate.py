@@ -15,6 +15,7 @@ from prour.cli.main import app
 from prour.estimate import (
     RESULTS_DIR,
     Rate,
+    chain_estimates,
     eval_estimate,
     recorded_rates,
     train_estimate,
@@ -145,3 +146,21 @@ def test_the_update_line_counts_the_samples_of_one_optimizer_step(tmp_path):
     assert "64 optimizer steps/step" in lines[0] and "of 6 kept samples" in lines[0]
     assert "32 optimizer steps/step" in lines[1] and "of 12 kept samples" in lines[1]
     assert _seconds(lines[0], "update") == _seconds(lines[1], "update")
+
+
+def test_the_chain_estimates_the_ig_clarifier_training_too(tmp_path):
+    """paper.yaml evaluates ig-clarifier, so the chain trains twice (train-ig-clarifier: the same
+    steps, its own folder): both trainings are estimated, each from its own folder's metrics."""
+    from prour.stages import ig_recipe
+
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}"])
+    ig = ig_recipe(recipe)
+    out = Path(ig.train.output_dir)
+    out.mkdir(parents=True)
+    (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "time_step_s": 30.0}) + "\n")
+    text = "\n".join(chain_estimates(recipe, ["train", "train-ig-clarifier"]))
+    assert "estimate (train): from recorded benchmark rates" in text
+    assert f"estimate (train-ig-clarifier): from this run's metrics, {out / 'metrics.jsonl'}" \
+        in text
+    assert f"{30.0 * 2010 / 3600:.1f} h for 2,010 steps" in text
+    assert "train-ig-clarifier" not in "\n".join(chain_estimates(recipe, ["train"]))
