@@ -479,10 +479,11 @@ def _final_step(recipe: Recipe) -> Path:
 
 def _trained(recipe: Recipe) -> bool:
     """The trainer saved its last step (a complete local ``step_N``, or verl's newest step)."""
-    from prour.train.checkpoint import complete_checkpoints, latest_verl_step
+    from prour.train.checkpoint import complete_checkpoints, latest_verl_step, untrained_verl_step
 
-    if _verl(recipe):
-        return (latest_verl_step(_checkpoints(recipe)) or 0) >= _total_steps(recipe)
+    if _verl(recipe):  # or the initial policy saved as the last step (an empty train file)
+        saved = [latest_verl_step(_checkpoints(recipe)), untrained_verl_step(_checkpoints(recipe))]
+        return max(step or 0 for step in saved) >= _total_steps(recipe)
     return any(step >= _total_steps(recipe) for step, _ in complete_checkpoints(_checkpoints(recipe)))
 
 

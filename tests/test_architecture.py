@@ -945,12 +945,14 @@ WRITER_EXCEPTIONS = {
         ("prour/demo/folders.py", "save_quietly", "save_pretrained"),
         ("prour/demo/tiny.py", "_write_tiny", "save_pretrained"),
         ("prour/demo/warmstart.py", "save_beside_base", "shutil.copy2"),
-        ("prour/cli/demo.py", "_tiny_model", "shutil.copytree")],
+        ("prour/cli/demo.py", "_tiny_model", "shutil.copytree"),
+        ("prour/train/checkpoint.py", "save_untrained_verl", "shutil.copytree")],
     "pyarrow and matplotlib write into an in-memory buffer that write_atomic then writes": [
         ("prour/data/dataset.py", "write_rows", "write_table"),
         ("prour/plots.py", "save_plot", "savefig")],
     "copies a finished checkpoint folder to the --target the user names": [
-        ("prour/train/checkpoint.py", "export_hf", "shutil.copytree")],
+        ("prour/train/checkpoint.py", "export_hf", "shutil.copytree"),
+        ("prour/train/verl_backend.py", "export_checkpoint", "shutil.copytree")],
 }
 EXCEPTED = {place: reason for reason, places in WRITER_EXCEPTIONS.items() for place in places}
 

@@ -145,8 +145,12 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
 def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
     from prour.cluster.gpu_plan import gpu_plan
     from prour.train.checkpoint import latest_verl_step
-    from prour.train.verl_backend import launch, prepare_verl_run
+    from prour.train.verl_backend import launch, no_training_state, prepare_verl_run
 
+    lacking = no_training_state(cfg)
+    if lacking is not None:  # verl cannot read it: do what the local trainer does
+        _save_untrained_verl(recipe, cfg, lacking, dry_run)
+        return
     memory = gpu_plan(recipe, "train")  # trainer + its responders on this node (GPU memory)
     run = prepare_verl_run(recipe, cfg, write=not dry_run, resume=resume)
     if dry_run or not memory.fits:
@@ -163,6 +167,28 @@ def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> 
         )
         raise typer.Exit(2)
     raise typer.Exit(launch(run))
+
+
+def _save_untrained_verl(recipe: Recipe, cfg: TrainConfig, lacking: str, dry_run: bool) -> None:
+    """An empty train file under the verl backend: the initial policy becomes the final step
+    (as the local trainer saves it), verl is not launched, and the run says what it lacked."""
+    from prour.train.checkpoint import step_dir
+    from prour.train.verl_backend import save_untrained
+
+    if dry_run:
+        typer.echo(f"verl backend: {lacking} (extract routed none to clarify or verify): `prour "
+                   f"train` would save the initial policy as "
+                   f"{step_dir(cfg.output_dir, cfg.total_steps)}, untrained, without launching "
+                   "verl")
+        return
+    try:
+        last = save_untrained(recipe, cfg, lacking)
+    except (FileNotFoundError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"lacking: {lacking} (extract routed none to clarify or verify): no update was "
+               f"made and verl was not launched; {last} is the initial policy, untrained, so "
+               "that export and eval still run")
 
 
 @train_app.command("export")

@@ -215,6 +215,50 @@ def latest_verl_step(output_dir: str | Path) -> int | None:
     return max(steps) if steps else None
 
 
+UNTRAINED_FILE = "untrained.json"  # in verl's global_step_N (and its step_N): why no update ran
+
+
+def save_untrained_verl(output_dir: str | Path, step: int, policy: Path, reason: str) -> Path:
+    """verl's final step when there was nothing to train on (the local trainer's
+    ``_save_untrained``): ``step_<step>``, what ``prour train export`` would write, becomes a
+    copy of the initial policy's Hugging Face folder, and ``global_step_<step>/untrained.json``
+    says why, where the chain looks for verl's steps. Returns ``step_<step>``."""
+    import json
+
+    from prour.files import write_atomic
+
+    root = Path(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    record = json.dumps({"step": step, "untrained": reason, "initial_policy": str(policy)})
+    staging = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}step_{step}-", dir=root))
+    try:
+        shutil.copytree(policy, staging, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(STATE_FILE, UNTRAINED_FILE, TEMP_PREFIX + "*"))
+        write_atomic(staging / UNTRAINED_FILE, record)
+        _fsync_tree(staging)
+        final = step_dir(root, step)
+        if final.exists():  # a rerun: the old copy moves aside first
+            old = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}old-step_{step}-", dir=root))
+            os.replace(final, old / final.name)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(staging, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    write_atomic(root / f"global_step_{step}" / UNTRAINED_FILE, record, fsync=True)
+    return final
+
+
+def untrained_verl_step(output_dir: str | Path) -> int | None:
+    """The N of the ``global_step_N`` that :func:`save_untrained_verl` wrote (its ``step_N`` a
+    Hugging Face folder), or None."""
+    root = Path(output_dir)
+    steps = [step for step, folder in (_verl_steps(root) if root.is_dir() else [])
+             if (folder / UNTRAINED_FILE).is_file() and is_hf_folder(root / f"step_{step}")]
+    return max(steps) if steps else None
+
+
 def _newest_verl_step(root: Path) -> Path | None:
     """The newest ``global_step_N`` of a verl output folder, or its export ``step_N`` (an HF
     folder written by ``prour train export``) when there is one."""

@@ -25,7 +25,7 @@ import yaml
 
 from prour.config import ConfigError, Recipe
 from prour.files import write_atomic
-from prour.train.checkpoint import latest_verl_step
+from prour.train.checkpoint import latest_verl_step, untrained_verl_step
 from prour.train.config import TrainConfig
 from prour.train.recipe import train_section
 
@@ -347,6 +347,35 @@ def launch(run: VerlRun) -> int:
         return trainer.wait()
 
 
+def no_training_state(cfg: TrainConfig) -> str | None:
+    """Why verl has nothing to train on: the train file holds no state of ``train.modes``
+    (extract routed none to clarify or verify); verl's dataset cannot even read such a file.
+    None when it has states, or is not there yet (preflight names a missing one)."""
+    from prour.train.data import keep_modes, read_instances
+
+    try:
+        rows = read_instances(cfg.train_file)
+    except FileNotFoundError:
+        return None
+    if keep_modes(rows, cfg.modes, str(cfg.train_file)):
+        return None
+    return f"{cfg.train_file} holds no training state"
+
+
+def save_untrained(recipe: Recipe, cfg: TrainConfig, reason: str) -> Path:
+    """Save the initial policy as verl's final step without launching verl
+    (:func:`prour.train.checkpoint.save_untrained_verl`), so that export and eval still run; a
+    policy with no local folder to copy raises FileNotFoundError naming it."""
+    from prour.train.checkpoint import is_hf_folder, save_untrained_verl
+
+    policy = Path(_policy_path(recipe))
+    if not is_hf_folder(policy):
+        raise FileNotFoundError(
+            f"models.generator {policy}: no local Hugging Face folder (config.json and weights) "
+            f"to save as the untrained final step; download it (see `prour validate --preflight`)")
+    return save_untrained_verl(cfg.output_dir, cfg.total_steps, policy, reason)
+
+
 def export_command(actor_dir: Path, target_dir: Path) -> list[str]:
     """``verl.model_merger`` call that turns an FSDP actor checkpoint into a Hugging Face folder."""
     return [
@@ -366,11 +395,20 @@ def export_command(actor_dir: Path, target_dir: Path) -> list[str]:
 def export_checkpoint(
     output_dir: Path, step: int | None = None, target: Path | None = None, dry_run: bool = False
 ) -> tuple[list[str], Path]:
-    """Convert ``global_step_<step>`` (newest when None) to HF format in ``step_<step>``."""
-    step = step if step is not None else latest_verl_step(output_dir)
+    """Convert ``global_step_<step>`` (newest when None) to HF format in ``step_<step>``. A step
+    saved untrained (:func:`save_untrained`) is that folder already: no command, nothing merged
+    (copied to ``target`` when one is named)."""
+    if step is None:
+        step = latest_verl_step(output_dir) or untrained_verl_step(output_dir)
     if step is None:
         raise FileNotFoundError(f"no verl checkpoint (global_step_N/actor) under {output_dir}")
     actor = Path(output_dir) / f"global_step_{step}" / "actor"
+    if not actor.is_dir() and untrained_verl_step(output_dir) == step:
+        folder = Path(output_dir) / f"step_{step}"  # the initial policy, saved as the last step
+        if target is None or dry_run or Path(target).resolve() == folder.resolve():
+            return [], folder
+        shutil.copytree(folder, target, dirs_exist_ok=True)
+        return [], Path(target)
     if not actor.is_dir():
         raise FileNotFoundError(f"{actor} does not exist")
     target = target or Path(output_dir) / f"step_{step}"
