@@ -27,12 +27,14 @@ def _gpus(ids: list[int] | None) -> str:
 
 
 def step_servers(recipe: Recipe, step: Step) -> dict[str, list[str]]:
-    """Model id -> the roles of ``step`` that its server answers (the served roles it calls)."""
+    """Model id -> the roles of ``step`` that its server answers (the served roles it calls, of
+    the recipe it runs on: eval's exported generator under ``eval.generator_backend: vllm``)."""
     from prour.cluster.recipe import served_roles
 
     called = set(step.roles(recipe))
     return {model_id: [role for role in roles if role in called]
-            for model_id, roles in served_roles(recipe).items() if called & set(roles)}
+            for model_id, roles in served_roles(step.served_recipe(recipe)).items()
+            if called & set(roles)}
 
 
 def where(recipe: Recipe, step: Step) -> str:
@@ -40,7 +42,7 @@ def where(recipe: Recipe, step: Step) -> str:
     from prour.cluster.recipe import served_models
     from prour.stages import stage_of
 
-    specs = served_models(recipe)
+    specs = served_models(step.served_recipe(recipe))
     parts = [f"{model_id} vLLM on {_gpus(specs[model_id].gpus)}"
              for model_id in step_servers(recipe, step)]
     placement = stage_of(step).placement
@@ -56,7 +58,7 @@ def where(recipe: Recipe, step: Step) -> str:
     elif placement == "in_process":
         loaded: dict[str, list[str]] = {}  # device -> the hf roles loaded in process on it
         for role in step.roles(recipe):
-            cfg = recipe.models.get(role)
+            cfg = step.served_recipe(recipe).models.get(role)
             if cfg is not None and cfg.backend == "hf":
                 loaded.setdefault(cfg.device, []).append(role)
         parts += [f"{', '.join(roles)} in process ({device})" for device, roles in loaded.items()]
@@ -76,6 +78,11 @@ def server_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
     chosen = _selected(names)
     try:
         plans = plan_servers(recipe)
+        for step in chosen:  # servers only a step's own recipe has (eval's exported generator)
+            served = step.served_recipe(recipe)
+            if served is not recipe:
+                known = {plan.model_id for plan in plans}
+                plans += [plan for plan in plan_servers(served) if plan.model_id not in known]
     except ServeError as exc:
         return [f"servers: none ({exc})"]
     lines = []

@@ -73,10 +73,15 @@ def test_gpu_smoke_dry_run_names_only_weights_and_gpus(tmp_path: Path) -> None:
     assert f"{MODEL} vLLM (0.25) 20.0" in train_gpu and "FSDP actor" in train_gpu, train_gpu
 
     commands = [line.strip() for line in out.splitlines() if "vllm.entrypoints.openai" in line]
-    assert len(commands) == 1, out  # one server for every role
+    # one server for every role, and eval's generator (eval.generator_backend vllm): the
+    # exported checkpoint, which the run's export step writes
+    assert len(commands) == 2, out
     assert commands[0].startswith(f"{serve_python} -m vllm.entrypoints.openai.api_server "
                                   f"--model {MODEL} ")
     assert "--enable-auto-tool-choice --tool-call-parser hermes" in commands[0]
+    assert commands[1].startswith(f"{serve_python} -m vllm.entrypoints.openai.api_server "
+                                  f"--model {run_dir / 'checkpoints' / 'step_2'} "
+                                  "--served-model-name exported-generator ")
 
     errors = [line.removeprefix("problem: ") for line in out.splitlines()
               if line.startswith("problem: ")]

@@ -127,6 +127,9 @@ def test_the_dry_run_prints_every_step_with_its_state_command_and_servers(tmp_pa
     assert state["review"] == "gate" and state["serve"] == "skipped"
     assert {state[name] for name in ("collect-retail", "extract", "report")} == {PENDING}
     assert "      serves Qwen/Qwen3-32B (roles teacher)" in lines
+    # eval.generator_backend vllm: the servers eval calls include the exported checkpoint's
+    assert any(line.startswith("  exported-generator on GPU 0 for eval (roles generator)")
+               for line in lines), result.output
     # The run-time estimates of the steps it would start (prour.estimate; tests/test_estimate.py)
     assert "estimate (train): from recorded benchmark rates" in result.output
     episodes = (114 + 50) * 3  # retail + airline base tasks x seeds 0, 1, 2

@@ -22,13 +22,17 @@ def test_where_each_step_of_the_paper_runs() -> None:
         "annotate": "Qwen/Qwen3-32B vLLM on GPU 0,1",
         "search": "Qwen/Qwen3-8B vLLM on GPU 1",
         "train": "verl trainer on GPU 0-1; Qwen/Qwen3-8B vLLM on GPU 1",
-        "eval": "Qwen/Qwen3-8B vLLM on GPU 1; generator in process (auto)",
+        # eval.generator_backend vllm: the generator is the exported checkpoint's server
+        "eval": "Qwen/Qwen3-8B vLLM on GPU 1; exported-generator vLLM on GPU 0",
         "export": "CPU",
         "report": "CPU",
     }
     assert {name: where(paper, get_step(name)) for name in expected} == expected
     assert step_servers(paper, get_step("train")) == {
         "Qwen/Qwen3-8B": ["strict_user", "verifier"]}
+    hf = load_recipe(ROOT / "recipes" / "paper.yaml", ["eval.generator_backend=hf"],
+                     cluster=True)
+    assert where(hf, get_step("eval")) == "Qwen/Qwen3-8B vLLM on GPU 1; generator in process (auto)"
 
 
 def test_the_end_table_says_what_ran_where_and_how_long(tmp_path: Path) -> None:
