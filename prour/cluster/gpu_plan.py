@@ -20,6 +20,11 @@ per GPU, in GiB:
   on the first GPU;
 * a CUDA context per process on each GPU it uses.
 
+``prour run`` starts the servers a step calls and stops the others, so a stage is planned step
+by step (each with its own servers and in-process roles) and a GPU of the stage's plan shows the
+step that holds the most on it; servers of one step whose shares of a GPU add up to more than
+1.0 are a problem naming their keys.
+
 Parameter counts and shapes come from a local model folder's ``config.json`` when there is one,
 else from :data:`KNOWN_MODELS` (the hub configs of the paper's models). The reserves are
 estimates, marked as such; everything else is arithmetic on the recipe.
