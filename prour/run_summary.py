@@ -40,10 +40,11 @@ def step_servers(recipe: Recipe, step: Step) -> dict[str, list[str]]:
 def where(recipe: Recipe, step: Step) -> str:
     """Where ``step``'s models run: its servers and their GPUs, the trainer, in-process models."""
     from prour.cluster.recipe import served_models
-    from prour.stages import stage_of
+    from prour.stages import served_elsewhere, stage_of
 
     specs = served_models(step.served_recipe(recipe))
-    parts = [f"{model_id} vLLM on {_gpus(specs[model_id].gpus)}"
+    elsewhere = served_elsewhere(recipe, step)  # reached through the endpoints file
+    parts = [f"{model_id} vLLM on " + ("another node" if elsewhere else _gpus(specs[model_id].gpus))
              for model_id in step_servers(recipe, step)]
     placement = stage_of(step).placement
     train = recipe.train

@@ -13,8 +13,10 @@ Each step of :mod:`prour.stages` gets a state from its outputs and its stamp
 
 Pending and partial steps run in order, each as a child ``prour`` process whose output goes to
 the terminal and to ``<run_dir>/logs/<step>.log``; before a step the runner starts the vLLM
-servers it calls and stops those it does not (:class:`StepServers`). The first failure stops the
-run, naming the step, its exit code and its log.
+servers it calls and stops those it does not (:class:`StepServers`), except the train stage's
+under ``serve.colocate_train: false``: another node serves them (``prour serve``) and the step
+waits for the recipe's endpoints file to list them ready. The first failure stops the run, naming
+the step, its exit code and its log.
 """
 
 from __future__ import annotations
@@ -35,7 +37,16 @@ from typing import TYPE_CHECKING, Any
 
 from prour import interrupt
 from prour.files import write_atomic
-from prour.stages import STAGES, Stage, Step, stage_names, stage_of, steps, writer_of
+from prour.stages import (
+    STAGES,
+    Stage,
+    Step,
+    served_elsewhere,
+    stage_names,
+    stage_of,
+    steps,
+    writer_of,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.cluster.serve import ServerGroup
@@ -307,8 +318,12 @@ class StepServers:
         from prour.llm.weights import ModelNotFound
 
         wanted = served_models_of(self.recipe, step)
-        for model_id in [m for m in self.groups if m not in wanted]:
+        elsewhere = served_elsewhere(self.recipe, step)
+        for model_id in [m for m in self.groups if m not in wanted or elsewhere]:
             self._stop(model_id)
+        if elsewhere and wanted:
+            self.await_elsewhere(step, wanted)
+            return
         missing = [m for m in wanted if m not in self.groups]
         if not missing:
             return
@@ -336,6 +351,30 @@ class StepServers:
         self.say(f"   ready after {time.monotonic() - started:.0f} s: "
                  + ", ".join(f"{m} at {self._url(m)}" for m in missing))
         self.publish("ready")
+
+    def await_elsewhere(self, step: Step, wanted: dict[str, list[str]]) -> None:
+        """Wait (up to ``serve.startup_timeout_s``) for the recipe's endpoints file, which a
+        ``prour serve`` on another node writes, to list ``wanted``'s servers ready; ServeError
+        naming the file and the fix when it does not."""
+        from prour.cluster.endpoints import EndpointsError, endpoints_path, wait_for_endpoints
+        from prour.cluster.serve import ServeError
+
+        path = endpoints_path(self.recipe)
+        fix = ("serve them elsewhere with `prour serve` on this recipe (Slurm: prour slurm submit "
+               "--stages serve), or set serve.colocate_train: true to serve them in this job")
+        self.say(f"   {step.name} calls {', '.join(wanted)}, served on another node "
+                 f"(serve.colocate_train: false): waiting for {path}")
+        try:
+            record = wait_for_endpoints(path, self.recipe.serve.startup_timeout_s)
+        except EndpointsError as exc:
+            raise ServeError(f"{exc}; {fix}") from None
+        servers = record.get("servers") or {}
+        absent = [m for m in wanted if m not in servers]
+        if absent:
+            raise ServeError(f"{path} is ready but lists no server for {', '.join(absent)} "
+                             f"(roles {', '.join(r for m in absent for r in wanted[m])}); {fix}")
+        self.say(f"   using the servers of `prour serve` on {record.get('node')}: "
+                 + ", ".join(f"{m} at {servers[m]['base_url']}" for m in wanted))
 
     def _url(self, model_id: str) -> str:
         return self.groups[model_id].record("ready")["servers"][model_id]["base_url"]
@@ -433,7 +472,7 @@ class Runner:
         sets = [part for item in self.options.overrides for part in ("--set", item)]
         added = [*extra, *(step.resume if partial else ())]
         if step.takes_recipe:
-            if served_models_of(self.recipe, step):
+            if served_models_of(self.recipe, step) and not served_elsewhere(self.recipe, step):
                 sets += ["--set", f"endpoints_file={self.servers.path}"]
             return step.argv(self.recipe, self.options.recipe_path, [*added, *sets])
         return step.argv(self.recipe, self.options.recipe_path, added)
@@ -444,8 +483,10 @@ class Runner:
             if row.state in (PENDING, PARTIAL, STALE) and not row.step.is_gate:
                 self.say(f"      prour {shlex.join(self.command(row.step, row.state == PARTIAL))}")
                 served = served_models_of(self.recipe, row.step)
+                how = ("reads from the endpoints file (served on another node)"
+                       if served_elsewhere(self.recipe, row.step) else "serves")
                 for model_id, roles in served.items():
-                    self.say(f"      serves {model_id} (roles {', '.join(roles)})")
+                    self.say(f"      {how} {model_id} (roles {', '.join(roles)})")
         self._estimates(rows)
         return 2 if self._node_plan() else 0
 

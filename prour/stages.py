@@ -959,6 +959,12 @@ def stage_of(step: Step) -> Stage:
     return next(stage for stage in STAGES if step in stage.steps)
 
 
+def served_elsewhere(recipe: Recipe, step: Step) -> bool:
+    """Whether ``step``'s servers are another node's (the trainer's stage under
+    ``serve.colocate_train: false``): it reaches them through the recipe's endpoints file."""
+    return stage_of(step).placement == "trainer" and not recipe.serve.colocate_train
+
+
 def _rows(name: str) -> tuple[Step, ...]:
     """A stage's steps, or the one step called ``name``."""
     if name in stage_names():

@@ -64,7 +64,8 @@ class ServeConfig(Section):
     # nodes (Slurm: train and eval may run elsewhere).
     host: str = "127.0.0.1"
     # The name other nodes reach the servers by, written into the endpoints file. None: the bind
-    # address, or this node's hostname when binding to every interface.
+    # address; when binding to every interface, this node's hostname if it names one of this
+    # node's own non-loopback addresses, else that address (prour.cluster.serve.node_address).
     advertise_host: str | None = None
     python: str | None = None  # python of the vLLM venv; None: $PROUR_VLLM_PYTHON, else this one
     startup_timeout_s: float = Field(900.0, gt=0)  # per server, from launch to a healthy /health
@@ -72,7 +73,10 @@ class ServeConfig(Section):
     # Memory of each GPU of the node (prour.cluster.gpu_plan); the paper's H100s have 80 GiB.
     gpu_memory_gib: float = Field(80.0, gt=0)
     # The train stage's servers (strict_user, verifier) share the trainer's node and GPUs, as on
-    # the paper's single node; false: they run elsewhere and the train plan counts the trainer only.
+    # the paper's single node; false: they run elsewhere (`prour serve`, e.g. `prour slurm submit
+    # --stages serve` on another node): the train step starts none, waits for the recipe's
+    # endpoints file to list them ready and reaches them through it, and the train plan counts
+    # the trainer only.
     colocate_train: bool = True
     # Model id -> server. Empty: one server with the defaults below per distinct model id of the
     # openai roles without base_url (prour.cluster.recipe.served_models).
@@ -128,6 +132,9 @@ class SlurmResources(Section):
     cpus_per_task: int | None = Field(None, ge=1)
     mem: str | None = None  # sbatch --mem, e.g. "200G"; "0" asks for all of a node's memory
     constraint: str | None = None
+    # sbatch --nodelist: the job runs on these nodes only, e.g. "node1" or "gpu[01-02]" (a serve
+    # job on one node and the train job that reads its endpoints on another)
+    nodelist: str | None = None
     extra: list[str] = []  # more sbatch options, e.g. ["--exclusive", "--reservation=r1"]
 
     @field_validator("time")

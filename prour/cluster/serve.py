@@ -60,10 +60,48 @@ class ServerPlan:
     @property
     def advertised_host(self) -> str:
         """The host other machines use: ``serve.advertise_host``, else the bind address, or this
-        node's name when binding to every interface."""
+        node's own address (:func:`node_address`) when binding to every interface."""
         if self.advertise:
             return self.advertise
-        return socket.gethostname() if self.host in WILDCARD_HOSTS else self.host
+        return node_address() if self.host in WILDCARD_HOSTS else self.host
+
+
+SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
+
+
+def interface_addresses() -> list[str]:
+    """The IPv4 address of each network interface of this node (its network namespace) that has
+    one, in interface order, loopback included."""
+    import fcntl
+    import struct
+
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                answer = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, request)
+            except OSError:  # no IPv4 address on this interface
+                continue
+            found.append(socket.inet_ntoa(answer[20:24]))
+    return found
+
+
+def node_address() -> str:
+    """How other nodes reach a server bound to every interface here: this node's hostname when it
+    resolves to one of this node's own non-loopback addresses (a cluster's DNS), else the first
+    such address. A hostname that resolves to loopback (``127.0.1.1`` in many /etc/hosts) or to
+    another machine's address (nodes simulated by network namespaces share one hostname) would
+    send the other nodes' requests to themselves."""
+    own = [addr for addr in interface_addresses() if not addr.startswith("127.")]
+    name = socket.gethostname()
+    try:
+        resolved = socket.gethostbyname(name)
+    except OSError:
+        resolved = None
+    if resolved in own or not own:
+        return name
+    return own[0]
 
 
 def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[ServerPlan]:

@@ -286,6 +286,7 @@ def directive_values(
         "cpus-per-task": str(res.cpus_per_task) if res.cpus_per_task else None,
         "mem": res.mem,
         "constraint": res.constraint,
+        "nodelist": res.nodelist,
     }
 
 

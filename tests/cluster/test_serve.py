@@ -450,7 +450,7 @@ def test_a_recipe_that_serves_nothing_is_refused_and_publishes_nothing(tmp_path:
 @pytest.mark.parametrize(
     ("serve_section", "advertised"),
     [
-        ({"host": "0.0.0.0"}, socket.gethostname()),
+        ({"host": "0.0.0.0"}, "this node"),
         ({"host": "0.0.0.0", "advertise_host": "node7.ib"}, "node7.ib"),
         ({}, "127.0.0.1"),
     ],
@@ -463,12 +463,24 @@ def test_endpoints_name_a_host_other_nodes_can_reach(
     loaded = load_recipe(path, [f"serve.{k}={v}" for k, v in serve_section.items()], cluster=True)
     (plan,) = plan_servers(loaded)
     assert plan.host == serve_section.get("host", "127.0.0.1")
+    advertised = this_node() if advertised == "this node" else advertised
     assert plan.advertised_host == advertised
     from prour.cluster.serve import ServerGroup
 
     record = ServerGroup([plan], str(fake_vllm_python), 5).record("starting")
     assert record["servers"]["big"]["base_url"] == f"http://{advertised}:{models['big']['port']}/v1"
     assert "--host" in record["servers"]["big"]["command"]
+
+
+def this_node() -> str:
+    """What other nodes can reach here, as `ip` lists this node's addresses: the hostname when it
+    resolves to one that is not loopback, else the first such address."""
+    listed = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
+                            check=True).stdout
+    own = [line.split()[3].split("/")[0] for line in listed.splitlines()]
+    own = [addr for addr in own if not addr.startswith("127.")]
+    name = socket.gethostname()
+    return name if not own or socket.gethostbyname(name) in own else own[0]
 
 
 def free_tcp_port() -> int:
