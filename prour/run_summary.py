@@ -75,6 +75,7 @@ def _selected(names: list[str] | None) -> list[Step]:
 def server_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
     """Each server the selected steps call: those steps, its GPUs and its command line."""
     from prour.cluster.serve import ServeError, plan_servers, vllm_server
+    from prour.stages import served_elsewhere
 
     chosen = _selected(names)
     try:
@@ -88,7 +89,8 @@ def server_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
         return [f"servers: none ({exc})"]
     lines = []
     for plan in plans:
-        users = [step.name for step in chosen if plan.model_id in step_servers(recipe, step)]
+        users = [step.name for step in chosen if plan.model_id in step_servers(recipe, step)
+                 and not served_elsewhere(recipe, step)]  # another node starts those
         if not users:
             continue
         server = vllm_server(plan, recipe.serve.python, recipe.models_dir, strict=False)

@@ -15,7 +15,7 @@ from cluster_helpers import write_recipe
 from prour.cluster.endpoints import write_endpoints
 from prour.cluster.serve import ServeError
 from prour.recipes import load_recipe
-from prour.run_summary import where
+from prour.run_summary import server_lines, where
 from prour.runner import Runner, RunOptions, StepServers
 from prour.stages import get_step
 
@@ -65,6 +65,8 @@ def test_the_train_step_waits_for_the_servers_of_another_node_and_starts_none(
     argv = Runner(recipe, RunOptions(str(path))).command(train)
     assert not any(item.startswith("endpoints_file=") for item in argv)
     assert where(recipe, train) == "local trainer on cpu; tiny vLLM on another node"
+    assert server_lines(recipe, ["train"]) == [
+        "servers: none (no selected step calls a served model)"]  # this run starts none
     beside = load_recipe(path, ["serve.colocate_train=true"], cluster=True)
     assert any(item.startswith("endpoints_file=")
                for item in Runner(beside, RunOptions(str(path))).command(train))
