@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prour.section import ConfigError, Section
 
@@ -136,20 +136,28 @@ class TrainConfig(Section):
     update: UpdateSettings = UpdateSettings()  # local backend only
     verl: VerlSettings = VerlSettings()
     wandb: WandbSettings = WandbSettings()
-    # Local backend: "off" (the paper's setting) samples each step with the policy it updates;
-    # "one_step" samples and scores step k+1 on a copy of the policy while step k updates, the
-    # copy re-synced so that no update uses samples more than max_staleness updates old.
+    # "off" (the paper's setting) samples each step with the policy it updates; "one_step"
+    # samples and scores step k+1 while step k updates. Local backend: on a copy of the policy,
+    # re-synced so that no update uses samples more than max_staleness updates old. verl backend:
+    # verl's colocated asynchronous trainer one batch ahead, each session finishing on the
+    # weights it started with (samples one update old), max_staleness verl's staleness bound.
     overlap: Literal["off", "one_step"] = "off"
     max_staleness: int = Field(1, ge=1)  # with overlap one_step: updates between sampling and use
+
+    @field_validator("overlap", mode="before")
+    @classmethod
+    def _overlap_off(cls, value: object) -> object:
+        """YAML reads a bare ``off`` as false: ``overlap: off`` means "off"."""
+        return "off" if value is False else value
 
     @model_validator(mode="after")
     def _batch_arithmetic(self) -> TrainConfig:
         check_batch_arithmetic(self)
-        if self.overlap != "off" and self.backend != "local":
+        if self.overlap != "off" and self.backend == "verl" and self.ppo.drop_zero_variance:
             raise ConfigError(
-                "overlap", f"{self.overlap!r} runs on the local backend only (backend is "
-                f"{self.backend!r}); verl's asynchronous modes abort and resume partial rollouts "
-                "across weight updates, which mixes policies within one sample"
+                "overlap", f"{self.overlap!r} on the verl backend does not run with "
+                "train.ppo.drop_zero_variance: our refill of dropped groups is built on verl's "
+                "synchronous buffer; set train.overlap: off or train.ppo.drop_zero_variance: false"
             )
         return self
 

@@ -4,7 +4,8 @@ GRPO advantages, the clipped surrogate and FSDP updates are verl's; generation r
 (colocated, TP 1). Our extensions (``prour.train.verl_ext``) plug in the agent loop that writes
 and rewards queries, the sampler that keeps ``keep`` of ``n`` per state, the dataset that
 asks for ``n`` sessions per prompt, and verl's sync trainer with optimizer mini-batches of
-whole states on any number of data-parallel ranks. Every hyperparameter comes from the
+whole states on any number of data-parallel ranks (or, with ``train.overlap: one_step``, verl's
+colocated asynchronous trainer one step ahead). Every hyperparameter comes from the
 recipe's ``train`` section; nothing here is a second copy of one.
 """
 
@@ -35,6 +36,7 @@ VERL_ENTRY = "verl.trainer.main_ppo"
 VERL_CONFIG = "ppo_trainer"
 EXT = "pkg://prour.train.verl_ext"
 TRAINER_MODE = "prour_state_ordered"  # verl_ext.trainer.StateOrderedTrainer's trainer_mode
+ONE_STEP_TRAINER_MODE = "prour_state_ordered_one_step"  # OneStepStateOrderedTrainer (overlap)
 TRAINER_REGISTER = "prour.train.verl_ext.trainer.register"
 _SAFE = re.compile(r"^[A-Za-z0-9_./:+\-@]+$")
 
@@ -213,10 +215,9 @@ def trainer_overrides(
         "trainer.critic_warmup": 0,
         # verl's sync trainer with mini-batches of whole states (verl_ext.trainer), registered in
         # the Ray workers (verl's task runner among them) by Ray's setup hook
-        "trainer.v1.trainer_mode": TRAINER_MODE,
+        **overlap_overrides(cfg),
         "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook": TRAINER_REGISTER,
         f"{sampler}.custom_sampler.path": f"{EXT}.sampler",
-        f"{sampler}.custom_sampler.name": "KeepValidFirstReplayBuffer",
         f"+{sampler}.sampler_kwargs.keep": cfg.rollout.keep,
         f"+{sampler}.sampler_kwargs.drop_zero_variance": cfg.ppo.drop_zero_variance,
         f"+{sampler}.sampler_kwargs.train_batch_size": cfg.states_per_step,
@@ -228,6 +229,26 @@ def trainer_overrides(
     if cpus and not os.environ.get("RAY_ADDRESS"):
         out["ray_kwargs.ray_init.num_cpus"] = int(cpus)
     return out
+
+
+def overlap_overrides(cfg: TrainConfig) -> dict[str, Any]:
+    """The trainer and sampler of ``train.overlap``: off, verl's sync trainer (the paper's
+    on-policy step); one_step, verl's colocated asynchronous trainer one batch ahead, whose
+    sessions finish on the weights they started with, and verl's staleness bound: a sample's
+    prompt at most ``train.max_staleness`` updates older than the update using it (verl counts
+    the versions a group spans, one more)."""
+    sampler = "trainer.v1.sampler"
+    if cfg.overlap == "off":
+        return {
+            "trainer.v1.trainer_mode": TRAINER_MODE,
+            f"{sampler}.custom_sampler.name": "KeepValidFirstReplayBuffer",
+        }
+    return {
+        "trainer.v1.trainer_mode": ONE_STEP_TRAINER_MODE,
+        f"{sampler}.custom_sampler.name": "OneStepKeepValidFirstReplayBuffer",
+        f"{sampler}.max_off_policy_threshold": cfg.max_staleness + 1,
+        f"{sampler}.max_off_policy_strategy": "drop",
+    }
 
 
 def verl_overrides(

@@ -69,6 +69,10 @@ def test_one_step_overlap_uses_samples_at_most_max_staleness_old(tiny_model_dir,
     assert scored[4:6] != _texts(trainer, fresh_dir / "step_2", 2)
 
 
-def test_overlap_is_refused_on_the_verl_backend(fresh_dir):
-    with pytest.raises(ValueError, match="overlap: 'one_step' runs on the local backend only"):
-        _train(fresh_dir, backend="verl", overlap="one_step")
+def test_verl_overlap_is_refused_only_with_dropped_groups_refill(fresh_dir):
+    """verl runs one_step (its asynchronous trainer); our refill of dropped groups does not."""
+    assert _train(fresh_dir, backend="verl", overlap="one_step").overlap == "one_step"
+    assert _train(fresh_dir, overlap=False).overlap == "off"  # YAML's bare `overlap: off`
+    with pytest.raises(ValueError, match="overlap: 'one_step' on the verl backend does not run "
+                       "with train.ppo.drop_zero_variance"):
+        _train(fresh_dir, backend="verl", overlap="one_step", ppo={"drop_zero_variance": True})

@@ -630,3 +630,31 @@ def test_the_dataset_keeps_the_states_of_train_modes(tmp_path, tiny_model_dir):
     write_rows([rows[1]], path)
     with pytest.raises(ValueError, match=r"train.modes=\['clarify'\] keeps no state"):
         dataset(["clarify"])
+
+
+def test_overlap_one_step_maps_onto_our_colocated_async_trainer(tmp_path, tiny_model_dir):
+    """train.overlap picks the trainer and sampler; max_staleness becomes verl's span bound."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+    from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.utils.import_utils import load_extern_type
+
+    from prour.train.verl_ext.trainer import OneStepStateOrderedTrainer, register
+
+    register()
+    for overlap, staleness in (("off", None), ("one_step", 1), ("one_step", 3)):
+        extra = {} if staleness is None else {"max_staleness": staleness}
+        _, config = _composed(tmp_path, tiny_model_dir, overlap=overlap, **extra)
+        check_verl_config(config)
+        v1 = config.trainer.v1
+        trainer = get_trainer_cls(v1.trainer_mode)
+        sampler = load_extern_type(v1.sampler.custom_sampler.path, v1.sampler.custom_sampler.name)
+        if staleness is None:  # the paper's synchronous step
+            assert trainer.__name__ == "StateOrderedTrainer"
+            assert not issubclass(sampler, ReplayBufferAsync) and issubclass(sampler, ReplayBuffer)
+            continue
+        assert trainer is OneStepStateOrderedTrainer
+        assert issubclass(trainer, PPOTrainerColocateAsync) and issubclass(sampler, ReplayBufferAsync)
+        # verl counts the versions a prompt's group spans: one more than the updates in between
+        assert v1.sampler.max_off_policy_threshold == staleness + 1
+        assert v1.sampler.max_off_policy_strategy == "drop"

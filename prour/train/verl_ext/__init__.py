@@ -13,7 +13,10 @@ only the CPU ``rehearsal``).
   ``data.max_prompt_tokens``.
 - ``trainer``: :class:`StateOrderedTrainer`, verl's sync trainer whose data-parallel split gives
   every optimizer mini-batch whole states (each rank an equal share of the same states) instead
-  of verl's length balancing; registered in the Ray workers by Ray's setup hook.
+  of verl's length balancing; registered in the Ray workers by Ray's setup hook. With
+  ``train.overlap: one_step``, :class:`OneStepStateOrderedTrainer` (the same split on verl's
+  colocated asynchronous trainer, one batch ahead, no session across a weight sync) and the
+  sampler's asynchronous twin, ``OneStepKeepValidFirstReplayBuffer``.
 - ``logic``: the pure parts of the three, tested on CPU.
 - ``rehearsal``: the CPU rehearsal of the trainer (verl's trainer code, stand-ins for the GPU
   engine and the vLLM rollout), which the tests and the overlap benchmark build on.

@@ -14,6 +14,13 @@ sampling); the sampling trainer (:func:`trainer_class`) stops the step after ``_
 (old log-probs need the FSDP workers), and the engine under ``train_mini_batch``
 (:class:`RankWorker`) records the mini-batches it is handed. :class:`Harness` ties them together
 on one event loop. The tests (``tests/train/verl``) and the overlap benchmark build on these.
+
+For step times (``benchmarks/verl_overlap_step.py``) the stand-ins can take stated time: each
+sampled reply ``generate_s`` seconds (vLLM's decoding), each step's update is held to ``update_s``
+seconds (the FSDP engine; verl's dispatch and mini-batch loop run inside them), and the step then runs verl's ``_update_actor`` and the trainer's own
+``on_step_end``, whose weight sync reaches :class:`WeightSync` (the server's weights version).
+With ``train.overlap: one_step`` (``OneStepStateOrderedTrainer``) the harness's
+``generate_sequences`` only starts the sessions, as verl's agent-loop manager does.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +79,8 @@ class RolloutServer:
         self.reply = reply
         self.score_prompts: Counter[str] = Counter()
         self.sampled_tokens = 0  # tokens of every sampled reply (scoring calls not counted)
+        self.version = 0  # the weights' global step (verl's init syncs step 0; WeightSync moves it)
+        self.generate_s = 0.0  # seconds each sampled reply takes
         self._lock = threading.Lock()
 
     async def generate(
@@ -87,7 +97,8 @@ class RolloutServer:
     ) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
-        extra = {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1}
+        version = self.version
+        extra = {"global_steps": version, "min_global_steps": version, "max_global_steps": version}
         text = self.tokenizer.decode(prompt_ids)
         if sampling_params.get("prompt_logprobs") is not None:
             with self._lock:
@@ -99,6 +110,8 @@ class RolloutServer:
                 [float(logp[j - 1, t])] for j, t in enumerate(prompt_ids) if j > 0
             ] + [[0.0]]
             return TokenOutput(token_ids=[1], stop_reason="completed", extra_fields=extra)
+        if self.generate_s:
+            await asyncio.sleep(self.generate_s)
         ids = self.tokenizer(self.reply(text), add_special_tokens=False)["input_ids"]
         ids = ids + [self.tokenizer.eos_token_id]
         with self._lock:
@@ -114,13 +127,53 @@ class RolloutServer:
         return Counter({p: n for p, n in self.score_prompts.items() if answer_mark not in p})
 
 
-def trainer_class() -> type:
-    """The configured verl trainer (ours: ``StateOrderedTrainer``) up to its GPU stages:
-    ``_step_once`` samples and balances the batch over the data-parallel ranks, then stops."""
-    from prour.train.verl_ext.trainer import StateOrderedTrainer
+class WeightSync:
+    """verl's ``CheckpointEngineManager`` as the trainer's hooks call it, for one stand-in
+    server: ``update_weights`` sets the server's weights version and records, per sync, how many
+    of the train partition's prompts were still pending or running (a sync under a running
+    session would change its weights mid-session)."""
 
-    class SamplingTrainer(StateOrderedTrainer):
-        def __init__(self, config: Any, tokenizer: Any, manager: Any, dp: int):
+    def __init__(self, server: RolloutServer):
+        self.server = server
+        self.syncs: list[tuple[int, int]] = []  # (global step, prompts still rolling out)
+        self.aborts = 0
+
+    def update_weights(self, global_steps: int) -> dict:
+        import transfer_queue as tq
+
+        listing = (tq.kv_list("train") or {}).get("train", {})
+        rolling = sum(
+            tag.get("is_prompt", False) and tag.get("status") in ("pending", "running")
+            for tag in listing.values()
+        )
+        self.syncs.append((global_steps, rolling))
+        self.server.version = global_steps
+        return {}
+
+    def sleep_replicas(self) -> None:
+        """Nothing to free: the stand-in holds no GPU memory."""
+
+    def abort_replicas(self, reject_request: bool = False) -> None:
+        self.aborts += 1
+
+    def resume_generation_replicas(self) -> None:
+        """Nothing was paused."""
+
+
+def trainer_class(mode: str | None = None) -> type:
+    """The configured verl trainer (ours: ``StateOrderedTrainer``, or for verl's ``mode``
+    :data:`~prour.train.verl_backend.ONE_STEP_TRAINER_MODE` ``OneStepStateOrderedTrainer``) up to
+    its GPU stages: ``_step_once`` samples and balances the batch over the data-parallel ranks,
+    then, with ``runs_update``, runs verl's ``_update_actor`` on the stand-in ranks."""
+    from prour.train.verl_backend import ONE_STEP_TRAINER_MODE
+    from prour.train.verl_ext.trainer import OneStepStateOrderedTrainer, StateOrderedTrainer
+
+    base = OneStepStateOrderedTrainer if mode == ONE_STEP_TRAINER_MODE else StateOrderedTrainer
+
+    class SamplingTrainer(base):
+        def __init__(
+            self, config: Any, tokenizer: Any, manager: Any, dp: int, runs_update: bool = False
+        ):
             self.config = config
             self.tokenizer, self.processor = tokenizer, None
             self.trainer_mode = config.trainer.v1.trainer_mode
@@ -134,6 +187,10 @@ def trainer_class() -> type:
             self.prompt_order: dict[str, int] = {}
             self.batches: list[Any] = []  # as sampled
             self.balanced: list[Any] = []  # as handed to the actor ranks
+            self.runs_update = runs_update
+            self.checkpoint_manager = WeightSync(manager.server)
+            self.curr_step_profile = False
+            self._restored_tq_prompt_count = 0
 
         def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
             from verl.utils.debug import marked_timer
@@ -146,13 +203,10 @@ def trainer_class() -> type:
             metrics.update(sampler_metrics)
             self.batches.append(batch)
             self.balanced.append(self._balance_batch(batch, metrics=metrics))
+            if self.runs_update:
+                with marked_timer("update_actor", timing_raw):
+                    self._update_actor(self.balanced[-1], metrics=metrics)
             return self.balanced[-1]
-
-        def on_step_end(self) -> None:
-            """Nothing: no checkpoints or profiling here."""
-
-        def on_sample_end(self) -> None:
-            """Nothing: no rollout pausing here."""
 
     return SamplingTrainer
 
@@ -163,10 +217,12 @@ class ActorRanks:
     Only the FSDP engine (GPU) stands in: it records the mini-batches it is handed to train on,
     as the uids of their samples, in ``mini_batches[rank]``."""
 
-    def __init__(self, dp: int):
+    def __init__(self, dp: int, update_s: float = 0.0):
         self.dp = dp
+        self.update_s = update_s  # the update held to these seconds, the ranks' own work included
         self._dispatch_info = {"actor": list(range(dp))}
         self.mini_batches: list[list[list[str]]] = [[] for _ in range(dp)]
+        self.versions: list[list[int]] = []  # per update: each handed sample's weights version
 
     def update_actor(self, batch: Any) -> Any:
         from verl.single_controller.base.decorator import _split_args_kwargs_data_proto
@@ -174,12 +230,25 @@ class ActorRanks:
         from verl.workers.engine_workers import TrainingWorker
 
         transferqueue_utils.TQ_INITIALIZED = True  # this process's client is up (the fixture)
+        start = time.perf_counter()
         (chunks,), _ = _split_args_kwargs_data_proto(self.dp, batch)
         outputs = [
             TrainingWorker.train_mini_batch(RankWorker(rank, self), chunk)
             for rank, chunk in enumerate(chunks)
         ]
+        self.versions.append(_handed_versions(batch))
+        time.sleep(max(0.0, self.update_s - (time.perf_counter() - start)))  # held to update_s
         return outputs[0]
+
+
+def _handed_versions(batch: Any) -> list[int]:
+    """The weights version (``min_global_steps``: the oldest a sample was generated with) of
+    each real sample of the batch ``update_actor`` is handed, from its ``extra_fields``."""
+    import transfer_queue as tq
+
+    keys = [k for k, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+    data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    return [int(fields["min_global_steps"]) for fields in data["extra_fields"]]
 
 
 class RankWorker:
@@ -207,7 +276,16 @@ class RankWorker:
 class Harness:
     """verl's agent-loop worker on its own event loop, fed by verl's trainer."""
 
-    def __init__(self, config: Any, model_dir: Path, reply: Callable[[str], str], dp: int = 2):
+    def __init__(
+        self,
+        config: Any,
+        model_dir: Path,
+        reply: Callable[[str], str],
+        dp: int = 2,
+        update_s: float | None = None,
+    ):
+        """``update_s``: None stops each step after the balance; seconds make it also run verl's
+        ``_update_actor`` on ranks whose update takes that long."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
         from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
@@ -232,10 +310,21 @@ class Harness:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.trainer = trainer_class()(config, self.tokenizer, self, dp)
+        mode = config.trainer.v1.trainer_mode
+        self.trainer = trainer_class(mode)(config, self.tokenizer, self, dp, update_s is not None)
+        self.trainer.actor_rollout_wg.update_s = update_s or 0.0
+        self.overlapped = self.trainer.trainer_mode != "sync"
+        self.began = False
 
     def generate_sequences(self, batch: Any) -> None:
-        """``AgentLoopManagerTQ.generate_sequences`` for one worker, run to completion."""
+        """``AgentLoopManagerTQ.generate_sequences`` for one worker: run to completion; for an
+        overlapping trainer only started (verl's manager returns once the sessions are spawned)."""
+        if self.overlapped:
+            self.prompt_uids.extend(str(uid) for uid in batch["uid"])
+            spawn = self.worker.generate_sequences(batch)
+            asyncio.run_coroutine_threadsafe(spawn, self.loop).result(60)
+            self.submitted.append(len(batch))
+            return
 
         async def rollout() -> None:
             await self.worker.generate_sequences(batch)
@@ -268,11 +357,16 @@ class Harness:
         then our trainer's phase metrics); the sampled batch and step metrics."""
         from verl.utils.debug import marked_timer
 
+        if not self.began:  # verl's fit, before its first step
+            self.trainer.on_train_begin()
+            self.began = True
         metrics: dict[str, Any] = {}
         self.timing_raw: dict[str, float] = {}
+        self.trainer.timing_raw = self.timing_raw
         with marked_timer("step", self.timing_raw):
             self.trainer.on_step_begin()
             balanced = self.trainer.step(metrics, self.timing_raw)
+            self.trainer.on_step_end()
         metrics.update(self.trainer.phase_metrics(self.timing_raw))
         self.trainer.global_steps += 1
         return balanced, metrics
@@ -291,6 +385,11 @@ class Harness:
             tq.kv_clear(keys=keys, partition_id="train")
 
     def close(self) -> None:
+        async def settle() -> None:  # sessions started ahead of a step that never came
+            while self.worker.background_tasks:
+                await asyncio.gather(*list(self.worker.background_tasks), return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(settle(), self.loop).result(300)
         self.clear()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)

@@ -11,6 +11,12 @@ logs with its step metrics. A batch in which every group is dropped is not train
 sampler warns, asks verl for a fresh batch of prompts and samples again. Training stops with an
 error once the failed share of the step's questions exceeds ``max_failed_ask_fraction``
 (``train.max_failed_ask_fraction``: responders down or unreachable).
+
+:class:`OneStepKeepValidFirstReplayBuffer` is the same selection on verl's asynchronous buffer,
+for ``train.overlap: one_step`` (``OneStepStateOrderedTrainer``): it takes the oldest finished
+groups and drops any older than verl's ``max_off_policy_threshold`` versions. An optional
+``poll_interval`` in ``sampler_kwargs`` sets how often both buffers look at TransferQueue while
+they wait (verl's 2 s unless told).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from prour.train.metrics import failed_ask_fraction
 from prour.train.verl_ext.logic import (
@@ -56,6 +62,8 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
                 "gen_batch_size": 1,
                 "max_inflight_gen_batches": int(options.get("max_inflight_gen_batches", 2)),
             }
+        if "poll_interval" in options:
+            extra["poll_interval"] = float(options["poll_interval"])
         super().__init__(sampler_kwargs=sampler_kwargs, refill_fn=refill_fn, **kwargs, **extra)
         self._seen: dict[str, SampleInfo] = {}  # this step's finished trajectories, by key
 
@@ -138,3 +146,8 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
         logger.info("kept %d of %d trajectories", len(kept), len(keys))
         kept_batch = KVBatchMeta(partition_id=partition_id, keys=kept, tags=[tags[k] for k in kept])
         return kept_batch, infos
+
+
+class OneStepKeepValidFirstReplayBuffer(KeepValidFirstReplayBuffer, ReplayBufferAsync):
+    """verl's asynchronous replay buffer (oldest finished groups first, stale ones dropped by
+    ``max_off_policy_threshold``) with our selection applied to every sampled batch."""

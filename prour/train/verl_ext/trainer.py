@@ -10,9 +10,14 @@ order (``actor.shuffle`` false), so mini-batch ``j`` on every rank is a share of
 ``ppo_mini_batch_size`` states: with ``train.ppo.mini_batch_states: 1``, one state per optimizer
 step across all ranks, as on the local backend.
 
+:class:`OneStepStateOrderedTrainer` is the same split on verl's colocated asynchronous trainer
+(``train.overlap: one_step``): the next step's prompts roll out on the current weights while
+this step updates, and every session finishes on the weights it started with (see the class).
+
 verl picks the trainer by ``trainer.v1.trainer_mode`` from its registry inside the Ray task
 runner; :func:`register` (run in every Ray worker through Ray's
-``runtime_env.worker_process_setup_hook``) adds ours there under :data:`TRAINER_MODE`.
+``runtime_env.worker_process_setup_hook``) adds ours there under :data:`TRAINER_MODE` and
+:data:`ONE_STEP_TRAINER_MODE`.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from typing import Any
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.debug import marked_timer
 from verl.utils.seqlen_balancing import log_seqlen_unbalance
 
-from prour.train.verl_backend import TRAINER_MODE
+from prour.train.verl_backend import ONE_STEP_TRAINER_MODE, TRAINER_MODE
 from prour.train.verl_ext.logic import (
     parse_trajectory_key,
     rank_major_order,
@@ -127,6 +134,57 @@ class StateOrderedTrainer(PPOTrainerSync):
         return ordered
 
 
+class OneStepStateOrderedTrainer(StateOrderedTrainer, PPOTrainerColocateAsync):
+    """verl's colocated asynchronous trainer, one step ahead, with whole-state mini-batches.
+
+    verl's ``colocate_async`` aborts the unfinished requests when a batch is sampled and resumes
+    them on the new weights after the update, so one sample's tokens (and, in our agent loop, its
+    belief scores) would come from two policies. Here nothing is aborted: while step ``k``
+    updates, the prompts submitted at its start (one batch ahead, verl's warm-up batch) keep
+    generating and scoring on the weights they started with; at the step's end the trainer waits
+    for them to finish (:meth:`drain_rollout`), then syncs the new weights. Step ``k + 1`` trains
+    on them: every update uses samples exactly one update old, within verl's staleness bound
+    (``trainer.v1.sampler.max_off_policy_threshold``, from ``train.max_staleness``). The replicas
+    stay awake during the update (the GPU memory plan counts both the FSDP actor and vLLM)."""
+
+    @property
+    def trainer_mode(self) -> str:
+        """verl's name of the mode this trainer runs (its async paths and config section)."""
+        return "colocate_async"
+
+    @trainer_mode.setter
+    def trainer_mode(self, _registered_name: str) -> None:
+        """``PPOTrainer.__init__`` stores the configured name; the mode stays colocate_async."""
+
+    def on_train_begin(self) -> None:
+        """One batch of prompts ahead of the trainer: ``one_step``."""
+        self._add_async_warmup_batches(1)
+
+    def on_sample_end(self) -> None:
+        """The replicas keep generating the next batch on their weights (no abort, no sleep)."""
+        if self.curr_step_profile:
+            self._stop_rollout_profiling()
+
+    def on_step_end(self) -> None:
+        """Let the sessions in flight finish on the old weights, then sync the new ones."""
+        with marked_timer("overlap_drain", self.timing_raw, color="yellow"):
+            self.drain_rollout()
+        with marked_timer("update_weights", self.timing_raw, color="red"):
+            self.checkpoint_manager.sleep_replicas()  # verl's naive sync expects them asleep
+            self.checkpoint_manager.update_weights(self.global_steps)
+
+    def drain_rollout(self, partition_id: str = "train") -> None:
+        """Wait until no prompt of ``partition_id`` is pending or running (polled as the replay
+        buffer polls TransferQueue)."""
+        buffer = self.replay_buffer
+        while True:
+            buffer._sync_metadata_from_transfer_queue()
+            if not (buffer.pending_keys[partition_id] or buffer.running_keys[partition_id]):
+                return
+            time.sleep(buffer.poll_interval)
+
+
 def register() -> None:
-    """Register :class:`StateOrderedTrainer` in verl's trainer registry (this process)."""
+    """Register our trainers in verl's trainer registry (this process)."""
     register_trainer(TRAINER_MODE)(StateOrderedTrainer)
+    register_trainer(ONE_STEP_TRAINER_MODE)(OneStepStateOrderedTrainer)
