@@ -304,19 +304,26 @@ class ServerGroup:
             thread.start()
         signalled: set[int] = set()
         while any(thread.is_alive() for thread in threads):
-            launched = {m: s.pid for m, s in self.servers.items() if s.pid is not None}
-            if launched.items() - self.pids.items():
-                self.pids.update(launched)
-                on_change()
+            self._note_launched(on_change)
             if self.errors or stop.is_set():
                 self._signal_all(signalled)
             for thread in threads:
                 thread.join(POLL_S / len(threads))
+        self._note_launched(on_change)  # a server may launch and be healthy between two polls
         if self.errors:
             self.stop()
             raise ServeError(self.failure_message())
         if stop.is_set():
             self.stop()
+
+    def _note_launched(self, on_change: Callable[[], None]) -> None:
+        """Record the PID of every server launched since the last call (kept by the server even
+        once it has stopped, so a quick start or a quick failure is not missed); ``on_change``
+        when there is a new one."""
+        launched = {m: s.launched_pid for m, s in self.servers.items() if s.launched_pid}
+        if launched.items() - self.pids.items():
+            self.pids.update(launched)
+            on_change()
 
     def _start_chain(self, chain: Sequence[str], stop: threading.Event) -> None:
         """Thread body: start the servers of one chain in turn, each once the one before is

@@ -119,6 +119,7 @@ class VLLMServer:
         self.log_path = Path(log_path) if log_path else None
         self.enforce_eager = enforce_eager
         self._process: subprocess.Popen[bytes] | None = None
+        self.launched_pid: int | None = None  # the last process start() launched, kept after stop
         self._log_file: IO[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._temp_log: Path | None = None
@@ -193,6 +194,7 @@ class VLLMServer:
             env=self.process_env(str(Path(self._workdir.name) / "cache")),
             start_new_session=True,
         )
+        self.launched_pid = self._process.pid
         atexit.register(self.stop)
         interrupt.track_child(self._process.pid, f"vLLM server {self.served_name}",
                               kill=True, process=self._process)  # killed by PID at a 2nd signal
