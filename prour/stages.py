@@ -465,7 +465,10 @@ def _total_steps(recipe: Recipe) -> int:
 
 
 def _verl(recipe: Recipe) -> bool:
-    return recipe.train is not None and recipe.train.backend == "verl"
+    """verl's trainer with its FSDP engine, which saves ``global_step_N`` (the CPU rehearsal,
+    ``train.verl.engine: cpu_rehearsal``, saves ``step_N`` folders as the local trainer does)."""
+    return (recipe.train is not None and recipe.train.backend == "verl"
+            and recipe.train.verl.engine != "cpu_rehearsal")
 
 
 def _final_step(recipe: Recipe) -> Path:
@@ -680,8 +683,9 @@ def _train_extras(recipe: Recipe) -> tuple[Extra, ...]:
         return ()
     why = "train.backend=verl"
     fix = f"install it: {GPU_EXTRA}"
-    needed = [Extra("verl", why, fix), Extra("ray", why, fix),
-              Extra("vllm", f"{why} rolls out with vLLM", fix), Extra("transfer_queue", why, fix)]
+    needed = [Extra("verl", why, fix), Extra("ray", why, fix), Extra("transfer_queue", why, fix)]
+    if train.verl.engine != "cpu_rehearsal":  # the rehearsal's policy samples its own rollouts
+        needed.append(Extra("vllm", f"{why} rolls out with vLLM", fix))
     if train.verl.attn_implementation == "flash_attention_2":
         needed.append(Extra("flash_attn", "train.verl.attn_implementation=flash_attention_2",
                             "install it: pip install flash-attn --no-build-isolation (a source "
@@ -720,6 +724,8 @@ def _server_gpus(recipe: Recipe) -> dict[str, int]:
 
 def _trainer_gpus(recipe: Recipe) -> dict[str, int]:
     if recipe.train is None or recipe.train.backend != "verl":
+        return {}
+    if recipe.train.verl.engine == "cpu_rehearsal":  # CPU only: places nothing on GPUs
         return {}
     return {"train.verl.n_gpus_per_node": recipe.train.verl.n_gpus_per_node}
 

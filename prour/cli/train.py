@@ -87,7 +87,8 @@ def train(
         return
     preflight_or_exit(loaded, "train")
     out = Path(cfg.output_dir)
-    with hold_run_folder(out), resumable(lambda: saved_checkpoint(out, cfg.backend)):
+    layout = "verl" if fsdp_checkpoints(cfg) else "local"
+    with hold_run_folder(out), resumable(lambda: saved_checkpoint(out, layout)):
         run(loaded, cfg, dry_run, resume)  # one trainer per output_dir
 
 
@@ -101,6 +102,12 @@ def _estimate(loaded: Recipe, cfg: TrainConfig) -> None:
     except ValueError as exc:
         lines = [f"estimate (train): none ({exc})"]
     typer.echo("\n".join(lines))
+
+
+def fsdp_checkpoints(cfg: TrainConfig) -> bool:
+    """Whether training saves verl's ``global_step_N`` FSDP shards (else ``step_N`` Hugging Face
+    folders: the local trainer, and verl's CPU rehearsal)."""
+    return cfg.backend == "verl" and cfg.verl.engine != "cpu_rehearsal"
 
 
 def saved_checkpoint(out: Path, backend: str) -> str:
@@ -151,6 +158,9 @@ def _run_verl(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> 
     if lacking is not None:  # verl cannot read it: do what the local trainer does
         _save_untrained_verl(recipe, cfg, lacking, dry_run)
         return
+    if cfg.verl.engine == "cpu_rehearsal":
+        _rehearse(recipe, cfg, dry_run)
+        return
     memory = gpu_plan(recipe, "train")  # trainer + its responders on this node (GPU memory)
     run = prepare_verl_run(recipe, cfg, write=not dry_run, resume=resume)
     if dry_run or not memory.fits:
@@ -191,6 +201,27 @@ def _save_untrained_verl(recipe: Recipe, cfg: TrainConfig, lacking: str, dry_run
                "that export and eval still run")
 
 
+def _rehearse(recipe: Recipe, cfg: TrainConfig, dry_run: bool) -> None:
+    """``train.verl.engine: cpu_rehearsal``: verl's trainer code on CPU, one policy rank per
+    Ray node, resuming from the newest ``step_N`` (:func:`prour.train.verl_ext.rehearsal.
+    rehearse`)."""
+    from prour.train.config import actor_dp_size
+
+    out = Path(cfg.output_dir)
+    if dry_run:
+        typer.echo(f"verl CPU rehearsal: {cfg.total_steps} steps, {actor_dp_size(cfg.verl)} policy "
+                   f"rank(s) on Ray (one per node), checkpoints step_N in {out}")
+        return
+    from prour.train.verl_ext.rehearsal import RankLostError, rehearse
+
+    try:
+        last = rehearse(recipe, cfg)
+    except RankLostError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"checkpoint: {last}\nmetrics: {out / 'metrics.jsonl'}")
+
+
 @train_app.command("export")
 def export(
     recipe: str | None = RecipeOrNoneOpt,
@@ -214,7 +245,7 @@ def export(
     _recipe, cfg = _load(recipe, overrides, None)
     out = Path(cfg.output_dir)
     try:
-        if cfg.backend == "verl":
+        if fsdp_checkpoints(cfg):
             command, folder = export_checkpoint(out, step, target, dry_run=dry_run)
         else:
             source = export_hf(out, step)

@@ -185,6 +185,9 @@ class SlurmConfig(Section):
     env: dict[str, str] = {}  # exported in every job (NCCL_SOCKET_IFNAME, HF_HOME, ...)
     templates_dir: str | None = None  # None: the repository's slurm/ folder
     ray_port: int = Field(6379, ge=1, le=65535)  # multi-node training: Ray head port
+    # multi-node training: cap of Ray's object store on each node, MiB (None: Ray's own share of
+    # the node's memory; a few hundred MiB suits CPU rehearsals on small machines)
+    ray_object_store_mb: int | None = Field(None, ge=75)
     kill_on_invalid_dep: bool = True  # cancel dependants of a failed stage instead of leaving them
 
     @field_validator("env")

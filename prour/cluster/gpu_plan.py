@@ -213,8 +213,8 @@ def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel, running: bool =
 def plan_trainer(plan: GpuPlan, recipe: Recipe) -> None:
     """Add the verl trainer of ``models.generator`` on every GPU of one node."""
     train = recipe.train
-    if train is None or train.backend != "verl":
-        return
+    if train is None or train.backend != "verl" or train.verl.engine == "cpu_rehearsal":
+        return  # the CPU rehearsal places nothing on GPUs
     verl = train.verl
     policy = recipe.models.get("generator")
     model_id = (policy.path or policy.model or "") if policy else ""

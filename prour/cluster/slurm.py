@@ -336,8 +336,10 @@ def plan_stage(recipe: Recipe, request: SubmitRequest, stage: str, then: str = "
     if res.gpus_per_node is not None:  # the recipe says how many: no guess to note
         gpus, notes = res.gpus_per_node, []
     if template == "train_multinode":
+        store_mb = recipe.slurm.ray_object_store_mb
         variables.update(PROUR_GPUS_PER_NODE=gpus, RAY_PORT=recipe.slurm.ray_port,
-                         RAY_START_TIMEOUT=600)
+                         RAY_START_TIMEOUT=600,
+                         RAY_OBJECT_STORE_BYTES=store_mb * 2**20 if store_mb else "")
     log = str(slurm_dir / "logs" / f"{stage}-%j.out")
     values = directive_values(res, f"prour-{recipe.name}-{stage}", log, nodes, gpus)
     folder = recipe.slurm.templates_dir

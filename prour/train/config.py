@@ -79,6 +79,10 @@ class VerlSettings(Section):
 
     nnodes: int = Field(1, ge=1)
     n_gpus_per_node: int = Field(2, ge=1)
+    # fsdp: verl's main_ppo (GPU nodes). cpu_rehearsal: the same recipe on CPU, verl's trainer
+    # code with the policy on one Ray actor per data-parallel rank, sampling itself
+    # (prour.train.verl_ext.rehearsal); against RAY_ADDRESS when set (train_multinode.sbatch).
+    engine: Literal["fsdp", "cpu_rehearsal"] = "fsdp"
     tensor_parallel_size: int = Field(1, ge=1)  # vLLM rollout TP (verl's default is 2)
     gpu_memory_utilization: float = Field(0.2, gt=0, le=1)  # vLLM share while colocated
     enable_chunked_prefill: bool = True

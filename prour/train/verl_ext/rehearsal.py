@@ -70,13 +70,24 @@ class RolloutServer:
     """verl's rollout-server client as the agent loop sees it, on the tiny HF model.
 
     ``reply(prompt_text)`` scripts the sampled text; scoring requests (``prompt_logprobs``)
-    return the model's prompt log-probs in verl's ``extract_prompt_logprobs`` layout.
+    return the model's prompt log-probs in verl's ``extract_prompt_logprobs`` layout. With
+    ``reply=None`` the model samples the reply itself (at the request's temperature, within
+    ``budget(prompt_tokens, sampling_params)`` tokens) and its log-probs are the model's own.
+    :meth:`load_weights` brings in the trained policy and its ``version`` (verl's weight sync to
+    its rollout servers).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, reply: Callable[[str], str]):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        reply: Callable[[str], str] | None,
+        budget: Callable[[int, dict[str, Any]], int] | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.reply = reply
+        self.budget = budget
         self.score_prompts: Counter[str] = Counter()
         self.sampled_tokens = 0  # tokens of every sampled reply (scoring calls not counted)
         self.version = 0  # the weights' global step (verl's init syncs step 0; WeightSync moves it)
@@ -112,14 +123,50 @@ class RolloutServer:
             return TokenOutput(token_ids=[1], stop_reason="completed", extra_fields=extra)
         if self.generate_s:
             await asyncio.sleep(self.generate_s)
-        ids = self.tokenizer(self.reply(text), add_special_tokens=False)["input_ids"]
-        ids = ids + [self.tokenizer.eos_token_id]
+        if self.reply is None:
+            ids, sampled = self._sample(prompt_ids, sampling_params)
+        else:
+            ids = self.tokenizer(self.reply(text), add_special_tokens=False)["input_ids"]
+            ids, sampled = ids + [self.tokenizer.eos_token_id], None
         with self._lock:
             self.sampled_tokens += len(ids)
-        logprobs = [-0.5] * len(ids) if sampling_params.get("logprobs") else None
+        logprobs = None
+        if sampling_params.get("logprobs"):
+            logprobs = sampled if sampled is not None else [-0.5] * len(ids)
         return TokenOutput(
             token_ids=ids, log_probs=logprobs, stop_reason="completed", extra_fields=extra
         )
+
+    def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> tuple[list[int], list[float]]:
+        """The model's own reply to ``prompt_ids`` and the log-prob of each of its tokens."""
+        if self.budget is None:
+            raise ValueError("a sampling RolloutServer (reply=None) needs a token budget")
+        temperature = float(params.get("temperature", 1.0))
+        budget = self.budget(len(prompt_ids), params)
+        with self._lock, torch.no_grad():
+            out = self.model.generate(
+                input_ids=torch.tensor([prompt_ids]),
+                attention_mask=torch.ones((1, len(prompt_ids)), dtype=torch.long),
+                max_new_tokens=budget,
+                do_sample=temperature > 0,
+                temperature=max(temperature, 1e-5),
+                top_p=float(params.get("top_p", 1.0)),
+                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        ids = out.sequences[0, len(prompt_ids):].tolist()
+        logprobs = [
+            float(torch.log_softmax(scores[0].float(), -1)[token])
+            for scores, token in zip(out.scores, ids, strict=False)
+        ]
+        return ids, logprobs
+
+    def load_weights(self, state: dict[str, Any], version: int) -> None:
+        """The trained policy's weights, those after step ``version``, for the next replies."""
+        with self._lock:
+            self.model.load_state_dict(state)
+            self.version = version
 
     def prior_requests(self, answer_mark: str) -> Counter[str]:
         """Scoring prompts without ``answer_mark`` (a phrase every responder answer holds): the
@@ -280,20 +327,32 @@ class Harness:
         self,
         config: Any,
         model_dir: Path,
-        reply: Callable[[str], str],
+        reply: Callable[[str], str] | None,
         dp: int = 2,
         update_s: float | None = None,
+        ranks: Any = None,
     ):
         """``update_s``: None stops each step after the balance; seconds make it also run verl's
-        ``_update_actor`` on ranks whose update takes that long."""
+        ``_update_actor`` on ranks whose update takes that long. ``ranks`` given (e.g.
+        :class:`RemoteRanks`), the trainer is the whole rehearsal step
+        (:func:`rehearsal_trainer_class`) on them and ``reply=None`` lets the model sample."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
         from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
+        # our loop registers its name on import: import it before the worker reads the run's
+        # loop registry file, whose entry (with the recipe path) must be the one that stays
+        import prour.train.verl_ext.agent_loop  # noqa: F401
+
         self.config = config
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-        self.server = RolloutServer(model, self.tokenizer, reply)
+        from prour.train.verl_ext.logic import generation_budget
+
+        rollout = config.actor_rollout_ref.rollout
+        self.server = RolloutServer(
+            model, self.tokenizer, reply, lambda n, params: generation_budget(n, params, rollout)
+        )
         self.submitted: list[int] = []  # prompts per generate_sequences call
         self.prompt_uids: list[str] = []  # the states in the order the trainer submitted them
         self.rolled: dict[str, Any] = {}  # trajectory key -> SampleInfo, as rolled out
@@ -311,8 +370,13 @@ class Harness:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         mode = config.trainer.v1.trainer_mode
-        self.trainer = trainer_class(mode)(config, self.tokenizer, self, dp, update_s is not None)
-        self.trainer.actor_rollout_wg.update_s = update_s or 0.0
+        if ranks is None:
+            self.trainer = trainer_class(mode)(
+                config, self.tokenizer, self, dp, update_s is not None
+            )
+            self.trainer.actor_rollout_wg.update_s = update_s or 0.0
+        else:
+            self.trainer = rehearsal_trainer_class(mode)(config, self.tokenizer, self, ranks)
         self.overlapped = self.trainer.trainer_mode != "sync"
         self.began = False
 
@@ -393,3 +457,378 @@ class Harness:
         self.clear()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+# ---- the rehearsal entry: real updates on Ray actors, one data-parallel rank per node ----------
+
+
+def rehearsal_trainer_class(mode: str | None = None) -> type:
+    """The sampling trainer carried through the rest of verl's step: old log-probs (verl's
+    bypass mode: the rollout's own, which the sampling :class:`RolloutServer` computes),
+    verl's advantages, and verl's ``_update_actor`` on the rank actors."""
+    base = trainer_class(mode)
+
+    class RehearsalTrainer(base):  # type: ignore[misc, valid-type]
+        def __init__(self, config: Any, tokenizer: Any, manager: Any, ranks: Any):
+            super().__init__(config, tokenizer, manager, ranks.dp)
+            self.actor_rollout_wg = ranks
+
+        def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
+            from verl.utils.debug import marked_timer
+
+            batch = super()._step_once(metrics, timing_raw, sample_batch_size)
+            with marked_timer("old_log_prob", timing_raw):
+                batch = self._compute_old_log_prob(batch, metrics=metrics)
+            with marked_timer("adv", timing_raw):
+                batch = self._compute_advantage(batch, metrics=metrics)
+            with marked_timer("update_actor", timing_raw):
+                batch = self._update_actor(batch, metrics=metrics)
+            return batch
+
+    return RehearsalTrainer
+
+
+class RemoteRanks:
+    """verl's actor worker group over :class:`PolicyRank` Ray actors: verl's dispatch split of
+    the batch, one chunk per rank; ``mini_batches[rank]`` gathers the uids of each optimizer
+    mini-batch every rank trained on."""
+
+    def __init__(self, actors: list[Any]):
+        self.actors = actors
+        self.dp = len(actors)
+        self._dispatch_info = {"actor": list(range(self.dp))}
+        self.mini_batches: list[list[list[str]]] = [[] for _ in range(self.dp)]
+
+    def update_actor(self, batch: Any) -> Any:
+        import ray
+        from verl.single_controller.base.decorator import _split_args_kwargs_data_proto
+
+        (chunks,), _ = _split_args_kwargs_data_proto(self.dp, batch)
+        outputs = ray.get([a.train.remote(c) for a, c in zip(self.actors, chunks, strict=True)])
+        for rank, (_, seen) in enumerate(outputs):
+            self.mini_batches[rank].extend(seen)
+        return outputs[0][0]
+
+
+def one_state_per_mini_batch(ranks: list[list[list[str]]]) -> int:
+    """Check that the i-th optimizer mini-batch of every rank holds samples of one and the same
+    state (padding aside); returns how many mini-batches each rank ran."""
+    counts = {len(r) for r in ranks}
+    if len(counts) != 1:
+        raise RuntimeError(f"the ranks ran different numbers of mini-batches: {sorted(counts)}")
+    for i, parts in enumerate(zip(*ranks, strict=True)):
+        states = {uid for part in parts for uid in part if not str(uid).startswith("pad")}
+        if len(states) != 1:
+            raise RuntimeError(f"mini-batch {i} mixes states across the ranks: {sorted(states)}")
+    return counts.pop()
+
+
+def _interface_of(address: str) -> str | None:
+    """The network interface holding ``address`` (gloo binds there, not to the hostname's)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == address for a in addrs):
+            return name
+    return None
+
+
+class PolicyRank:
+    """One data-parallel rank of the rehearsal (a Ray actor, placed one per node): the policy
+    (an HF causal LM on CPU) with AdamW, verl's ``TrainingWorker.train_mini_batch`` around a
+    ``train_batch`` that runs prour's clipped-surrogate loss (:func:`prour.train.algorithm.
+    policy_loss`) forward and backward, sums the gradients over the ranks with gloo, clips and
+    steps. Rank 0 saves ``step_N`` (HF folder + optimizer, scheduler, step) through
+    :mod:`prour.train.checkpoint`. ``policy_dir`` is the initial policy or the checkpoint to
+    resume from; ``train`` is the recipe's train section as a mapping."""
+
+    def __init__(self, rank: int, dp: int, policy_dir: str, train: dict[str, Any],
+                 output_dir: str):
+        import os
+        import socket
+
+        import ray
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from verl.utils.torch_functional import get_constant_schedule_with_warmup
+
+        from prour.train import checkpoint as ckpt
+        from prour.train.config import TrainConfig
+
+        torch.set_num_threads(1)
+        self.rank, self.dp, self.output_dir = rank, dp, output_dir
+        self.cfg = TrainConfig.model_validate(train)
+        self.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        self.address = ray.util.get_node_ip_address()
+        self.tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+        self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
+        self.model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        o = self.cfg.optim
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+        self.scheduler = get_constant_schedule_with_warmup(
+            self.optimizer, num_warmup_steps=o.warmup_steps
+        )
+        if (Path(policy_dir) / ckpt.STATE_FILE).is_file():  # a checkpoint: its optimizer too
+            state = ckpt.load_trainer_state(policy_dir)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.seen: list[list[str]] = []
+        self.profiler = SimpleNamespace(step=lambda: None)
+        self.engine = SimpleNamespace(
+            get_data_parallel_size=lambda: dp,
+            get_data_parallel_rank=lambda: rank,
+            get_data_parallel_group=lambda: None,
+            is_mp_src_rank_with_outputs=lambda: True,
+            train_mode=lambda **_: contextlib.nullcontext(),
+        )
+        print(f"rank {rank} on node {self.node} {self.address} (pid {os.getpid()})", flush=True)
+
+    def where(self) -> dict[str, Any]:
+        import os
+
+        return {"rank": self.rank, "node": self.node, "address": self.address,
+                "pid": os.getpid()}
+
+    def rendezvous(self) -> tuple[str, int]:
+        """This node's address and a free port there, for the gloo group's store (rank 0)."""
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind((self.address, 0))
+            return self.address, probe.getsockname()[1]
+
+    def join(self, address: str, port: int) -> None:
+        """Join the ranks' gloo group, bound to the interface that holds this node's address."""
+        import datetime
+        import os
+
+        import torch.distributed as dist
+
+        interface = _interface_of(self.address)
+        if interface:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+        dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=self.rank,
+                                world_size=self.dp, timeout=datetime.timedelta(seconds=300))
+
+    def train(self, chunk: Any) -> tuple[Any, list[list[str]]]:
+        """verl's ``train_mini_batch`` on this rank's chunk (its TransferQueue bridge fetches the
+        samples); the output and the uids of each mini-batch trained on."""
+        from verl.workers.engine_workers import TrainingWorker
+
+        self.seen = []
+        output = TrainingWorker.train_mini_batch(self, chunk)
+        return output, self.seen
+
+    def train_batch(self, mini_batch: Any) -> Any:
+        """One optimizer step on one mini-batch, the gradient summed over the ranks."""
+        import math
+
+        import torch.distributed as dist
+        from torch.nn.functional import pad
+        from verl.utils import tensordict_utils as tu
+
+        from prour.train.algorithm import policy_loss
+        from prour.train.layout import padded_response_logits
+        from prour.train.policy import response_scores
+
+        self.seen.append([str(uid) for uid in mini_batch["uid"]])
+        seqs = [t.tolist() for t in mini_batch["input_ids"].unbind()]
+        prompts = [len(t) for t in mini_batch["prompts"].unbind()]
+        responses = [t.tolist() for t in mini_batch["responses"].unbind()]
+        temperature = float(tu.get(mini_batch, "temperature"))
+        self.model.train()
+        rows = padded_response_logits(self.model, seqs, prompts, self.pad_id, torch.device("cpu"))
+        scores = response_scores(rows, responses, temperature, with_entropy=True)
+        width = scores.log_probs.shape[1]
+
+        def padded(key: str) -> torch.Tensor:
+            rows = [t.float()[:width] for t in mini_batch[key].unbind()]
+            return torch.stack([pad(t, (0, width - len(t))) for t in rows])
+
+        mask = padded("response_mask") * scores.mask
+        tokens = mask.sum().reshape(1)
+        dist.all_reduce(tokens)  # the mini-batch's response tokens over every rank
+        loss, metrics = policy_loss(
+            padded("old_log_probs"), scores.log_probs, padded("advantages"), mask,
+            self.cfg.ppo, entropy=scores.entropy, batch_num_tokens=max(int(tokens), 1),
+        )
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        dist.all_reduce(flat)  # token sums over all ranks: the mini-batch's token mean
+        offset = 0
+        for p in self.params:
+            p.grad.copy_(flat[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optim.grad_clip))
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        if tu.get(mini_batch, "update_lr_scheduler"):
+            self.scheduler.step()
+        metrics.update(grad_norm=grad_norm, lr=self.optimizer.param_groups[0]["lr"], mfu=0.0,
+                       response_tokens=float(tokens))
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
+
+    def save(self, step: int) -> str:
+        """``step_<step>``: the policy in HF format, optimizer, scheduler and step (rank 0)."""
+        from prour.train import checkpoint as ckpt
+
+        state = {"optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "step": step, "engine": "cpu_rehearsal"}
+        return str(ckpt.save_checkpoint(self.output_dir, step, self.model, self.tokenizer, state))
+
+    def digest(self) -> str:
+        """SHA-256 of the weights, to show the ranks hold the same policy."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    def state(self) -> dict[str, Any]:
+        """The weights, for the rollout server's sync."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+
+def rank_nodes(nodes: list[dict[str, Any]], dp: int) -> list[str]:
+    """Ray node ids for ``dp`` ranks, one rank per node (the head's first, rank 0 beside the
+    driver), from ``ray.nodes()``'s alive entries. The ranks take no CPU of Ray's count
+    (TransferQueue's controller and storage unit take one each, and a CPU head may have 2)."""
+    if len(nodes) < dp:
+        raise RuntimeError(f"{dp} data-parallel ranks need {dp} Ray nodes, one each; the Ray "
+                           f"cluster has {len(nodes)} (train.verl.nnodes x n_gpus_per_node)")
+    head = [n for n in nodes if n.get("Resources", {}).get("node:__internal_head__")]
+    rest = sorted((n for n in nodes if n not in head), key=lambda n: n["NodeManagerAddress"])
+    return [n["NodeID"] for n in (head + rest)[:dp]]
+
+
+def rehearse(recipe: Any, cfg: Any) -> Path | None:
+    """``prour train`` with ``train.verl.engine: cpu_rehearsal``: the recipe's verl run on CPU
+    against the Ray cluster at ``RAY_ADDRESS`` (a local Ray of 2 CPUs without it).
+
+    verl's trainer code (sampler, agent loop, TransferQueue, advantages, ``_update_actor``)
+    drives :class:`PolicyRank` actors, one per node (node affinity, :func:`rank_nodes`) at
+    verl's data-parallel size (``train.verl``: nodes x GPUs per node). The rollout is the
+    policy sampling in this process (:class:`RolloutServer`), synced to rank 0's weights after
+    every step; the frozen responders come from the recipe's roles as in the real run. Each
+    step saves ``step_N`` and appends its line to ``metrics.jsonl``; a start with checkpoints
+    under ``train.output_dir`` resumes after the newest (the dataloader starts over). Returns
+    the last checkpoint.
+    """
+    import os
+
+    import ray
+    import transfer_queue as tq
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    from prour.train import checkpoint as ckpt
+    from prour.train.config import actor_dp_size
+    from prour.train.verl_backend import compose_verl_config, prepare_verl_run
+
+    newest = ckpt.latest_checkpoint(cfg.output_dir)
+    done = ckpt.load_trainer_state(newest)["step"] if newest is not None else 0
+    run = prepare_verl_run(recipe, cfg, write=True, resume=newest is not None)
+    config = compose_verl_config(run.overrides + [
+        "data.dataloader_num_workers=0", "algorithm.rollout_correction.bypass_mode=true"])
+    OmegaConf.resolve(config)
+    output_dir = Path(cfg.output_dir)
+    policy_dir = str(newest or config.actor_rollout_ref.model.path)
+    if done >= cfg.total_steps:
+        print(f"[rehearsal] {newest} is step {done} of {cfg.total_steps}: nothing to train")
+        return newest
+    print(f"[rehearsal] steps {done + 1}..{cfg.total_steps} from {policy_dir}", flush=True)
+    runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config),
+                                  config.ray_kwargs.ray_init.runtime_env)
+    address = os.environ.get("RAY_ADDRESS")
+    ray.init(address=address or None, num_cpus=None if address else 2, include_dashboard=False,
+             runtime_env=OmegaConf.to_container(runtime_env))
+    harness = None
+    try:
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        print(f"[rehearsal] Ray cluster of {len(nodes)} node(s): "
+              + ", ".join(sorted(n["NodeManagerAddress"] for n in nodes)), flush=True)
+        dp = actor_dp_size(cfg.verl)
+        actors = [
+            ray.remote(num_cpus=0)(PolicyRank).options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+            ).remote(r, dp, policy_dir, cfg.model_dump(), str(output_dir))
+            for r, node_id in enumerate(rank_nodes(nodes, dp))
+        ]
+        wheres = ray.get([a.where.remote() for a in actors])
+        for where in wheres:
+            print(f"[rehearsal] rank {where['rank']} on node {where['node']} "
+                  f"{where['address']} (pid {where['pid']})", flush=True)
+        address0, port = ray.get(actors[0].rendezvous.remote())
+        ray.get([a.join.remote(address0, port) for a in actors])
+        tq.init(OmegaConf.merge(
+            config.transfer_queue, {"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+        ranks = RemoteRanks(actors)
+        harness = Harness(config, Path(policy_dir), None, dp, ranks=ranks)
+        harness.server.version = done  # the weights after the last saved step
+        try:
+            return _steps(harness, ranks, actors, cfg, output_dir, done, newest)
+        except ray.exceptions.RayActorError as exc:
+            gone = rank_of(actors, wheres, exc)
+            raise RankLostError(
+                f"{gone or 'a policy rank'} died during step {harness.trainer.global_steps}: "
+                f"{str(exc).splitlines()[0]}; newest checkpoint "
+                f"{ckpt.latest_checkpoint(output_dir) or 'none'} (a rerun resumes from it)"
+            ) from None
+    finally:
+        if harness is not None:
+            harness.close()
+        with contextlib.suppress(Exception):
+            tq.close()
+        ray.shutdown()
+
+
+class RankLostError(RuntimeError):
+    """A policy rank's actor (or its node) died mid-run; the message names it and the newest
+    checkpoint."""
+
+
+def rank_of(actors: list[Any], wheres: list[dict[str, Any]], exc: Exception) -> str | None:
+    """'rank R on node N (address)' of the actor ``exc`` is about, when it says."""
+    actor_id = getattr(exc, "actor_id", None)
+    for actor, where in zip(actors, wheres, strict=True):
+        if actor_id is not None and actor._actor_id.hex() == actor_id:
+            return f"rank {where['rank']} on node {where['node']} ({where['address']})"
+    return None
+
+
+def _steps(harness: Harness, ranks: RemoteRanks, actors: list[Any], cfg: Any, output_dir: Path,
+           done: int, last: Path | None) -> Path | None:
+    """Steps ``done + 1 .. train.total_steps``: each verl step, the one-state check, the
+    checkpoint, the ranks' weights compared, the rollout's sync, the metrics line."""
+    import ray
+
+    from prour.files import append_jsonl
+    from prour.train.metrics import METRICS_FILE
+
+    dp = ranks.dp
+    for step in range(done + 1, cfg.total_steps + 1):
+        harness.trainer.global_steps = step
+        ranks.mini_batches = [[] for _ in range(dp)]
+        _, metrics = harness.step()
+        count = one_state_per_mini_batch(ranks.mini_batches)
+        harness.clear()
+        last = Path(ray.get(actors[0].save.remote(step)))
+        digests = ray.get([a.digest.remote() for a in actors])
+        print(f"[rehearsal] step {step} weights: " + ", ".join(
+            f"rank {r} {d}" for r, d in enumerate(digests)), flush=True)
+        if len(set(digests)) != 1:
+            raise RuntimeError(f"step {step}: the ranks' weights differ: {digests}")
+        harness.server.load_weights(ray.get(actors[0].state.remote()), step + 1)
+        record = {"step": step, "weights_sha256": digests[0], "mini_batches": count}
+        record.update({k: float(v) for k, v in metrics.items()
+                       if isinstance(v, int | float) and not isinstance(v, bool)})
+        append_jsonl(output_dir / METRICS_FILE, record)
+        print(f"[rehearsal] step {step}/{cfg.total_steps}: {count} mini-batches of one state "
+              f"on each of {dp} ranks; weights {digests[0][:12]} on every rank; {last}",
+              flush=True)
+    return last
