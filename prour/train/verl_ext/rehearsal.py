@@ -472,6 +472,7 @@ def rehearsal_trainer_class(mode: str | None = None) -> type:
         def __init__(self, config: Any, tokenizer: Any, manager: Any, ranks: Any):
             super().__init__(config, tokenizer, manager, ranks.dp)
             self.actor_rollout_wg = ranks
+            self.checkpoint_manager = RankWeightSync(manager.server, ranks)
 
         def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
             from verl.utils.debug import marked_timer
@@ -486,6 +487,22 @@ def rehearsal_trainer_class(mode: str | None = None) -> type:
             return batch
 
     return RehearsalTrainer
+
+
+class RankWeightSync(WeightSync):
+    """verl's weight sync (its ``on_step_end`` calls ``update_weights``) from rank 0's policy
+    into the sampling :class:`RolloutServer`."""
+
+    def __init__(self, server: RolloutServer, ranks: RemoteRanks):
+        super().__init__(server)
+        self.ranks = ranks
+
+    def update_weights(self, global_steps: int) -> dict:
+        import ray
+
+        out = super().update_weights(global_steps)
+        self.server.load_weights(ray.get(self.ranks.actors[0].state.remote()), global_steps)
+        return out
 
 
 class RemoteRanks:
@@ -803,8 +820,9 @@ def rank_of(actors: list[Any], wheres: list[dict[str, Any]], exc: Exception) -> 
 
 def _steps(harness: Harness, ranks: RemoteRanks, actors: list[Any], cfg: Any, output_dir: Path,
            done: int, last: Path | None) -> Path | None:
-    """Steps ``done + 1 .. train.total_steps``: each verl step, the one-state check, the
-    checkpoint, the ranks' weights compared, the rollout's sync, the metrics line."""
+    """Steps ``done + 1 .. train.total_steps``: each verl step (its end syncs the rollout's
+    weights, :class:`RankWeightSync`), the one-state check, the checkpoint, the ranks' weights
+    compared, the metrics line."""
     import ray
 
     from prour.files import append_jsonl
@@ -823,7 +841,6 @@ def _steps(harness: Harness, ranks: RemoteRanks, actors: list[Any], cfg: Any, ou
             f"rank {r} {d}" for r, d in enumerate(digests)), flush=True)
         if len(set(digests)) != 1:
             raise RuntimeError(f"step {step}: the ranks' weights differ: {digests}")
-        harness.server.load_weights(ray.get(actors[0].state.remote()), step + 1)
         record = {"step": step, "weights_sha256": digests[0], "mini_batches": count}
         record.update({k: float(v) for k, v in metrics.items()
                        if isinstance(v, int | float) and not isinstance(v, bool)})
