@@ -49,7 +49,10 @@ def where(recipe: Recipe, step: Step) -> str:
     placement = stage_of(step).placement
     train = recipe.train
     if placement == "trainer" and train is not None:
-        if train.backend == "verl":
+        if train.backend == "verl" and train.verl.engine == "cpu_rehearsal":
+            nodes = f" x {train.verl.nnodes} nodes" if train.verl.nnodes > 1 else ""
+            parts.insert(0, f"verl CPU rehearsal on CPU{nodes}")
+        elif train.backend == "verl":
             nodes = f" x {train.verl.nnodes} nodes" if train.verl.nnodes > 1 else ""
             count = train.verl.n_gpus_per_node
             gpus = "GPU 0" if count == 1 else f"GPU 0-{count - 1}"

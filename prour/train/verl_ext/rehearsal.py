@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 from collections import Counter
@@ -688,12 +689,14 @@ class PolicyRank:
                        response_tokens=float(tokens))
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
 
-    def save(self, step: int) -> str:
-        """``step_<step>``: the policy in HF format, optimizer, scheduler and step (rank 0)."""
+    def save(self, step: int, record: dict[str, Any]) -> str:
+        """``step_<step>``: the policy in HF format, optimizer, scheduler, step and the step's
+        metrics line (rank 0)."""
         from prour.train import checkpoint as ckpt
 
         state = {"optimizer": self.optimizer.state_dict(),
-                 "scheduler": self.scheduler.state_dict(), "step": step, "engine": "cpu_rehearsal"}
+                 "scheduler": self.scheduler.state_dict(), "step": step, "engine": "cpu_rehearsal",
+                 "metrics": record}
         return str(ckpt.save_checkpoint(self.output_dir, step, self.model, self.tokenizer, state))
 
     def digest(self) -> str:
@@ -754,6 +757,7 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
         "data.dataloader_num_workers=0", "algorithm.rollout_correction.bypass_mode=true"])
     OmegaConf.resolve(config)
     output_dir = Path(cfg.output_dir)
+    catch_up_metrics(output_dir, newest)
     policy_dir = str(newest or config.actor_rollout_ref.model.path)
     if done >= cfg.total_steps:
         print(f"[rehearsal] {newest} is step {done} of {cfg.total_steps}: nothing to train")
@@ -787,12 +791,13 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
         ranks = RemoteRanks(actors)
         harness = Harness(config, Path(policy_dir), None, dp, ranks=ranks)
         harness.server.version = done  # the weights after the last saved step
+        current = [done + 1]
         try:
-            return _steps(harness, ranks, actors, cfg, output_dir, done, newest)
+            return _steps(harness, ranks, actors, cfg, output_dir, done, newest, current)
         except ray.exceptions.RayActorError as exc:
             gone = rank_of(actors, wheres, exc)
             raise RankLostError(
-                f"{gone or 'a policy rank'} died during step {harness.trainer.global_steps}: "
+                f"{gone or 'a policy rank'} died during step {current[0]}: "
                 f"{str(exc).splitlines()[0]}; newest checkpoint "
                 f"{ckpt.latest_checkpoint(output_dir) or 'none'} (a rerun resumes from it)"
             ) from None
@@ -818,11 +823,29 @@ def rank_of(actors: list[Any], wheres: list[dict[str, Any]], exc: Exception) -> 
     return None
 
 
+def catch_up_metrics(output_dir: Path, newest: Path | None) -> None:
+    """The newest checkpoint's metrics line appended when ``metrics.jsonl`` lacks it (the run
+    stopped between the save and the append): with it, every saved step has its line once."""
+    from prour.files import append_jsonl
+    from prour.train import checkpoint as ckpt
+    from prour.train.metrics import METRICS_FILE
+
+    if newest is None:
+        return
+    record = ckpt.load_trainer_state(newest).get("metrics")
+    path = output_dir / METRICS_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    logged = {json.loads(line).get("step") for line in lines if line.strip()}
+    if record is not None and record["step"] not in logged:
+        append_jsonl(path, record)
+
+
 def _steps(harness: Harness, ranks: RemoteRanks, actors: list[Any], cfg: Any, output_dir: Path,
-           done: int, last: Path | None) -> Path | None:
+           done: int, last: Path | None, current: list[int]) -> Path | None:
     """Steps ``done + 1 .. train.total_steps``: each verl step (its end syncs the rollout's
-    weights, :class:`RankWeightSync`), the one-state check, the checkpoint, the ranks' weights
-    compared, the metrics line."""
+    weights, :class:`RankWeightSync`), the one-state check, the ranks' weights compared, the
+    checkpoint (holding the step's metrics line), then that line in ``metrics.jsonl``.
+    ``current[0]`` is the step under way."""
     import ray
 
     from prour.files import append_jsonl
@@ -830,12 +853,12 @@ def _steps(harness: Harness, ranks: RemoteRanks, actors: list[Any], cfg: Any, ou
 
     dp = ranks.dp
     for step in range(done + 1, cfg.total_steps + 1):
+        current[0] = step
         harness.trainer.global_steps = step
         ranks.mini_batches = [[] for _ in range(dp)]
         _, metrics = harness.step()
         count = one_state_per_mini_batch(ranks.mini_batches)
         harness.clear()
-        last = Path(ray.get(actors[0].save.remote(step)))
         digests = ray.get([a.digest.remote() for a in actors])
         print(f"[rehearsal] step {step} weights: " + ", ".join(
             f"rank {r} {d}" for r, d in enumerate(digests)), flush=True)
@@ -844,6 +867,7 @@ def _steps(harness: Harness, ranks: RemoteRanks, actors: list[Any], cfg: Any, ou
         record = {"step": step, "weights_sha256": digests[0], "mini_batches": count}
         record.update({k: float(v) for k, v in metrics.items()
                        if isinstance(v, int | float) and not isinstance(v, bool)})
+        last = Path(ray.get(actors[0].save.remote(step, record)))
         append_jsonl(output_dir / METRICS_FILE, record)
         print(f"[rehearsal] step {step}/{cfg.total_steps}: {count} mini-batches of one state "
               f"on each of {dp} ranks; weights {digests[0][:12]} on every rank; {last}",
