@@ -940,13 +940,13 @@ WRITER_EXCEPTIONS = {
         ("prour/cluster/local.py", "LocalSlurm._spawn", "open"),
         ("prour/runner.py", "_open_log", "open")],
     STAGED: [
-        ("prour/train/checkpoint.py", "save_checkpoint", "save_pretrained"),
-        ("prour/train/checkpoint.py", "save_checkpoint", "torch.save"),
+        ("prour/train/checkpoint.py", "save_checkpoint.fill", "save_pretrained"),
+        ("prour/train/checkpoint.py", "save_checkpoint.fill", "torch.save"),
         ("prour/demo/folders.py", "save_quietly", "save_pretrained"),
         ("prour/demo/tiny.py", "_write_tiny", "save_pretrained"),
         ("prour/demo/warmstart.py", "save_beside_base", "shutil.copy2"),
         ("prour/cli/demo.py", "_tiny_model", "shutil.copytree"),
-        ("prour/train/checkpoint.py", "save_untrained_verl", "shutil.copytree")],
+        ("prour/train/checkpoint.py", "save_untrained_verl.fill", "shutil.copytree")],
     "pyarrow and matplotlib write into an in-memory buffer that write_atomic then writes": [
         ("prour/data/dataset.py", "write_rows", "write_table"),
         ("prour/plots.py", "save_plot", "savefig")],

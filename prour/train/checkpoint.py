@@ -18,6 +18,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +86,27 @@ def save_checkpoint(
 
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}step_{step}-", dir=root))
-    try:
+
+    def fill(staging: Path) -> None:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         torch.save(trainer_state, staging / STATE_FILE)
+
+    final = _publish_step(root, step, fill)
+    logger.info("checkpoint written: %s", final)
+    return final
+
+
+def _publish_step(root: Path, step: int, fill: Callable[[Path], None]) -> Path:
+    """``step_<step>`` under ``root``, made whole or not at all: ``fill`` writes a staging folder,
+    which is synced and renamed into place (an older folder of that step, from a rerun or a
+    resume, is moved aside first); on any error the staging folder is removed."""
+    staging = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}step_{step}-", dir=root))
+    try:
+        fill(staging)
         _fsync_tree(staging)
         final = step_dir(root, step)
-        if final.exists():  # re-saving a step after a resume: move the old one aside first
+        if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}old-step_{step}-", dir=root))
             os.replace(final, old / final.name)
             shutil.rmtree(old, ignore_errors=True)
@@ -101,7 +115,6 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    logger.info("checkpoint written: %s", final)
     return final
 
 
@@ -230,22 +243,13 @@ def save_untrained_verl(output_dir: str | Path, step: int, policy: Path, reason:
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     record = json.dumps({"step": step, "untrained": reason, "initial_policy": str(policy)})
-    staging = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}step_{step}-", dir=root))
-    try:
+
+    def fill(staging: Path) -> None:
         shutil.copytree(policy, staging, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns(STATE_FILE, UNTRAINED_FILE, TEMP_PREFIX + "*"))
         write_atomic(staging / UNTRAINED_FILE, record)
-        _fsync_tree(staging)
-        final = step_dir(root, step)
-        if final.exists():  # a rerun: the old copy moves aside first
-            old = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}old-step_{step}-", dir=root))
-            os.replace(final, old / final.name)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(staging, final)
-        _fsync_dir(root)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    final = _publish_step(root, step, fill)
     write_atomic(root / f"global_step_{step}" / UNTRAINED_FILE, record, fsync=True)
     return final
 
