@@ -28,29 +28,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
-
-from prour.llm.scripted import ScriptedLLM
+from overlap_step import SlowUser  # the local benchmark's strict user (benchmarks/ is on sys.path)
 
 ASK = "<think>which one</think>YES [QUESTION]Which order do you want to return?[/QUESTION]"
 RESPONDER_THREADS = 32  # the default executor of a worker on a many-core GPU node (min(32, cpus+4))
-
-
-class SlowUser(ScriptedLLM):
-    """The strict user's model: a fixed reply after ``latency`` seconds per call."""
-
-    def __init__(self, latency: float):
-        super().__init__(default="Order #W1000, the boots.")
-        self.latency = latency
-
-    def chat(self, requests):
-        time.sleep(self.latency)
-        return super().chat(requests)
 
 
 def rows(n: int) -> list[dict[str, Any]]:
