@@ -49,14 +49,18 @@ class StateOrderedTrainer(PPOTrainerSync):
         self.prompt_order: dict[str, int] = {}  # uid -> submission position, until trained
         super().__init__(config)
 
+    # verl's name of the mode the trainer runs: its code treats every mode but "sync" as
+    # asynchronous and reads that mode's config section. Our registered names are not verl's.
+    VERL_MODE = "sync"
+
     @property
     def trainer_mode(self) -> str:
-        """verl's code treats every mode but ``"sync"`` as asynchronous; this trainer is sync."""
-        return "sync"
+        """:attr:`VERL_MODE`, whatever name the trainer was registered under."""
+        return self.VERL_MODE
 
     @trainer_mode.setter
     def trainer_mode(self, _registered_name: str) -> None:
-        """``PPOTrainer.__init__`` stores the configured name; the mode stays ``"sync"``."""
+        """``PPOTrainer.__init__`` stores the configured name; the mode stays :attr:`VERL_MODE`."""
 
     def on_step_begin(self) -> None:
         """verl's hook; also notes when the step began (its sessions' phases are cut to it)."""
@@ -147,14 +151,7 @@ class OneStepStateOrderedTrainer(StateOrderedTrainer, PPOTrainerColocateAsync):
     (``trainer.v1.sampler.max_off_policy_threshold``, from ``train.max_staleness``). The replicas
     stay awake during the update (the GPU memory plan counts both the FSDP actor and vLLM)."""
 
-    @property
-    def trainer_mode(self) -> str:
-        """verl's name of the mode this trainer runs (its async paths and config section)."""
-        return "colocate_async"
-
-    @trainer_mode.setter
-    def trainer_mode(self, _registered_name: str) -> None:
-        """``PPOTrainer.__init__`` stores the configured name; the mode stays colocate_async."""
+    VERL_MODE = "colocate_async"
 
     def on_train_begin(self) -> None:
         """One batch of prompts ahead of the trainer: ``one_step``."""
