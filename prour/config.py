@@ -123,6 +123,11 @@ class ProtocolConfig(Section):
     # preflight stop with one `protocol:` line per broken rule; warn: the lines are printed as
     # warnings and the report header names the rules the study deliberately breaks.
     on_breach: Literal["error", "warn"] = "error"
+    # The content check (prour.protocol.shared_writes): eval tasks that perform a write action
+    # (same tool, same arguments) some training or calibration-reserve task performs too. Always
+    # stated as a note; more such eval tasks than this is a `shared-writes` breach, which follows
+    # on_breach. None: never a breach.
+    max_shared_write_tasks: int | None = Field(None, ge=0)
 
 
 # The one path rule. ``run_dir`` is relative to the working directory; every other relative path

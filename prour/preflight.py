@@ -355,6 +355,20 @@ def protocol_warnings(recipe: Recipe) -> list[str]:
     return _protocol_lines(recipe)
 
 
+def protocol_note_lines(recipe: Recipe) -> list[str]:
+    """The ``note:`` lines `prour validate` prints (:func:`prour.protocol.protocol_notes`: what
+    the protocol allows and states, e.g. the content overlap); a split or reserve the recipe
+    cannot have is left to :func:`check_protocol`, which names it."""
+    from prour.protocol import protocol_notes
+
+    if _calibration_test_collection(recipe):
+        return []
+    try:
+        return [f"note: {note}" for note in protocol_notes(recipe)]
+    except ValueError:
+        return []
+
+
 def _calibration_test_collection(recipe: Recipe) -> bool:
     """The chain's collect-airline step (its ``--set`` items: another domain, no reserve, the
     airline trajectories file): episodes for the calibration test states, which nothing trains

@@ -7,14 +7,21 @@ Rules (each a :class:`Finding` when broken):
 ``dev-states``        calibration dev states come from trajectories training uses
 ``shared-task``       train and validation rows share a task
 ``baseline-checkpoint`` a baseline writes its questions with prour's trained checkpoint
+``shared-writes``     more eval tasks than ``protocol.max_shared_write_tasks`` perform a write
+                      action that a training or reserve task performs too (by content)
 
 The airline calibration *test* states only evaluate thresholds fitted on retail: allowed, listed
-as a note (:func:`protocol_notes`). ``protocol.on_breach`` (``error`` by default) says whether a
-finding stops preflight or is printed as a warning (the section: prour.config.ProtocolConfig).
+as a note (:func:`protocol_notes`). So is the content check (:func:`shared_writes`) below its
+threshold: τ-bench v1's training tasks (``v1-train``) share no id with tau2's ``base`` split, yet
+some of their write actions are the very calls some eval tasks need; and so is the count of
+tau2's retail ``base`` (114) against the paper's 115. ``protocol.on_breach`` (``error`` by default)
+says whether a finding stops preflight or is printed as a warning (the section:
+prour.config.ProtocolConfig).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +31,10 @@ if TYPE_CHECKING:
     from prour.config import Recipe
 
 MAX_IDS = 5
+NOTE_IDS = 12  # ids a note lists before "..."
+# The paper's retail eval set (§4 and A.2.1, "115 held-out retail tasks"): τ-bench v1's retail
+# test set. tau2's retail ``base`` split is that set with its maintainers' corrections.
+PAPER_RETAIL_EVAL_TASKS = 115
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,11 @@ class Finding:
     fix: str
 
     def line(self) -> str:
-        shown = ", ".join(self.ids[:MAX_IDS]) + (", ..." if len(self.ids) > MAX_IDS else "")
-        return f"protocol: {self.count} {self.what} ({shown}); {self.fix}"
+        return f"protocol: {self.count} {self.what} ({_shown(self.ids, MAX_IDS)}); {self.fix}"
+
+
+def _shown(ids: tuple[str, ...], most: int) -> str:
+    return ", ".join(ids[:most]) + (", ..." if len(ids) > most else "")
 
 
 def _fix(recipe: Recipe, *items: str) -> str:
@@ -93,6 +107,101 @@ def _eval_overlap(recipe: Recipe) -> list[Finding]:
                     f"{domain} eval tasks (eval.split {recipe.eval.split}) are training or "
                     f"calibration-reserve tasks of data.split {recipe.data.split}", tuple(shared),
                     _fix(recipe, "data.split=v1-train"))]
+
+
+@dataclass(frozen=True)
+class SharedWrites:
+    """The content check of one domain: eval tasks whose write actions training performs too."""
+
+    domain: str
+    eval_tasks: int  # eval tasks compared
+    some: tuple[str, ...]  # eval task ids sharing at least one write action, in split order
+    every: tuple[str, ...]  # of those, the ids sharing every write action they have
+
+
+@functools.cache
+def write_actions(domain: str, split: str) -> dict[str, frozenset[str]]:
+    """Task id -> the canonical JSON (``{"tool", "arguments"}``, sorted keys) of its reference
+    actions that the agent takes with a tool tau2 marks ``ToolType.WRITE``. Parsed once per
+    process, so ``prour validate`` pays for it once."""
+    from prour.env.domains import load_tasks
+    from prour.env.environment import tool_types
+    from prour.router.candidates import canonical_json
+
+    writes = {name for name, kind in tool_types(domain).items() if kind == "write"}
+    found = {}
+    for task in load_tasks(domain, split):
+        actions = (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []
+        found[task.id] = frozenset(
+            canonical_json({"tool": a.name, "arguments": a.arguments}) for a in actions
+            if a.requestor == "assistant" and a.name in writes)
+    return found
+
+
+def shared_writes(recipe: Recipe) -> SharedWrites | None:
+    """The eval tasks of the training domain whose write actions (by content, not by id) are
+    among those of the tasks of ``data.split`` the run uses: training tasks and the calibration
+    reserve, as the id check counts them. ``every`` holds only tasks with a write action. None
+    when the run trains nothing or does not evaluate its training domain."""
+    from prour.data.reserve import reserve_task_ids
+
+    if recipe.train is None:
+        return None
+    domain, training = training_tasks(recipe)
+    if domain not in recipe.eval.domains:
+        return None
+    by_task = write_actions(domain, recipe.data.split)
+    used = frozenset().union(*(by_task[t] for t in {*training, *reserve_task_ids(recipe.data)}))
+    evals = write_actions(domain, recipe.eval.split)
+    ids = eval_task_ids(recipe, domain)
+    some = tuple(t for t in ids if evals[t] & used)
+    return SharedWrites(domain, len(ids), some, tuple(t for t in some if evals[t] <= used))
+
+
+def _shared_writes(recipe: Recipe) -> list[Finding]:
+    """More eval tasks sharing a write action than ``protocol.max_shared_write_tasks``."""
+    limit = recipe.protocol.max_shared_write_tasks
+    shared = shared_writes(recipe) if limit is not None else None
+    if shared is None or len(shared.some) <= limit:
+        return []
+    count = len(shared.some)
+    return [Finding("shared-writes", count,
+                    f"{shared.domain} eval tasks (eval.split {recipe.eval.split}) perform a write "
+                    "action (same tool and arguments) that a training or calibration-reserve task "
+                    f"of data.split {recipe.data.split} performs, past "
+                    f"protocol.max_shared_write_tasks={limit}", shared.some,
+                    _fix(recipe, f"protocol.max_shared_write_tasks={count}")
+                    + " to accept them, or leave them out of eval.tasks")]
+
+
+def _shared_writes_note(recipe: Recipe) -> str | None:
+    shared = shared_writes(recipe)
+    if shared is None:
+        return None
+    limit = recipe.protocol.max_shared_write_tasks
+    verdict = ("a note (protocol.max_shared_write_tasks: null)" if limit is None else
+               f"{'past' if len(shared.some) > limit else 'within'} "
+               f"protocol.max_shared_write_tasks={limit}")
+    every = f" ({', '.join(shared.every)})" if shared.every else ""
+    listed = f" ({_shown(shared.some, NOTE_IDS)})" if shared.some else ""
+    return (f"content overlap: {len(shared.some)} of {shared.eval_tasks} {shared.domain} eval "
+            f"tasks{listed} perform a write action (same tool and arguments) that a training or "
+            f"calibration-reserve task of data.split {recipe.data.split} performs too, "
+            f"{len(shared.every)} of them every write action{every}; {verdict}")
+
+
+def _paper_count_note(recipe: Recipe) -> str | None:
+    """The paper's 115 retail eval tasks against tau2's ``base`` split."""
+    from prour.env.domains import split_task_ids
+
+    if "retail" not in recipe.eval.domains or recipe.eval.split != "base":
+        return None
+    held = len(split_task_ids("retail", "base"))
+    if held == PAPER_RETAIL_EVAL_TASKS:
+        return None
+    return (f"retail eval: tau2's base split holds {held} tasks where the Prour paper evaluates "
+            f"on {PAPER_RETAIL_EVAL_TASKS} (§4 and A.2.1: τ-bench v1's retail test set); tau2's "
+            f"base split is that test set with its maintainers' corrections, which leave {held}")
 
 
 def _calibrates(recipe: Recipe) -> bool:
@@ -195,7 +304,7 @@ def protocol_findings(recipe: Recipe, trajectories: Any = None,
     ``task_id``), when given, are checked as the dev states are: none may be a training task of
     ``data.domain`` if they feed calibration."""
     found = _eval_overlap(recipe) + _dev_states(recipe) + _shared_tasks(recipe, dataset_dir)
-    found += _baseline_checkpoint(recipe)
+    found += _baseline_checkpoint(recipe) + _shared_writes(recipe)
     if trajectories is not None and _calibrates(recipe):
         domain, training = training_tasks(recipe)
         train = set(training)
@@ -214,11 +323,14 @@ def _get(record: Any, key: str) -> Any:
 
 
 def protocol_notes(recipe: Recipe) -> list[str]:
-    """What the protocol allows and a report states (not a breach)."""
+    """What the protocol allows and a report states: the airline calibration test states, the
+    content check (stated even past its threshold, where it is also a finding) and the paper's
+    retail eval count."""
     notes = []
     if _calibrates(recipe) and recipe.router.calibration.test_states:
         notes.append("calibration test states (airline) only evaluate thresholds fitted on "
                      f"{recipe.data.domain} dev states: allowed")
+    notes += [note for note in (_shared_writes_note(recipe), _paper_count_note(recipe)) if note]
     return notes
 
 

@@ -229,8 +229,9 @@ def _problem_lines(output: str, check: str) -> list[str]:
 def test_validate_preflight_names_missing_weights_gpus_and_extras_one_line_each(tmp_path):
     result = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER)])
     assert result.exit_code == 2
-    lines = result.output.splitlines()
-    assert lines and all(line.startswith("error: ") for line in lines)
+    lines = result.output.splitlines()  # the protocol's notes, then one error line per problem
+    assert lines and all(line.startswith(("error: ", "note: ")) for line in lines)
+    assert [line for line in lines if line.startswith("error: ")]
     recipe = load_recipe(PAPER)
     weights = _problem_lines(result.output, "weights")
     for hub_id in _hub_ids(recipe):

@@ -4,6 +4,7 @@ any trajectory exists, and from the dev states file and the dataset parquet once
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from typer.testing import CliRunner
 from prour.cli.main import app
 from prour.data.reserve import reserve_task_ids, training_task_ids
 from prour.env.domains import split_task_ids
-from prour.protocol import protocol_block, protocol_findings
+from prour.preflight import check_protocol, protocol_warnings
+from prour.protocol import protocol_block, protocol_findings, shared_writes
 from prour.provenance import write_provenance
 from prour.recipes import load_recipe
 
@@ -40,6 +42,33 @@ def _extending(tmp_path: Path, name: str, **sections: dict) -> Path:
 
 def _protocol_lines(output: str, prefix: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith(f"{prefix}: protocol: ")]
+
+
+@functools.cache
+def _walked_overlap() -> tuple[int, tuple[str, ...], tuple[str, ...]]:
+    """The content check of paper.yaml walked by hand from tau2's own retail tasks and tool types
+    and the v1-train data file (reserve included: the whole split): (eval tasks, ids sharing a
+    write action, ids sharing all of theirs)."""
+    from prour.env.domains import DATA_DIR, require_tau2
+
+    require_tau2()
+    from tau2.domains.retail.environment import get_environment, get_tasks, get_tasks_split
+    from tau2.environment.toolkit import ToolType, get_tool_types
+
+    writes = {name for name, kind in get_tool_types(get_environment().tools).items()
+              if kind == ToolType.WRITE}
+
+    def calls(actions: list[dict]) -> set[str]:
+        return {json.dumps([a["name"], a["arguments"]], sort_keys=True) for a in actions
+                if a["name"] in writes and a.get("requestor", "assistant") == "assistant"}
+
+    v1 = json.loads((DATA_DIR / "tau_bench_v1_retail_train.json").read_text())["tasks"]
+    trained = set().union(*(calls(task["evaluation_criteria"]["actions"]) for task in v1))
+    base = set(get_tasks_split()["base"])
+    evals = {task.id: calls([a.model_dump() for a in task.evaluation_criteria.actions or []])
+             for task in get_tasks() if task.id in base}
+    some = tuple(sorted(t for t, mine in evals.items() if mine & trained))
+    return len(evals), some, tuple(sorted(t for t in some if evals[t] <= trained))
 
 
 def test_training_on_tau2_train_overlaps_74_eval_tasks_before_any_trajectory(tmp_path):
@@ -68,6 +97,13 @@ def test_paper_and_its_extensions_print_no_protocol_line():
     result = CliRunner().invoke(app, ["validate", "--preflight", str(PAPER)])
     assert result.exit_code == 2  # no weights, no GPUs on this node
     assert [line for line in result.output.splitlines() if "protocol:" in line] == []
+    # ... but the notes, problems or not: the content overlap and the paper's 115
+    n_eval, some, every = _walked_overlap()
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+    assert [line for line in notes if line.startswith(
+        f"note: content overlap: {len(some)} of {n_eval} retail eval tasks (")]
+    assert [line for line in notes if f", {len(every)} of them every write action" in line]
+    assert [line for line in notes if "Prour paper evaluates on 115" in line]
     for name in ("smoke", "gpu-smoke", "paper-attention"):
         assert [f.line() for f in protocol_findings(load_recipe(RECIPES / f"{name}.yaml"))] == []
     # the rehearsal's one task goes to both sides on purpose, downgraded to a warning
@@ -110,6 +146,14 @@ def test_report_header_has_the_protocol_block(tmp_path):
     assert "eval tasks: retail base 114, airline base 50" in block
     assert "overlap: 0" in block and "split_by: task" in block and block[-1] == "on_breach: error"
     assert any(line.startswith("note: calibration test states (airline)") for line in block)
+    n_eval, some, every = _walked_overlap()
+    overlap_note = (f"note: content overlap: {len(some)} of {n_eval} retail eval tasks (")
+    assert [line for line in block if line.startswith(overlap_note)
+            and f", {len(every)} of them every write action" in line]
+    paper_count = "note: retail eval: tau2's base split holds 114 tasks where the Prour paper"
+    assert [line for line in block if line.startswith(paper_count)]
+    tau2_test = load_recipe(PAPER, ["eval.split=test", f"run_dir={tmp_path / 'c'}"])
+    assert not [line for line in protocol_block(tau2_test) if line.startswith(paper_count)]
 
     warn = load_recipe(PAPER, ["data.split=train", "protocol.on_breach=warn",
                                f"run_dir={tmp_path / 'b'}"])
@@ -133,6 +177,7 @@ def test_report_header_has_the_protocol_block(tmp_path):
     assert out.exit_code == 0, out.output
     text = (tmp_path / "out" / "report.md").read_text()
     assert f"Protocol of `{tmp_path / 'a'}`:" in text and "- overlap: 0" in text
+    assert f"- {overlap_note}" in text and f"- {paper_count}" in text
     assert "- overlap: 74 (" in text and "- on_breach: warn — this study deliberately breaks" in text
 
 
@@ -162,3 +207,39 @@ def test_the_chains_airline_collection_for_calibration_test_states_is_not_a_brea
     assert len(check_protocol(load_recipe(PAPER, airline))) == 2  # on airline's training side
     chain = load_recipe(PAPER, [*airline, f"data.trajectories={AIRLINE_TRAJECTORIES}"])
     assert check_protocol(chain) == []  # collect-airline: nothing trains on these episodes
+
+
+def test_the_content_check_counts_what_a_walk_over_the_tasks_counts(tmp_path):
+    n_eval, some, every = _walked_overlap()
+    assert 0 < len(every) < len(some) < n_eval  # the check has something to find, not all
+    shared = shared_writes(load_recipe(PAPER, [f"run_dir={tmp_path}"]))
+    assert shared is not None and shared.domain == "retail" and shared.eval_tasks == n_eval
+    assert (sorted(shared.some), sorted(shared.every)) == (list(some), list(every))
+    assert [f for f in protocol_findings(load_recipe(PAPER, [f"run_dir={tmp_path}", *ONE]))] == []
+    # eval tasks chosen by hand are compared as they are; no eval of the training domain, no check
+    picked = load_recipe(PAPER, [f"run_dir={tmp_path}", f"eval.tasks=[retail:{some[0]}]"])
+    assert (picked_shared := shared_writes(picked)) is not None
+    assert (picked_shared.eval_tasks, picked_shared.some) == (1, (some[0],))
+    assert shared_writes(load_recipe(PAPER, [f"run_dir={tmp_path}", "eval.domains=[airline]"])) \
+        is None
+
+
+def test_past_max_shared_write_tasks_the_note_is_a_breach_that_follows_on_breach(tmp_path):
+    _, some, _ = _walked_overlap()
+    at = [f"run_dir={tmp_path}", *ONE, f"protocol.max_shared_write_tasks={len(some)}"]
+    assert protocol_findings(load_recipe(PAPER, at)) == []
+    past = [f"run_dir={tmp_path}", *ONE, f"protocol.max_shared_write_tasks={len(some) - 1}"]
+    errors = check_protocol(load_recipe(PAPER, past))
+    assert [p.message.split(" retail eval tasks")[0] for p in errors] == [str(len(some))]
+    assert f"--set protocol.max_shared_write_tasks={len(some)}" in errors[0].message
+    warned = load_recipe(PAPER, [*past, "protocol.on_breach=warn"])
+    assert check_protocol(warned) == [] and len(protocol_warnings(warned)) == 1
+    assert protocol_block(warned)[-1] == (
+        f"on_breach: warn — this study deliberately breaks: shared-writes ({len(some)})")
+    result = CliRunner().invoke(app, ["validate", str(PAPER), *(
+        arg for item in past for arg in ("--set", item))])
+    assert result.exit_code == 2
+    assert [line for line in _protocol_lines(result.output, "error")
+            if line.startswith(f"error: protocol: {len(some)} retail eval tasks")]
+    with pytest.raises(ValueError, match="protocol.max_shared_write_tasks"):
+        load_recipe(PAPER, [f"run_dir={tmp_path}", "protocol.max_shared_write_tasks=-1"])

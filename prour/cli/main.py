@@ -29,10 +29,13 @@ def validate(
 ) -> None:
     """Check a recipe without loading any model; print the first error with its dotted key."""
     from prour.cli.recipe import preflight_problems, recipe_errors
+    from prour.preflight import protocol_note_lines
     from prour.recipes import load_recipe
 
     with recipe_errors():
         loaded = load_recipe(recipe, overrides, endpoints=preflight)
+    for line in protocol_note_lines(loaded):  # stated whether or not the checks below pass
+        typer.echo(line)
     if preflight:
         from prour.stages import run_stages
 
