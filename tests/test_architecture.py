@@ -804,6 +804,8 @@ YAML_PARSERS = {
     "prour.config": "read_recipe_data reads a recipe and its extends chain for "
                     "prour.recipes.load_recipe; apply_override parses a --set value",
     "prour.llm.scripted": "the scripted backend's rules file (tests only), not a recipe",
+    "prour.eval.paper": "the paper's published values (package data paper_values.yaml), not a "
+                        "recipe",
 }
 YAML_LOADS = {"load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all"}
 # What only the loader may call: the pieces it is made of.

@@ -63,6 +63,10 @@ AnnotationsOpt = typer.Option(
     "choice a/b/same) on pairs exported before; adds their agreement with the cost ranking.")
 
 
+PaperRunDirOpt = typer.Option(
+    None, "--run-dir", help="The run folder whose training metrics, router evidence and "
+    "trade-off sweeps the paper section (REPORT/paper/index.html) reads; default: the run_dir "
+    "of the (first) eval folder's recipe.resolved.yaml.")
 PosthocOpt = typer.Option(
     False, "--posthoc-uncertainty", help="Figure 6 for baselines: run the run's decomposer "
     "(its recipe.resolved.yaml) over the first 16 decisions of each episode without AU/EU of "
@@ -279,10 +283,13 @@ def report_command(
     annotations: str | None = AnnotationsOpt,
     posthoc: bool = PosthocOpt,
     posthoc_recipe: str | None = PosthocRecipeOpt,
+    run_dir: str | None = PaperRunDirOpt,
 ) -> None:
-    """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots; a training
-    output folder (metrics.jsonl, no results.jsonl) gets the training report instead."""
+    """Markdown tables (Pass@1 with intervals, pass^k, turns, cost) and PNG plots, and the
+    paper's tables and figures beside the run's (REPORT/paper/index.html); a training output
+    folder (metrics.jsonl, no results.jsonl) gets the training report instead."""
     from prour.eval.harness import RESULTS_FILE
+    from prour.eval.paper_report import write_paper_report
     from prour.eval.report import write_report
     from prour.train.report import is_training_folder
 
@@ -304,12 +311,14 @@ def report_command(
         written = write_report(evaluations, out, attention=attention, baseline=baseline,
                                n_boot=n_boot, accounting=accounting, lam=lam,
                                burden_pairs=burden_pairs, annotations=annotations)
+        paper = write_paper_report(evaluations, written["markdown"].parent, run_dir, n_boot)
     except (OSError, ValueError) as exc:
         from prour.cli.failures import complete_from_records
 
         _fail(complete_from_records(str(exc), *evaluations))
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
+    typer.echo("\n".join(paper.lines))
 
 
 def _posthoc(runs: list[str], recipe: str | None) -> None:
