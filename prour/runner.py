@@ -585,23 +585,43 @@ class Runner:
         calibration = self.recipe.router.calibration
         by = ("--approve-labels" if self.options.approve_labels else
               "router.calibration.approve_labels" if calibration.approve_labels else None)
+        topped_up = self._topped_up()
+        if by == "--approve-labels" and topped_up:
+            by = None  # a person approves what they reviewed, not what this run labelled since
         if by:
             counts = approve(self.recipe, by)
-            self.say(f"== {step.name}: labels approved by {by}: "
+            among = f" ({topped_up} labelled after the review among them)" if topped_up else ""
+            self.say(f"== {step.name}: labels approved by {by}{among}: "
                      + "; ".join(f"{split} {describe_counts(c)}" for split, c in counts.items()))
             return None
         self.servers.stop_all()
         # a Slurm job names the command that approves for the whole submission instead
         again = (shlex.split(os.environ[APPROVE_COMMAND_ENV]) if os.environ.get(APPROVE_COMMAND_ENV)
                  else [*(self.options.continue_command or _argv()), "--approve-labels"])
+        if again.count("--approve-labels") > 1:  # this run had it (a top-up stopped it again)
+            again.remove("--approve-labels")
         lines = [(f"== {step.name}: the chain stops at the review gate; review the annotator's "
                   "labels (a wrong one: set its `corrected` field to act, clarify or verify):")]
+        if topped_up:
+            lines.append(f"   the dev mix was short after the review: {topped_up} more dev "
+                         "states were labelled (router.calibration.short_mix: annotate), "
+                         "review them")
         for path in labels_files(self.recipe).values():
             counts = label_counts(path) if path.is_file() else None
             lines.append(f"   {path}: {describe_counts(counts) if counts else 'missing'}")
         lines.append(f"   then approve them and continue:\n   {shlex.join(again)}")
         self.say("\n".join(lines))
         return 0
+
+    def _topped_up(self) -> int:
+        """Dev states this run's annotation labelled because a review's corrections left the dev
+        mix short (0: none, or the annotation did not run in this run)."""
+        from prour.router.pipeline import mix_path, read_mix
+
+        if not self.recipe.router.calibration.dev_states or \
+                writer_of(self.recipe, mix_path(self.recipe)).name not in self.ran:
+            return 0
+        return int(read_mix(self.recipe).get("labelled_after_review", 0))
 
     def _move_aside(self, step: Step) -> None:
         """Move a stale step's outputs under ``.prour/stale/<time>/`` (nothing is deleted)."""

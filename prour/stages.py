@@ -283,6 +283,18 @@ def _mix_file(recipe: Recipe) -> File:
     return File("router.calibration.out_dir (dev_mix.json)", mix_path(recipe))
 
 
+def _evidence_file(recipe: Recipe) -> File:
+    from prour.router.pipeline import router_evidence_path
+
+    return File("router.calibration.out_dir (router_evidence.json)",
+                router_evidence_path(recipe))
+
+
+def _heldout_done(recipe: Recipe) -> bool:
+    """A decomposer decision per held-out state, and the router evidence written."""
+    return _covers(_measured, ("test",))(recipe) and _evidence_file(recipe).path.is_file()
+
+
 def _thresholds(recipe: Recipe) -> File:
     from prour.router.thresholds import thresholds_path
 
@@ -402,17 +414,20 @@ def _covers(outputs: Callable[[Recipe, str], File], splits: tuple[str, ...]) -> 
 
 def _annotated(recipe: Recipe) -> bool:
     """Every test state has a label line, and the dev labels' walk ended (its mix file is
-    there and the walk needs no further label); without dev_mix, every dev state labelled."""
-    from prour.router.pipeline import dev_mix, mix_path
+    there and the walk needs no further label, or a review reopened it and
+    ``router.calibration.short_mix: continue`` goes on short); without dev_mix, every dev state
+    labelled."""
+    from prour.router.pipeline import dev_mix, goes_on_short, mix_path
 
     if recipe.router.calibration.dev_mix is None or not _states(recipe, "dev"):
         return _covers(_labels, ("dev", "test"))(recipe)
     if _states(recipe, "test") and not _covers(_labels, ("test",))(recipe):
         return False
     try:
-        return mix_path(recipe).is_file() and dev_mix(recipe).pending is None
+        mix = dev_mix(recipe)
     except ValueError:  # no candidates file yet
         return False
+    return mix_path(recipe).is_file() and (mix.pending is None or goes_on_short(recipe, mix))
 
 
 def _normalized(recipe: Recipe) -> bool:
@@ -448,16 +463,22 @@ def _measured(recipe: Recipe, split: str) -> File:
 
 
 def _thresholds_stored(recipe: Recipe) -> bool:
-    """The thresholds file holds a pair for this recipe's decomposer model."""
+    """The thresholds file holds a pair for this recipe's decomposer model, fitted on the dev
+    labels as they are now (a review that changed them makes the search due again; a pair
+    stored without the labels' digest is taken as fitted on them)."""
+    from prour.router.review import file_sha256
     from prour.router.thresholds import decomposer_model_id, load_thresholds
 
     if "decomposer" not in recipe.models or not _thresholds(recipe).path.is_file():
         return False
     try:
-        load_thresholds(_thresholds(recipe).path, decomposer_model_id(recipe.models["decomposer"]))
+        stored = load_thresholds(_thresholds(recipe).path,
+                                 decomposer_model_id(recipe.models["decomposer"]))
     except (LookupError, ValueError):
         return False
-    return True
+    if stored.labels_sha256 is None or not _states(recipe, "dev"):
+        return True
+    return stored.labels_sha256 == file_sha256(_labels(recipe, "dev").path)
 
 
 def _total_steps(recipe: Recipe) -> int:
@@ -864,8 +885,8 @@ STAGES: tuple[Stage, ...] = (
         Step("heldout", "the thresholds (and the prompted router) on the held-out states",
              ("calibrate", *_R, "--stage", "evaluate"),
              reads=lambda r: (*_states(r, "test"), _labels(r, "test"), _thresholds(r)),
-             writes=lambda r: (_measured(r, "test"),), roles=_heldout_roles,
-             done=_covers(_measured, ("test",)), keys=_HELDOUT_KEYS),
+             writes=lambda r: (_measured(r, "test"), _evidence_file(r)), roles=_heldout_roles,
+             done=_heldout_done, keys=_HELDOUT_KEYS),
     ), placement="in_process", slurm_command=("calibrate", *_R), skip=_thresholds_set),
     Stage("extract", "route every state; clarify/verify states as train/validation parquet", (
         Step("extract", "train/validation parquet and the dataset card", ("extract", *_R),

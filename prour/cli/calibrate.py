@@ -43,17 +43,25 @@ def scores_table(title: str, scores: RoutingScores):
     return table
 
 
-def _print_mix(recipe: Recipe, console, lacking: bool) -> None:
-    """The dev labels' mix against router.calibration.dev_mix (and what it lacks)."""
-    from prour.router.pipeline import dev_mix, labels_path, mix_path
+def _print_mix(recipe: Recipe, console, lacking: bool, prefix: str = "") -> None:
+    """The dev labels' mix against router.calibration.dev_mix (and what it lacks: candidates
+    that ran out, or a walk a review reopened that ``short_mix: continue`` leaves short)."""
+    from prour.router.pipeline import dev_mix, goes_on_short, labels_path, mix_path
 
     labelled = recipe.router.calibration.dev_states and labels_path(recipe, "dev").is_file()
     mix = dev_mix(recipe) if labelled else None
     if mix is None:
         return
-    console.print(f"{mix.line()} -> {mix_path(recipe)}", soft_wrap=True)
-    if lacking and mix.short():
-        wanted = ", ".join(f"{n} {name}" for name, n in mix.short().items())
+    console.print(f"{prefix}{mix.line()} -> {mix_path(recipe)}", soft_wrap=True)
+    if not (lacking and mix.short()):
+        return
+    wanted = ", ".join(f"{n} {name}" for name, n in mix.short().items())
+    if goes_on_short(recipe, mix):
+        console.print(f"lacking: {wanted} dev states: a review's corrections left the mix short "
+                      f"with candidates unlabelled from candidate {mix.pending + 1} on, and "
+                      "router.calibration.short_mix is continue: the search fits on the short "
+                      "mix (short_mix: annotate labels more)", soft_wrap=True)
+    elif mix.pending is None:
         console.print(f"lacking: {wanted} dev states: {mix.walked} candidates labelled, "
                       f"{len(mix.unusable)} without a usable label (collect more with "
                       "router.calibration.dev_episodes)", soft_wrap=True)
@@ -70,6 +78,17 @@ def _stage_label(builder: Builder, console) -> None:
                           f"{labels_path(recipe, split)}")
             if split == "dev":
                 _print_mix(recipe, console, lacking=True)
+                _print_top_up(recipe, console, len(new))
+
+
+def _print_top_up(recipe: Recipe, console, new: int) -> None:
+    """Say when this labelling topped up a mix that a review's corrections left short."""
+    from prour.router.pipeline import read_mix
+
+    after = int(read_mix(recipe).get("labelled_after_review", 0))
+    if new and after:
+        console.print(f"the dev mix was short after the review: {after} more dev states were "
+                      "labelled; review them before the search", soft_wrap=True)
 
 
 def _measure(builder: Builder, split: str, console) -> None:
@@ -89,7 +108,7 @@ def _stage_search(builder: Builder, console) -> None:
     from prour.router.pipeline import labels_path, search_thresholds
     from prour.router.thresholds import thresholds_path
 
-    _print_mix(builder.recipe, console, lacking=False)
+    _print_mix(builder.recipe, console, lacking=True, prefix="the search fits on the ")
     _measure(builder, "dev", console)
     result, stored, joined = search_thresholds(builder)
     scores = RoutingScores(result.macro_f1, result.per_class_f1, result.confusion)
@@ -110,6 +129,9 @@ def _stage_search(builder: Builder, console) -> None:
 
 
 def _stage_evaluate(builder: Builder, console) -> None:
+    """The thresholds (and the prompted router) on the held-out states, printed and saved with
+    the dev scores and the dev mix as the router evidence (:mod:`prour.router.evidence`)."""
+    from prour.router.evidence import router_evidence, save_evidence
     from prour.router.pipeline import evaluate_llm_router, evaluate_split, labels_path
 
     _measure(builder, "test", console)
@@ -117,16 +139,23 @@ def _stage_evaluate(builder: Builder, console) -> None:
     title = f"held-out, τ_AU={stored.tau_au:.2f} τ_EU={stored.tau_eu:.2f}"
     for line in joined.lacking("test", labels_path(builder.recipe, "test")):
         console.print(f"lacking: {line}", soft_wrap=True)
+    llm = None
     if scores is None:
         console.print(f"lacking: no held-out state has a usable label: {title} is not scored",
                       soft_wrap=True)
-        return
-    console.print(scores_table(title, scores))
-    if "router" in builder.recipe.models:
-        llm_scores, invalid = evaluate_llm_router(builder, "test")
-        if llm_scores is not None:
-            console.print(scores_table(f"held-out, LLM router ({invalid} invalid replies)",
-                                       llm_scores))
+    else:
+        console.print(scores_table(title, scores))
+    if scores is not None and "router" in builder.recipe.models:
+        llm = evaluate_llm_router(builder, "test")
+        if llm[0] is not None:
+            console.print(scores_table(f"held-out, LLM router ({llm[1]} invalid replies)",
+                                       llm[0]))
+    record = router_evidence(builder, stored, (scores, joined), llm)
+    path = save_evidence(builder.recipe, record)
+    dev = record["dev"]
+    on_dev = (f"dev macro-F1 {dev['macro_f1']:.3f} on {dev['states']} states" if "lacking" not in
+              dev else f"dev: lacking ({dev['lacking']})")
+    console.print(f"router evidence ({on_dev}) -> {path}", soft_wrap=True)
 
 
 def _calibration_saved(recipe: Recipe, stage: str) -> str:

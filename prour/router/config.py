@@ -36,6 +36,10 @@ class CalibrationConfig(Section):
     # annotated in order and a state is kept while its label's quota is open; null keeps every
     # labelled dev state
     dev_mix: DevMix | None = DevMix()
+    # When a review's corrections leave the dev mix short of dev_mix with candidates still
+    # unlabelled: `annotate` labels further candidates (the review gate then closes again for
+    # them), `continue` fits the thresholds on the short mix as it is (the search says so)
+    short_mix: Literal["annotate", "continue"] = "annotate"
     # retail episodes of the calibration reserve the chain collects for the dev candidates
     dev_episodes: int = Field(80, ge=1)
     # airline episodes the chain collects for the held-out states (A.2.2: 240 states from 60)

@@ -81,6 +81,16 @@ def mix_path(recipe: Recipe) -> Path:
     return calibration_dir(recipe) / MIX_NAME
 
 
+EVIDENCE_NAME = "router_evidence.json"
+
+
+def router_evidence_path(recipe: Recipe) -> Path:
+    """Where the held-out evaluation saves the router's evidence (the paper's Table 6 and
+    Figure 7: per-class and macro F1 of the calibrated decomposer on the dev and held-out
+    states, and of the prompted LLM router on the held-out ones)."""
+    return calibration_dir(recipe) / EVIDENCE_NAME
+
+
 def _labels_or_none(path: Path) -> dict[str, str | None]:
     """state id -> route, None for an annotated state with no usable label."""
     if not path.is_file():
@@ -100,14 +110,49 @@ def dev_mix(recipe: Recipe) -> Mix | None:
     return fill_quotas(order, _labels_or_none(labels_path(recipe, "dev")), quotas.quotas())
 
 
+def read_mix(recipe: Recipe) -> dict[str, Any]:
+    """The stored mix record (:func:`mix_path`; empty when there is none or it is unreadable)."""
+    try:
+        record = json.loads(mix_path(recipe).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def reopened(recipe: Recipe, mix: Mix | None) -> bool:
+    """Whether a dev walk that had ended (the annotate step stored its mix) waits for a further
+    candidate's label again: a review's correction moved a kept state out of its quota."""
+    return mix is not None and mix.pending is not None and mix_path(recipe).is_file()
+
+
+def goes_on_short(recipe: Recipe, mix: Mix | None) -> bool:
+    """A reopened walk that ``router.calibration.short_mix: continue`` leaves short: the search
+    fits on the states it kept before the first unlabelled candidate."""
+    return reopened(recipe, mix) and recipe.router.calibration.short_mix == "continue"
+
+
+def store_mix(recipe: Recipe, mix: Mix, after_review: int | None = None) -> dict[str, Any]:
+    """Write the mix record: the walk, the ``short_mix`` policy, how many dev candidates carry a
+    label line, and how many of them were labelled because a review reopened the walk
+    (``after_review``; None keeps the stored count)."""
+    if after_review is None:
+        after_review = int(read_mix(recipe).get("labelled_after_review", 0))
+    record = {**mix.to_dict(), "policy": recipe.router.calibration.short_mix,
+              "labelled": len(_labels_or_none(labels_path(recipe, "dev"))),
+              "labelled_after_review": after_review}
+    write_atomic(mix_path(recipe), json.dumps(record, indent=2) + "\n")
+    return record
+
+
 def split_states(recipe: Recipe, split: str) -> list[DecisionState]:
     """The states a split's search or evaluation uses: every test state; the dev candidates the
-    quota walk keeps (a walk that needs more labels is an error naming the command)."""
+    quota walk keeps (a walk that needs more labels is an error naming the command, unless
+    ``short_mix: continue`` goes on with a walk a review reopened)."""
     states = read_states(states_path(recipe, split))
     mix = dev_mix(recipe) if split == "dev" else None
     if mix is None:
         return states
-    if mix.pending is not None:
+    if mix.pending is not None and not goes_on_short(recipe, mix):
         from prour.recipes import prour_command
 
         if not labels_path(recipe, split).is_file():
@@ -130,14 +175,25 @@ def label_split(builder: Builder, split: str, chunk_size: int = 64) -> list[dict
     cfg, out = recipe.router.calibration, labels_path(recipe, split)
     if split != "dev" or cfg.dev_mix is None:
         return annotate(builder.llm("annotator"), states, cfg, out_path=out)
+    before = dev_mix(recipe)
+    after_review = reopened(recipe, before) and not goes_on_short(recipe, before)
     new: list[dict[str, Any]] = []
-    while (mix := dev_mix(recipe)).pending is not None:
+    while (mix := dev_mix(recipe)).pending is not None and not goes_on_short(recipe, mix):
         done = _labels_or_none(out)
         todo = [s for s in states[mix.pending:] if s.state_id not in done]
         chunk = todo[: max(1, min(chunk_size, remaining(mix)))]
         new += annotate(builder.llm("annotator"), chunk, cfg, out_path=out)
-    write_atomic(mix_path(recipe), json.dumps(mix.to_dict(), indent=2) + "\n")
+    store_mix(recipe, mix, _labelled_since(recipe, len(new)) if after_review else 0)
     return new
+
+
+def _labelled_since(recipe: Recipe, new: int) -> int:
+    """Dev candidates labelled since the stored walk ended (a top-up that was interrupted and
+    resumed counts whole); ``new``: those labelled by this call, for a record without a count."""
+    stored = read_mix(recipe).get("labelled")
+    if stored is None:
+        return new
+    return len(_labels_or_none(labels_path(recipe, "dev"))) - int(stored)
 
 
 def read_cache(path: Path) -> dict[str, dict[str, Any]]:
@@ -235,7 +291,9 @@ def join_split(recipe: Recipe, split: str) -> Joined:
 
 
 def search_thresholds(builder: Builder) -> tuple[Calibration, Thresholds, Joined]:
-    """Grid-search (τ_AU, τ_EU) on the dev split and store them under the decomposer's model id.
+    """Grid-search (τ_AU, τ_EU) on the dev split and store them under the decomposer's model id,
+    with the digest of the dev labels read; the dev mix record is rewritten as the walk the
+    search used.
 
     States whose decision had no valid candidate have no AU/EU and are left out of the search.
     """
@@ -250,9 +308,15 @@ def search_thresholds(builder: Builder) -> tuple[Calibration, Thresholds, Joined
         result = calibrate(joined.au, joined.eu, joined.labels, cfg)
     else:  # every pair ties on nothing: the tie rule's pick, the grid's first pair
         result = unfitted(cfg)
+    from prour.router.review import file_sha256
+
     stored = save_thresholds(
-        thresholds_path(recipe), _model_id(builder), result, dataset=str(states_path(recipe, "dev"))
+        thresholds_path(recipe), _model_id(builder), result, dataset=str(states_path(recipe, "dev")),
+        labels_sha256=file_sha256(labels_path(recipe, "dev")),
     )
+    mix = dev_mix(recipe)
+    if mix is not None:  # the walk as the search read it (a review may have changed it)
+        store_mix(recipe, mix)
     return result, stored, joined
 
 

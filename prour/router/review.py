@@ -46,6 +46,11 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def file_sha256(path: Path) -> str | None:
+    """The sha256 a labels file is approved (and fitted) under; None when it does not exist."""
+    return _sha256(path) if path.is_file() else None
+
+
 def label_counts(path: Path) -> Counter:
     """Labels per class in one labels file, ``corrected`` winning over ``label`` (a record with
     neither counts as :data:`UNLABELLED`)."""

@@ -33,6 +33,9 @@ class Thresholds:
     n_states: int = 0
     per_class_f1: dict[str, float] = field(default_factory=dict)
     grid: tuple[float, float, float] | list[float] = (0.0, 0.8, 0.01)
+    # sha256 of the dev labels file the search read (None: not recorded); the chain's search
+    # step is done only while the labels are still these
+    labels_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,9 +105,11 @@ class ThresholdStore:
 
 
 def save_thresholds(
-    path: str | Path, model_id: str, calibration: Calibration, dataset: str
+    path: str | Path, model_id: str, calibration: Calibration, dataset: str,
+    labels_sha256: str | None = None,
 ) -> Thresholds:
-    """Store a calibration result for ``model_id`` (replacing an older one) and return it."""
+    """Store a calibration result for ``model_id`` (replacing an older one) and return it;
+    ``labels_sha256``: the digest of the labels it was fitted on."""
     record = Thresholds(
         model_id=model_id,
         tau_au=calibration.tau_au,
@@ -115,6 +120,7 @@ def save_thresholds(
         n_states=calibration.n_states,
         per_class_f1=dict(calibration.per_class_f1),
         grid=list(calibration.grid),
+        labels_sha256=labels_sha256,
     )
     ThresholdStore(path).put(record)
     return record

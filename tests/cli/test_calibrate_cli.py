@@ -192,6 +192,24 @@ def test_labels_of_one_class_and_unusable_labels_still_calibrate(recipe: Path,
     assert stored.n_states == 2 and stored.macro_f1 == 1.0  # clarify has AU ~ 1.0: any τ_AU < 1
     assert "lacking: 2 test states have no usable label" in text  # t1, t3
     assert "held-out, τ_AU=" in text
+    evidence = json.loads((tmp_path / "run" / "calibration" / "router_evidence.json").read_text())
+    dev = evidence["dev"]
+    assert dev["per_class_f1"] == {"act": None, "clarify": 1.0, "verify": None}  # not a 0
+    assert "the dev labels hold no act, verify state: macro-F1 averages clarify only" in \
+        dev["notes"]
+    assert any(n.startswith("4 dev states have no usable label") for n in dev["notes"])
+    llm = evidence["heldout"]["llm_router"]  # t2 (clarify) routed verify: a measured 0
+    assert llm["confusion"] == [[0, 0, 0], [0, 0, 1], [0, 0, 0]] and llm["states"] == 1
+    assert llm["per_class_f1"] == {"act": None, "clarify": 0.0, "verify": None}
+    data = yaml.safe_load(recipe.read_text())
+    del data["models"]["router"]
+    recipe.write_text(yaml.safe_dump(data))
+    again = CliRunner().invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "evaluate"])
+    assert again.exit_code == 0, again.output
+    evidence = json.loads((tmp_path / "run" / "calibration" / "router_evidence.json").read_text())
+    assert evidence["heldout"]["llm_router"] == {
+        "lacking": "the recipe has no models.router (the prompted LLM router)"}
+    assert evidence["heldout"]["decomposer"]["states"] == 1
 
     _annotate_with(recipe, tmp_path, [], "hmm")
     for name in ("labels_dev.jsonl", "labels_test.jsonl", "thresholds.json"):
@@ -206,6 +224,9 @@ def test_labels_of_one_class_and_unusable_labels_still_calibrate(recipe: Path,
                              "scripted:router-test-decomposer")
     assert (stored.tau_au, stored.tau_eu, stored.n_states, stored.macro_f1) == (0.0, 0.0, 0, 0.0)
     assert "no held-out state has a usable label" in text and "is not scored" in text
+    evidence = json.loads((tmp_path / "run" / "calibration" / "router_evidence.json").read_text())
+    assert evidence["dev"] == {"lacking": "no dev state has a usable label"}
+    assert evidence["heldout"]["decomposer"] == {"lacking": "no held-out state has a usable label"}
 
 
 def test_search_before_labelling_names_the_label_command_and_it_runs(recipe: Path) -> None:
@@ -219,3 +240,92 @@ def test_search_before_labelling_names_the_label_command_and_it_runs(recipe: Pat
     assert runner.invoke(app, shlex.split(command)[1:]).exit_code == 0
     again = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "search"])
     assert again.exit_code == 0, again.output
+
+
+ROUTE_ORDER = ["act", "clarify", "verify"]
+
+
+def _f1_by_hand(labels: list[str], predicted: list[str]) -> dict:
+    """Confusion (rows: label, columns: route), per-class F1 2tp / (2tp + fp + fn) (None for a
+    class no label holds) and their mean over the classes present, counted here by hand."""
+    confusion = [[sum(1 for t, p in zip(labels, predicted) if (t, p) == (row, col))
+                  for col in ROUTE_ORDER] for row in ROUTE_ORDER]
+    per_class = {}
+    for i, name in enumerate(ROUTE_ORDER):
+        tp = confusion[i][i]
+        fn, fp = sum(confusion[i]) - tp, sum(row[i] for row in confusion) - tp
+        per_class[name] = None if tp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+    present = [f for f in per_class.values() if f is not None]
+    return {"states": len(labels), "confusion": confusion, "per_class_f1": per_class,
+            "macro_f1": sum(present) / len(present)}
+
+
+def _assert_same(scores: dict, want: dict) -> None:
+    assert (scores["states"], scores["confusion"]) == (want["states"], want["confusion"])
+    assert scores["macro_f1"] == pytest.approx(want["macro_f1"])
+    for name, f1 in want["per_class_f1"].items():
+        assert scores["per_class_f1"][name] == (None if f1 is None else pytest.approx(f1)), name
+
+
+def _route_by_hand(record: dict, tau_au: float, tau_eu: float) -> str:
+    if record["au"] is None:
+        return "act"  # router.empty_route's default
+    return "clarify" if record["au"] >= tau_au else "verify" if record["eu"] >= tau_eu else "act"
+
+
+def _labels_of(path: Path) -> dict[str, str]:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return {r["state_id"]: r["corrected"] or r["label"] for r in records}
+
+
+def test_heldout_evaluation_saves_the_router_evidence(recipe: Path, tmp_path: Path) -> None:
+    """router_evidence.json holds the stored pair's F1 on the dev states (from the cached AU/EU),
+    on the held-out states, and the prompted router's, each equal to a count by hand; a class
+    no held-out label holds has no per-class F1 and a note saying macro-F1 leaves it out."""
+    runner = CliRunner()
+    assert runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", "label"]) \
+        .exit_code == 0
+    out_dir = tmp_path / "run" / "calibration"
+    for name, state_id, corrected in (("labels_dev.jsonl", "d3", "verify"),
+                                      ("labels_test.jsonl", "t3", "clarify")):
+        records = [json.loads(line) for line in (out_dir / name).read_text().splitlines()]
+        next(r for r in records if r["state_id"] == state_id)["corrected"] = corrected
+        (out_dir / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    for stage in ("search", "evaluate"):
+        result = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", stage])
+        assert result.exit_code == 0, result.output
+    evidence = json.loads((out_dir / "router_evidence.json").read_text())
+    model = "scripted:router-test-decomposer"
+    stored = json.loads((out_dir / "thresholds.json").read_text())[model]
+    assert evidence["schema"] == "prour.router-evidence/1" and evidence["decomposer_model"] == model
+    assert evidence["thresholds"] == {"tau_au": stored["tau_au"], "tau_eu": stored["tau_eu"]}
+    assert evidence["labels"] == ROUTE_ORDER
+    assert f"-> {out_dir / 'router_evidence.json'}" in " ".join(result.output.split())
+
+    def expected(split: str, predict) -> dict:
+        labels = _labels_of(out_dir / f"labels_{split}.jsonl")
+        ids = [json.loads(line)["id"]
+               for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
+        return _f1_by_hand([labels[i] for i in ids], [predict(i) for i in ids])
+
+    for split, scores in (("dev", evidence["dev"]), ("test", evidence["heldout"]["decomposer"])):
+        cache = {json.loads(line)["state_id"]: json.loads(line) for line in
+                 (out_dir / f"uncertainty_{split}.jsonl").read_text().splitlines()}
+        want = expected(split, lambda i, cache=cache: _route_by_hand(
+            cache[i], stored["tau_au"], stored["tau_eu"]))
+        _assert_same(scores, want)
+    assert evidence["dev"]["macro_f1"] < 1.0  # d3 (act by its AU/EU) is labelled verify
+    # the scripted router always answers verify
+    llm = evidence["heldout"]["llm_router"]
+    want = expected("test", lambda i: "verify")
+    _assert_same(llm, want)
+    assert llm["invalid"] == 0
+    assert want["per_class_f1"]["act"] is None and want["macro_f1"] == pytest.approx(0.25)
+    absent = "the test labels hold no act state: macro-F1 averages clarify, verify only"
+    assert absent in evidence["heldout"]["decomposer"]["notes"] and absent in llm["notes"]
+    assert evidence["dev"]["notes"] == []
+    # 6 dev candidates for the default 60/90/90: every one kept (d3 as verify), the walk ended
+    assert evidence["dev_mix"] == {
+        "target": {"clarify": 60, "verify": 90, "act": 90},
+        "used": {"act": 1, "clarify": 2, "verify": 3},
+        "short": {"clarify": 58, "verify": 87, "act": 89}, "policy": "annotate", "complete": True}
