@@ -167,7 +167,8 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
 
 def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             on_bad_line: str | None = BadLineOpt, progress: bool = ProgressOpt) -> None:
-    """Split, route every state with the decomposer, and write train/validation parquet + card."""
+    """Split, route every state with the decomposer, and write train/validation parquet + card
+    (with data.states=every: every decision state as a clarify row, no decomposer)."""
     from prour.cli.failures import backend_failures, complete_hints
     from prour.cli.recipe import preflight_or_exit, resumable, saved_lines
     from prour.data.card import drop_lines
@@ -177,11 +178,13 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     loaded = _recipe(recipe, overrides, on_bad_line)
     preflight_or_exit(loaded, "extract")
     tokenizer_role = [] if loaded.data.tokenizer else ["generator"]
-    builder = _builder(loaded, "extract", "decomposer", *tokenizer_role)
+    routed = loaded.data.states == "routed"
+    builder = _builder(loaded, "extract", "decomposer", *tokenizer_role) if routed else None
     decisions = Path(loaded.data.decisions)
     saved = lambda: (f"{saved_lines(decisions, 'decomposer decisions')} (the parquet splits are "
                      "written at the end); rerun `prour extract` with the same recipe: it reuses "
-                     "them")
+                     "them") if routed else ("nothing (the parquet splits are written at the "
+                                             "end); rerun `prour extract` with the same recipe")
     try:
         with resumable(saved), backend_failures(loaded, "extract"):
             result = run_extract(loaded, builder, progress=progress)
@@ -205,9 +208,11 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     if not any(rows.values()):
         from prour.data.extract import empty_reason
 
+        check = ("check the thresholds and the decomposer model" if routed else
+                 "every decision state was dropped: see the counts above")
         typer.echo(f"lacking: {empty_reason(result.card['extraction'])}; the dataset is empty, "
-                   "so `prour train` saves the initial policy as its final step, untrained "
-                   "(check the thresholds and the decomposer model)")
+                   f"so `prour train` saves the initial policy as its final step, untrained "
+                   f"({check})")
 
 
 @data_app.command("stats")

@@ -73,6 +73,12 @@ class DataConfig(Section):
     # `{"tool":"respond","arguments":{}}` action as the target.
     verify_on_reply: Literal["drop", "respond"] = "drop"
     tokenizer: str | None = None  # policy tokenizer; default: models.generator.path
+    # Which states become rows. "routed" (prour's data): the decomposer routes every decision
+    # state with the calibrated thresholds; clarify and verify states become rows, act states
+    # are left out. "every" (the IG-Clarifier baseline's data, prour.train.ig_clarifier): every
+    # decision state becomes a clarify row whose target is the normalized goal G*, with no
+    # decomposer call, so that no router setting can change one row.
+    states: Literal["routed", "every"] = "routed"
     # --- inputs and outputs ---
     on_bad_line: Literal["error", "skip"] = "error"  # corrupt JSONL input lines (always reported)
     trajectories: str = "data/trajectories.jsonl"

@@ -305,15 +305,17 @@ def route_states(states: Sequence[DecisionState], router: Router, cache: Decisio
     todo = list({s.key: s for s in states if cache.get(s.key) is None}.values())
     log.info("routing %d state(s): %d cached, %d to decompose", len(states),
              len(states) - len(todo), len(todo))
-    with ThreadPoolExecutor(max_workers=concurrency) as pool, _bar(len(todo), progress) as bar:
+    with ThreadPoolExecutor(max_workers=concurrency) as pool, \
+            DecomposerBar(len(todo), progress) as bar:
         for state, record in zip(todo, pool.map(router.decide, todo)):
             cache.put(state.key, record)
             bar(1)
     return [resolve(cache.records[s.key], router.thresholds, router.empty_route) for s in states]
 
 
-class _bar:
-    """A rich progress bar as a context manager yielding ``advance(n)``; silent when disabled."""
+class DecomposerBar:
+    """A rich progress bar of decomposer decisions as a context manager yielding
+    ``advance(n)``; silent when disabled (extract's routing, the post-hoc pass)."""
 
     def __init__(self, total: int, enabled: bool):
         self.enabled = enabled and total > 0
@@ -514,14 +516,7 @@ def extract_instances(
     progress: bool = True,
 ) -> tuple[dict[str, list[Instance]], ExtractSummary]:
     """Split, build states, route, and assemble the instances of both splits."""
-    from prour.env.prompts import prompts_hash
-
-    summary = ExtractSummary(prompts_hash=prompts_hash())
-    summary.prompts_hashes = prompts_hashes(trajectories)
-    if (warning := prompts_warning(summary.prompts_hashes, summary.prompts_hash)) is not None:
-        log.info("%s", warning)  # `prour extract` prints it
-    trajectories = usable(trajectories, summary, cfg)
-    splits = split_trajectories(trajectories, cfg)
+    summary, trajectories, splits = _usable_split(trajectories, cfg)
     states = [s for t in trajectories for s in decision_states(t, cfg)]
     hits_before = cache.hits
     routed = route_states(states, router, cache, cfg.concurrency, progress)
@@ -537,6 +532,57 @@ def extract_instances(
             summary.count_verify(state, r.route, why or "unknown")
             continue
         kept.append((state, r, target))
+    return _assemble(kept, splits, tokens, cfg, summary), summary
+
+
+UNROUTED = Routed("clarify", 0.0, 0.0, 0.0, False, 0, 0)
+"""The route of a ``data.states: every`` row: clarify by construction, no decomposer call."""
+
+
+def every_state_instances(
+    trajectories: Sequence[Trajectory],
+    goals: dict[tuple[str, str], Goal],
+    tokens: PolicyTokens,
+    cfg: DataConfig,
+) -> tuple[dict[str, list[Instance]], ExtractSummary]:
+    """IG-Clarifier's own training set (``data.states: every``): every decision state of the
+    usable trajectories is a clarify row whose target is the normalized goal G*, on the same
+    train/validation split and prompt budget as prour's data, with no decomposer involved (its
+    uncertainty columns are 0 and it made no decomposer call). Every decision is a point where
+    the agent could ask a question instead, so no state is left out for its route; states whose
+    task has an empty goal (``clarify_empty_goal``) or that cannot fit the budget
+    (``over_budget``) are dropped and counted, as in :func:`extract_instances`."""
+    summary, trajectories, splits = _usable_split(trajectories, cfg)
+    kept = []
+    for state in (s for t in trajectories for s in decision_states(t, cfg)):
+        _count(summary, UNROUTED)
+        target, why = target_of(state, "clarify", goals, cfg)
+        if target is None:
+            summary.dropped[why or "unknown"] += 1
+            continue
+        kept.append((state, UNROUTED, target))
+    return _assemble(kept, splits, tokens, cfg, summary), summary
+
+
+def _usable_split(trajectories: Sequence[Trajectory],
+                  cfg: DataConfig) -> tuple[ExtractSummary, list[Trajectory], dict[str, str]]:
+    """A new summary (prompt sets counted, a mixed set logged), the usable trajectories and
+    their train/validation assignment: what both kinds of extraction start from."""
+    from prour.env.prompts import prompts_hash
+
+    summary = ExtractSummary(prompts_hash=prompts_hash())
+    summary.prompts_hashes = prompts_hashes(trajectories)
+    if (warning := prompts_warning(summary.prompts_hashes, summary.prompts_hash)) is not None:
+        log.info("%s", warning)  # `prour extract` prints it
+    kept = usable(trajectories, summary, cfg)
+    return summary, kept, split_trajectories(kept, cfg)
+
+
+def _assemble(kept: Sequence[tuple[DecisionState, Routed, str]], splits: dict[str, str],
+              tokens: PolicyTokens, cfg: DataConfig,
+              summary: ExtractSummary) -> dict[str, list[Instance]]:
+    """The instances of the kept (state, route, target) triples, by split, in trajectory and
+    step order; states over the prompt budget dropped and counted."""
     out: dict[str, list[Instance]] = {split: [] for split in SPLITS}
     hashes = decision_hashes([state for state, _, _ in kept])
     for (state, r, target), db_hash in zip(kept, hashes):
@@ -551,7 +597,7 @@ def extract_instances(
     for split in SPLITS:
         summary.trajectories[split] = sum(1 for v in splits.values() if v == split)
         out[split].sort(key=lambda i: (i.trajectory_id, i.step))
-    return out, summary
+    return out
 
 
 def _count(summary: ExtractSummary, r: Routed) -> None:
@@ -581,8 +627,11 @@ def write_dataset(instances: dict[str, list[Instance]], summary: ExtractSummary,
 
 def empty_reason(extraction: dict[str, Any]) -> str:
     """Why a dataset holds no row, from its extraction summary: the routes and drops counted."""
-    routes = ", ".join(f"{n} {route}" for route, n in sorted(extraction["routes"].items()))
     dropped = ", ".join(f"{n} {why}" for why, n in sorted(extraction["dropped"].items()))
+    if extraction.get("states_rule") == "every":  # no route: every state was a candidate row
+        return (f"no row among {extraction['states']} decision states (every one a clarify "
+                f"candidate; dropped: {dropped or 'none'})")
+    routes = ", ".join(f"{n} {route}" for route, n in sorted(extraction["routes"].items()))
     return (f"no clarify or verify state among {extraction['states']} decision states "
             f"(routes: {routes or 'none'}; {extraction['empty_decisions']} decisions had no "
             f"valid candidate; dropped: {dropped or 'none'})")

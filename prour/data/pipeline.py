@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 from prour.data.collect import load_trajectories
 from prour.data.dataset import check_dataset
 from prour.data.decisions import DecisionCache, decomposer_fingerprint
-from prour.data.extract import Router, extract_instances, write_dataset
+from prour.data.extract import (
+    Router,
+    every_state_instances,
+    extract_instances,
+    write_dataset,
+)
 from prour.data.normalize import load_goals
 from prour.data.truncate import PolicyTokens
 from prour.llm.weights import local_weights
@@ -58,25 +63,33 @@ def policy_tokenizer(recipe: Recipe) -> tuple[str, str]:
 
 def run_extract(recipe: Recipe, builder: Builder | None = None,
                 progress: bool = True) -> ExtractResult:
-    """Extract the dataset of a recipe's run directory and check it."""
-    from prour.build import Builder
-
+    """Extract the dataset of a recipe's run directory and check it: the decomposer's clarify and
+    verify states (``data.states: routed``), or every decision state as a clarify row with no
+    decomposer (``every``: the IG-Clarifier baseline's own data)."""
     cfg = recipe.data
     source = Path(cfg.trajectories)
     trajectories = load_trajectories(source, cfg.on_bad_line)
     goals = load_goals(cfg.goals, cfg.on_bad_line)
-    router = build_router(builder or Builder(recipe))
-    cache = DecisionCache(cfg.decisions, cfg.on_bad_line)
     tokenizer, key = policy_tokenizer(recipe)
     tokens = PolicyTokens(local_weights(tokenizer, recipe.models_dir, key))
-    instances, summary = extract_instances(trajectories, goals, router, cache, tokens, cfg,
-                                           progress=progress)
+    skipped = {str(source): list(trajectories.skipped)}
+    if cfg.states == "every":
+        instances, summary = every_state_instances(trajectories, goals, tokens, cfg)
+        routing: dict[str, Any] = {"decomposer_model": None, "thresholds": None}
+    else:
+        from prour.build import Builder
+
+        router = build_router(builder or Builder(recipe))
+        cache = DecisionCache(cfg.decisions, cfg.on_bad_line)
+        instances, summary = extract_instances(trajectories, goals, router, cache, tokens, cfg,
+                                               progress=progress)
+        routing = {"decomposer_model": router.model_id, "thresholds": list(router.thresholds)}
+        skipped[str(cache.path)] = cache.skipped_lines
     out_dir = Path(cfg.dataset_dir)
-    extra = {"decomposer_model": router.model_id, "thresholds": list(router.thresholds),
-             "tokenizer": str(tokenizer), "max_prompt_tokens": cfg.max_prompt_tokens,
-             "verify_target": cfg.verify_target, "split_by": cfg.split_by, "val_ratio": cfg.val_ratio, "split_seed": cfg.split_seed,
-             "skipped_lines": {str(source): list(trajectories.skipped),
-                               str(cache.path): cache.skipped_lines}}
+    extra = {"states_rule": cfg.states, **routing, "tokenizer": str(tokenizer),
+             "max_prompt_tokens": cfg.max_prompt_tokens, "verify_target": cfg.verify_target,
+             "split_by": cfg.split_by, "val_ratio": cfg.val_ratio, "split_seed": cfg.split_seed,
+             "skipped_lines": skipped}
     card = write_dataset(instances, summary, out_dir, extra)
     record_provenance(recipe, "extract", out_dir)
     empty = not any(summary.rows.values())  # nothing to check: the caller says what it lacked

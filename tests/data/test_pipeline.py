@@ -266,3 +266,64 @@ def test_no_clarify_or_verify_state_writes_an_empty_dataset_and_says_why(run: Ru
     assert empty_reason(card["extraction"]) == (
         "no clarify or verify state among 12 decision states (routes: 12 act; 0 decisions had "
         "no valid candidate; dropped: none)")
+
+
+def ig_recipe_for(run: Run, tiny_model_dir: Path, *sets: str):
+    """paper.yaml on this module's files, with the ig-clarifier's settings (its chain step's
+    --set items) and ``sets`` on top."""
+    from prour.train.ig_clarifier import setting_items
+
+    return load_recipe(PAPER, [
+        f"run_dir={run.folder}", f"data.trajectories={run.folder / 'traj.jsonl'}",
+        f"data.goals={run.folder / 'goals.jsonl'}", f"data.tokenizer={tiny_model_dir}",
+        "data.calibration_reserve=0", f"data.max_prompt_tokens={BUDGET}", "data.val_ratio=0.25",
+        *setting_items(), *sets])
+
+
+@pytest.mark.parametrize("router", [
+    ["router.tau_au=0.8", "router.tau_eu=0.2"],
+    ["router.tau_au=50", "router.tau_eu=50", "router.n_actions=2",
+     "router.thresholds_file=/nonexistent/thresholds.json"],
+])
+def test_ig_clarifier_rows_are_every_decision_state_whatever_the_router(
+        run: Run, tiny_model_dir: Path, router: list[str]) -> None:
+    """The baseline's own set (data.states: every): one clarify row per decision state of every
+    trajectory, target G*, the same rows under thresholds that route prour's states otherwise
+    (test_new_thresholds_reroute_from_the_cache: 8 act + 4 verify; 50/50: all act), and the
+    chain's extract-ig-clarifier step depends on no router key (never made stale by one)."""
+    from prour.data.collect import trajectory_id
+    from prour.data.pipeline import run_extract
+    from prour.runner import step_values
+    from prour.stages import get_step
+
+    base = ig_recipe_for(run, tiny_model_dir, "router.tau_au=0.25", "router.tau_eu=0.2")
+    other = ig_recipe_for(run, tiny_model_dir, *router)
+    step = get_step("extract-ig-clarifier")
+    assert step_values(base, step) == step_values(other, step)
+    assert step_values(base, get_step("extract")) != step_values(other, get_step("extract"))
+    rows = {}
+    for name, recipe in (("base", base), ("other", other)):
+        recipe.data.dataset_dir = str(run.folder / f"ig-{name}-{len(router)}")
+        result = run_extract(recipe, progress=False)
+        assert result.errors == [] and result.card["extraction"]["decomposer_calls"] == 0
+        rows[name] = all_rows(Path(recipe.data.dataset_dir))
+    assert rows["base"] == rows["other"]
+    # every decision state: 4 trajectories x their 3 decisions (greeting and teacher turns are
+    # not decisions), each a clarify row whose target is its task's goal
+    goals = load_goals(run.folder / "goals.jsonl", "error")
+    trajectories = load_trajectories(run.folder / "traj.jsonl", "error")
+    got = [(r["extra_info"]["trajectory_id"], r["extra_info"]["step"]) for r in rows["base"]]
+    assert sorted(got) == sorted((trajectory_id(t), s) for t in trajectories for s in (0, 1, 2))
+    for row in rows["base"]:
+        extra = row["extra_info"]
+        assert extra["mode"] == "clarify" and extra["au"] == extra["eu"] == 0.0
+        assert row["reward_model"]["ground_truth"] == goals[("retail", extra["task_id"])].goal
+    # prour's routed rows (a clarify and a verify state of each trajectory) are among them, on
+    # the same train/validation side
+    sides = {(r["extra_info"]["trajectory_id"], r["extra_info"]["step"]): split
+             for split in ("train", "validation")
+             for r in read_rows(split_path(Path(base.data.dataset_dir), split))}
+    routed = {(r["extra_info"]["trajectory_id"], r["extra_info"]["step"]): split
+              for split in ("train", "validation")
+              for r in read_rows(split_path(run.folder / "dataset", split))}
+    assert len(routed) == 8 and all(sides[key] == split for key, split in routed.items())
