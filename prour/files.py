@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
@@ -103,3 +104,12 @@ def _ends_torn(path: Path) -> bool:
             return False
         handle.seek(-1, os.SEEK_END)
         return handle.read(1) != b"\n"
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 hex digest of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

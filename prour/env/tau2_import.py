@@ -11,7 +11,6 @@ task definitions must equal the installed tau2's; provenance goes to ``meta["tau
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from prour.env.trajectory import (  # noqa: F401 - the misplaced-file check live
     is_tau2_results,
     misplaced_message,
 )
+from prour.files import file_sha256
 
 TRAJECTORIES_FILE = "trajectories.jsonl"  # what `prour import tau2` writes in its run folder
 _ENDINGS = {"user_stop": "user_stop", "agent_stop": "agent_stop", "max_steps": "max_steps",
@@ -41,14 +41,6 @@ class ImportSummary:
 
 class TaskMismatch(ValueError):
     """Simulations on tasks unknown to the installed tau2 or defined differently there."""
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_results(path: Path) -> Any:

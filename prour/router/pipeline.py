@@ -308,11 +308,11 @@ def search_thresholds(builder: Builder) -> tuple[Calibration, Thresholds, Joined
         result = calibrate(joined.au, joined.eu, joined.labels, cfg)
     else:  # every pair ties on nothing: the tie rule's pick, the grid's first pair
         result = unfitted(cfg)
-    from prour.router.review import file_sha256
+    from prour.router.review import labels_sha256
 
     stored = save_thresholds(
         thresholds_path(recipe), _model_id(builder), result, dataset=str(states_path(recipe, "dev")),
-        labels_sha256=file_sha256(labels_path(recipe, "dev")),
+        labels_sha256=labels_sha256(labels_path(recipe, "dev")),
     )
     mix = dev_mix(recipe)
     if mix is not None:  # the walk as the search read it (a review may have changed it)

@@ -10,14 +10,13 @@ gate, or by the runner when ``router.calibration.approve_labels`` is true.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prour.files import write_atomic
+from prour.files import file_sha256, write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
@@ -28,27 +27,23 @@ UNLABELLED = "(no label)"
 
 
 def approval_path(recipe: Recipe) -> Path:
-    from prour.router.pipeline import calibration_dir
+    from prour.router.thresholds import calibration_dir
 
     return calibration_dir(recipe) / APPROVAL_NAME
 
 
 def labels_files(recipe: Recipe) -> dict[str, Path]:
     """Split -> its labels file, for the splits whose states the recipe names."""
-    from prour.router.pipeline import SPLITS, labels_path
+    from prour.router.thresholds import calibration_dir
 
-    calibration = recipe.router.calibration
-    return {split: labels_path(recipe, split) for split in SPLITS
+    calibration = recipe.router.calibration  # the names prour.router.pipeline.labels_path gives
+    return {split: calibration_dir(recipe) / f"labels_{split}.jsonl" for split in ("dev", "test")
             if getattr(calibration, f"{split}_states")}
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def file_sha256(path: Path) -> str | None:
+def labels_sha256(path: Path) -> str | None:
     """The sha256 a labels file is approved (and fitted) under; None when it does not exist."""
-    return _sha256(path) if path.is_file() else None
+    return file_sha256(path) if path.is_file() else None
 
 
 def label_counts(path: Path) -> Counter:
@@ -83,7 +78,7 @@ def is_approved(recipe: Recipe) -> bool:
         approved = json.loads(path.read_text()).get("files", {})
     except (json.JSONDecodeError, AttributeError):
         return False
-    return all(file.is_file() and approved.get(file.name) == _sha256(file)
+    return all(file.is_file() and approved.get(file.name) == file_sha256(file)
                for file in files.values())
 
 
@@ -101,7 +96,7 @@ def approve(recipe: Recipe, by: str) -> dict[str, Counter]:
     counts = {split: label_counts(file) for split, file in files.items()}
     record = {
         "schema": SCHEMA,
-        "files": {file.name: _sha256(file) for file in files.values()},
+        "files": {file.name: file_sha256(file) for file in files.values()},
         "counts": {split: dict(count) for split, count in counts.items()},
         "by": by,
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
