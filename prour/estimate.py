@@ -229,27 +229,32 @@ def _episode_seconds(results: Path) -> dict[str, list[float]]:
     return by_method
 
 
-def eval_estimate(recipe: Recipe, rates: Mapping[str, Rate] | None = None) -> list[str]:
+def eval_estimate(recipe: Recipe, rates: Mapping[str, Rate] | None = None,
+                  step: str = "eval", folder: Path | None = None) -> list[str]:
     """Evaluation hours per method: arms (sweep points x attention variants) x tasks x seeds x
     seconds per episode / ``eval.concurrency``. Seconds per episode: the median of the method's
-    episodes in ``<run_dir>/eval/results.jsonl`` when it has some, else the recorded rate."""
+    episodes in ``<folder>/results.jsonl`` (default ``<run_dir>/eval``; a trade-off sweep's
+    folder, else the main eval's) when it has some, else the recorded rate."""
     from prour.eval.harness import RESULTS_FILE, arm_points
 
     cfg = recipe.eval
     tasks = _eval_tasks(recipe)
     n_tasks, seeds, conc = sum(tasks.values()), len(cfg.seeds), cfg.concurrency
-    results = Path(recipe.resolved_run_dir()) / "eval" / RESULTS_FILE
-    measured = _episode_seconds(results)
+    main = Path(recipe.resolved_run_dir()) / "eval" / RESULTS_FILE
+    results = folder / RESULTS_FILE if folder is not None else main
+    measured = {**_episode_seconds(main), **_episode_seconds(results)} if results != main \
+        else _episode_seconds(main)
     rate = (recorded_rates() if rates is None else rates).get("eval_episode_s")
     per_task = ", ".join(f"{d} {n}" for d, n in tasks.items())
-    lines = [(f"estimate (eval): {len(cfg.methods)} methods x {n_tasks} tasks ({per_task}) x "
+    lines = [(f"estimate ({step}): {len(cfg.methods)} methods x {n_tasks} tasks ({per_task}) x "
              f"{seeds} seeds x seconds per episode / concurrency {conc} (eval.concurrency)")]
     total, sources = 0.0, set()
     for method in cfg.methods:
         episodes = len(arm_points(cfg, method)) * len(cfg.variants()) * n_tasks * seeds
         if measured.get(method):
             episode_s = statistics.median(measured[method])
-            source = f"median of {len(measured[method])} in {results}"
+            source = f"median of {len(measured[method])} in " \
+                     f"{results if _episode_seconds(results).get(method) else main}"
         elif rate is not None:
             source = "measured" if rate.measured else "assumed"
             episode_s = rate.value
@@ -283,13 +288,19 @@ def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
     ``train`` step, with a ``train`` section; ``train-ig-clarifier``, the second training run
     when eval.methods has ig-clarifier) and evaluation (the ``eval`` step). A broken rates file
     is named in place of the numbers."""
-    from prour.stages import get_step
+    from prour.stages import TRADEOFF_NAMES, _tradeoff_dir, get_step, tradeoff_recipe
 
     lines: list[str] = []
     ig_skipped = get_step("train-ig-clarifier").skip(recipe)  # the stage table's own rule
+    sweeps = [(f"eval-{name.replace('_', '-')}", name) for name in TRADEOFF_NAMES]
     parts = (("train", recipe.train is not None, lambda: train_estimate(recipe, recipe.train)),
              ("train-ig-clarifier", ig_skipped is None, lambda: _ig_train_estimate(recipe)),
-             ("eval", True, lambda: eval_estimate(recipe)))
+             ("eval", True, lambda: eval_estimate(recipe)),
+             *((step, get_step(step).skip(recipe) is None,
+                lambda step=step, name=name: eval_estimate(
+                    tradeoff_recipe(recipe, name), step=step,
+                    folder=_tradeoff_dir(recipe, name)))
+               for step, name in sweeps))
     for name, applies, make in parts:
         if name in step_names and applies:
             try:

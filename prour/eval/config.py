@@ -24,6 +24,9 @@ from prour.section import Section
 # recipe naming an unknown method fails when it loads.
 METHOD_NAMES = ("base", "prour", "clarify-only", "verify-only", "llm-router", "oracle",
                 "ig-clarifier", "ask-before-plan", "verifiagent", "saber", "sage-agent")
+# Those that route with a router (the decomposer or the LLM router), whose budget and frequency
+# a trade-off sweep varies (tests/test_architecture.py holds it equal to the registry's).
+ROUTED_METHODS = ("prour", "clarify-only", "verify-only", "llm-router")
 
 
 # Evaluation protocols: named presets of (domains, split, seeds). ``paper``: the Prour paper's
@@ -96,6 +99,56 @@ class SageAgentConfig(Section):
     repeat_cost: float = Field(1.0, ge=0)  # added per earlier question about the same aspect
 
 
+# The chain's trade-off sweeps (eval.tradeoff): the router key each one varies, and the folder
+# under run_dir its evaluation runs into (a run folder of its own beside run_dir/eval, so that
+# the main evaluation's plan, resume keys and done-check stay its own).
+TRADEOFF_SWEEPS = {"budget": "router.budget", "every_n": "router.every_n"}
+TRADEOFF_FOLDERS = {"budget": "eval-budget", "every_n": "eval-every-n"}
+
+
+class TradeoffConfig(Section):
+    """The prour paper's trade-off sweeps (Figures 5 and 8, A.2.3) as steps of ``prour run``:
+    after the main evaluation, ``methods`` run once per value of ``budget`` (router.budget,
+    Figure 5) and once per value of ``every_n`` (router.every_n, Figure 8), each sweep into its
+    own folder (:data:`TRADEOFF_FOLDERS`); the main evaluation's episodes are the point of the
+    recipe's own router settings. An empty list leaves its step out."""
+
+    run: bool = True  # false: prour run skips both sweeps (the report says they did not run)
+    methods: list[str] = Field(default_factory=lambda: ["prour"])  # routed methods (METHOD_NAMES)
+    budget: list[int | None] = Field(default_factory=list)  # router.budget values (null: unlimited)
+    every_n: list[int] = Field(default_factory=list)  # router.every_n values
+
+    @field_validator("methods")
+    @classmethod
+    def _routed_methods(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("list at least one method")
+        for name in value:
+            if check_method_name(name) not in ROUTED_METHODS:
+                raise ValueError(f"{name} routes with no router: a sweep of router.budget and "
+                                 "router.every_n leaves it unchanged (list routed methods, e.g. "
+                                 "prour, clarify-only, verify-only, llm-router)")
+        return list(dict.fromkeys(value))
+
+    @field_validator("budget", "every_n")
+    @classmethod
+    def _values(cls, value: list[int | None], info: Any) -> list[int | None]:
+        least = 1 if info.field_name == "every_n" else 0
+        if len(set(value)) != len(value):
+            raise ValueError(f"values repeat: {value}")
+        for v in value:
+            if v is not None and v < least:
+                raise ValueError(f"{v!r} is not an integer >= {least}")
+        return value
+
+    def sweeps(self) -> dict[str, list[int | None]]:
+        """name (``budget``, ``every_n``) -> its values, for the sweeps this recipe runs."""
+        if not self.run:
+            return {}
+        return {name: list(getattr(self, name)) for name in TRADEOFF_SWEEPS
+                if getattr(self, name)}
+
+
 class EvalConfig(Section):
     """Settings of ``prour eval`` (prour paper section 4 and A.2.1; ask-less paper protocol)."""
 
@@ -135,6 +188,8 @@ class EvalConfig(Section):
     # and router.every_n; the methods with a router run once per point of their grid (every
     # combination), all into one run folder; each result line records its point (``sweep``).
     sweep: dict[str, list[int | None]] = Field(default_factory=dict)
+    # The chain's sweeps for Figures 5 and 8 (prour run's eval-budget and eval-every-n steps).
+    tradeoff: TradeoffConfig = Field(default_factory=TradeoffConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -56,7 +56,8 @@ _MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
 _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
                  "retry_errors", "max_error_fraction", "attention_policies", "protocol",
-                 "sweep")  # sweep points are in the arm keys (router marks the swept keys)
+                 "sweep", "tradeoff")  # sweep points are in the arm keys (router marks the
+# swept keys); eval.tradeoff is the chain's sweep steps', each into its own folder
 
 
 @dataclass(frozen=True)

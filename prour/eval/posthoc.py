@@ -85,49 +85,87 @@ def _episodes(run_dir: Path) -> tuple[list[tuple[Trajectory, str]], bool]:
             if needs_posthoc(_method(t)) and t.termination != "error"], False
 
 
+def _measured(run_dir: Path) -> set[tuple[str, Any, int]]:
+    """(result key, episode start, step) of every post-hoc record the run folder holds."""
+    path = run_dir / POSTHOC_FILE
+    if not path.is_file():
+        return set()
+    return {(row["key"], row["episode_started_at"], row["step"])
+            for row in read_jsonl(path, on_error="skip")}
+
+
+def posthoc_pending(run_dir: str | Path, max_steps: int = MAX_STEPS) -> int:
+    """Decisions the pass has still to measure in ``run_dir`` (0: done; an eval folder without
+    episodes has none)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / EPISODES_FILE).is_file():
+        return 0
+    episodes, _ = _episodes(run_dir)
+    done = _measured(run_dir)
+    return sum(1 for trajectory, _ in episodes
+               for index, _ in enumerate(decision_views(trajectory, max_steps))
+               if (result_key(trajectory.key), trajectory.started_at, index) not in done)
+
+
 def posthoc_uncertainty(run_dir: str | Path, recipe: Recipe | None = None,
-                        builder: Builder | None = None,
-                        max_steps: int = MAX_STEPS) -> dict[str, list[dict[str, Any]]]:
+                        builder: Builder | None = None, max_steps: int = MAX_STEPS,
+                        concurrency: int | None = None,
+                        progress: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Measure AU/EU of every episode of a method without the decomposer at its first
     ``max_steps`` decisions (resumable; see the module docstring); returns
-    :func:`load_posthoc`. ``recipe``: the run's ``recipe.resolved.yaml`` when None."""
+    :func:`load_posthoc`. ``recipe``: the run's ``recipe.resolved.yaml`` when None.
+    ``concurrency`` decisions at a time (default ``eval.concurrency``); each line is appended as
+    its decision ends, so the order of the file is not the order of the episodes."""
     run_dir = Path(run_dir)
     episodes, routes = _episodes(run_dir)
     if recipe is None:
-        from prour.provenance import RECIPE_FILE
-        from prour.recipes import load_recipe
-
-        if routes and not (run_dir / RECIPE_FILE).is_file():
-            raise ValueError(f"{run_dir} is an imported run without {RECIPE_FILE}: pass the "
-                             "recipe whose models.decomposer and router thresholds route it "
-                             "(--posthoc-recipe R)")
-        recipe = load_recipe(run_dir / RECIPE_FILE, endpoints=True)
-    if not episodes:
+        recipe = _saved_recipe(run_dir, routes)
+    done = _measured(run_dir)
+    todo = [(trajectory, method, index, view) for trajectory, method in episodes
+            for index, view in enumerate(decision_views(trajectory, max_steps))
+            if (result_key(trajectory.key), trajectory.started_at, index) not in done]
+    if not todo:
         return load_posthoc(run_dir)
     own = builder is None
     builder = builder or Builder(recipe)
     builder.require("the post-hoc decomposer pass", ("decomposer",))
-    done = {(row["key"], row["episode_started_at"], row["step"])
-            for row in (read_jsonl(run_dir / POSTHOC_FILE, on_error="skip")
-                        if (run_dir / POSTHOC_FILE).is_file() else [])}
-    decomposers: dict[str, Any] = {}
+    decomposers = {domain: builder.decomposer(domain, need_thresholds=routes)
+                   for domain in sorted({t.domain for t, *_ in todo})}
+
+    def measure(job: tuple[Trajectory, str, int, list[dict]]) -> None:
+        trajectory, method, index, view = job
+        decision = decomposers[trajectory.domain].decide(
+            view, seed=trajectory.seed * 1000 + index)  # as a live decision's seed
+        append_jsonl(run_dir / POSTHOC_FILE, {
+            "key": result_key(trajectory.key), "method": method, "domain": trajectory.domain,
+            "episode_started_at": trajectory.started_at, "step": index,
+            "au": decision.au, "eu": decision.eu, "total": decision.total,
+            "route": decision.route if routes else None})
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prour.data.extract import DecomposerBar
+
+    workers = concurrency or recipe.eval.concurrency
+    logger.info("post-hoc pass: %d decision(s) to measure, %d at a time", len(todo), workers)
     try:
-        for trajectory, method in episodes:
-            key = result_key(trajectory.key)
-            for index, view in enumerate(decision_views(trajectory, max_steps)):
-                if (key, trajectory.started_at, index) in done:
-                    continue
-                if trajectory.domain not in decomposers:
-                    decomposers[trajectory.domain] = builder.decomposer(
-                        trajectory.domain, need_thresholds=routes)
-                decision = decomposers[trajectory.domain].decide(
-                    view, seed=trajectory.seed * 1000 + index)  # as a live decision's seed
-                append_jsonl(run_dir / POSTHOC_FILE, {
-                    "key": key, "method": method, "domain": trajectory.domain,
-                    "episode_started_at": trajectory.started_at, "step": index,
-                    "au": decision.au, "eu": decision.eu, "total": decision.total,
-                    "route": decision.route if routes else None})
+        with ThreadPoolExecutor(max_workers=workers) as pool, \
+                DecomposerBar(len(todo), progress) as bar:
+            for _ in pool.map(measure, todo):
+                bar(1)
     finally:
         if own:
             builder.close()
     return load_posthoc(run_dir)
+
+
+def _saved_recipe(run_dir: Path, routes: bool) -> Recipe:
+    """The eval run's own ``recipe.resolved.yaml`` (an imported run has none: a ValueError)."""
+    from prour.provenance import RECIPE_FILE
+    from prour.recipes import load_recipe
+
+    if routes and not (run_dir / RECIPE_FILE).is_file():
+        raise ValueError(f"{run_dir} is an imported run without {RECIPE_FILE}: pass the "
+                         "recipe whose models.decomposer and router thresholds route it "
+                         "(--posthoc-recipe R)")
+    return load_recipe(run_dir / RECIPE_FILE, endpoints=True)
