@@ -18,6 +18,7 @@ Every other module asks this table; none compares stage names. Nothing heavy is 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -325,6 +326,38 @@ def _eval_dir(recipe: Recipe) -> Path:
     return _run_dir(recipe) / "eval"
 
 
+TRADEOFF_NAMES = ("budget", "every_n")  # prour.eval.config.TRADEOFF_SWEEPS, in step order
+
+
+def _tradeoff_dir(recipe: Recipe, name: str) -> Path:
+    """The run folder of a trade-off sweep (``eval-budget``, ``eval-every-n`` under run_dir)."""
+    from prour.eval.config import TRADEOFF_FOLDERS
+
+    return _run_dir(recipe) / TRADEOFF_FOLDERS[name]
+
+
+def _tradeoff_sweep(recipe: Recipe, name: str) -> dict[str, list[int | None]]:
+    """The ``eval.sweep`` a trade-off step runs: its router key over eval.tradeoff.<name>."""
+    from prour.eval.config import TRADEOFF_SWEEPS
+
+    return {TRADEOFF_SWEEPS[name]: list(getattr(recipe.eval.tradeoff, name))}
+
+
+def _tradeoff_methods(recipe: Recipe) -> list[str]:
+    """The methods the trade-off sweeps run: eval.tradeoff.methods that eval.methods holds."""
+    return [m for m in recipe.eval.tradeoff.methods if m in recipe.eval.methods]
+
+
+def tradeoff_recipe(recipe: Recipe, name: str) -> Recipe:
+    """The recipe a trade-off step's ``prour eval`` runs: eval.tradeoff.methods over one router
+    key's values (the ``--set`` items of its command)."""
+    from prour.recipes import with_settings
+
+    items = [f"eval.methods={json.dumps(_tradeoff_methods(recipe))}",
+             f"eval.sweep={json.dumps(_tradeoff_sweep(recipe, name))}"]
+    return with_settings(recipe, items, f"the eval.tradeoff.{name} sweep")
+
+
 def command_values(recipe: Recipe) -> dict[str, str]:
     """The values a step's command names (``{trajectories}``, ``{checkpoints}``, ...)."""
     return {
@@ -341,6 +374,11 @@ def command_values(recipe: Recipe) -> dict[str, str]:
         # eval's models.ig_clarifier: the exported ig-clarifier checkpoint (none: not trained)
         "ig_clarifier": _ig_clarifier_set(recipe),
         "eval_dir": str(_eval_dir(recipe)),
+        # the trade-off sweeps' run folders and settings (eval.tradeoff; steps eval-budget and
+        # eval-every-n): eval.tradeoff.methods over one router key's values
+        **{f"{name}_dir": str(_tradeoff_dir(recipe, name)) for name in TRADEOFF_NAMES},
+        **{f"{name}_sweep": json.dumps(_tradeoff_sweep(recipe, name)) for name in TRADEOFF_NAMES},
+        "tradeoff_methods": json.dumps(_tradeoff_methods(recipe)),
     }
 
 
@@ -437,7 +475,7 @@ def _normalized(recipe: Recipe) -> bool:
     return _lines(_data(recipe, "goals").path) >= len(data_tasks(recipe.data))
 
 
-def _evaluated(recipe: Recipe) -> bool:
+def _evaluated(recipe: Recipe, folder: Path | None = None) -> bool:
     """A result line for every episode the eval section plans: methods (a routed one once per
     eval.sweep point) x attention variants x the tasks of each domain x seeds (``prour eval`` reruns only the missing ones)."""
     from prour.env.domains import select_tasks
@@ -451,7 +489,71 @@ def _evaluated(recipe: Recipe) -> bool:
 
     arms = sum(len(arm_points(cfg, method)) for method in cfg.methods) * len(cfg.variants())
     planned = arms * tasks * len(cfg.seeds)
-    return _lines(_eval_dir(recipe) / "results.jsonl") >= planned
+    return _lines((folder or _eval_dir(recipe)) / "results.jsonl") >= planned
+
+
+def _sweeping(name: str, fn: Callable[[Recipe], Any], absent: Any) -> Callable[[Recipe], Any]:
+    """``fn`` of the trade-off step's recipe (:func:`tradeoff_recipe`); ``absent`` (the recipe
+    itself when None) for a recipe that leaves the sweep out."""
+    def of(recipe: Recipe) -> Any:
+        if _no_tradeoff(name)(recipe) is not None:
+            return recipe if absent is None else absent
+        return fn(tradeoff_recipe(recipe, name))
+    return of
+
+
+def _swept(name: str) -> Callable[[Recipe], bool]:
+    """Done: the trade-off sweep's folder holds a result line per episode it plans."""
+    return lambda recipe: _no_tradeoff(name)(recipe) is None and _evaluated(
+        tradeoff_recipe(recipe, name), _tradeoff_dir(recipe, name))
+
+
+def _no_tradeoff(name: str) -> Callable[[Recipe], str | None]:
+    def why(recipe: Recipe) -> str | None:
+        if not recipe.eval.tradeoff.run:
+            return "eval.tradeoff.run is false"
+        if not _tradeoff_methods(recipe):
+            return "eval.methods holds none of eval.tradeoff.methods"
+        return None if getattr(recipe.eval.tradeoff, name) else \
+            f"eval.tradeoff.{name} lists no value"
+    return why
+
+
+def _tradeoff_results(recipe: Recipe) -> tuple[File, ...]:
+    """The result files of the trade-off sweeps this recipe runs (what the report also reads)."""
+    return tuple(File(f"eval.tradeoff.{name}", _tradeoff_dir(recipe, name) / "results.jsonl")
+                 for name in TRADEOFF_NAMES if _no_tradeoff(name)(recipe) is None)
+
+
+def _posthoc_file(recipe: Recipe) -> File:
+    from prour.eval.posthoc import POSTHOC_FILE
+
+    return File("eval (run_dir/eval)", _eval_dir(recipe) / POSTHOC_FILE)
+
+
+def _posthoc_done(recipe: Recipe) -> bool:
+    """Every decision the post-hoc pass measures has its line (eval's episodes read)."""
+    from prour.eval.posthoc import posthoc_pending
+
+    return _posthoc_file(recipe).path.is_file() and posthoc_pending(_eval_dir(recipe)) == 0
+
+
+def _no_posthoc(recipe: Recipe) -> str | None:
+    from prour.eval.posthoc import needs_posthoc
+
+    methods = recipe.eval.methods
+    if all(needs_posthoc(method) for method in methods):  # Figure 6 sets them beside Prour's
+        return "eval.methods holds no method that routes with the decomposer"
+    if not any(needs_posthoc(method) for method in methods):
+        return "every method of eval.methods records its own AU/EU"
+    return None if "decomposer" in recipe.models else "the recipe has no models.decomposer"
+
+
+def _report_reads(recipe: Recipe) -> tuple[File, ...]:
+    """The main eval's results, the sweeps' and the post-hoc pass's: what the report draws."""
+    posthoc = (_posthoc_file(recipe),) if _no_posthoc(recipe) is None else ()
+    return (File("eval (run_dir/eval)", _eval_dir(recipe) / "results.jsonl"),
+            *_tradeoff_results(recipe), *posthoc)
 
 
 def _labels(recipe: Recipe, split: str) -> File:
@@ -466,7 +568,7 @@ def _thresholds_stored(recipe: Recipe) -> bool:
     """The thresholds file holds a pair for this recipe's decomposer model, fitted on the dev
     labels as they are now (a review that changed them makes the search due again; a pair
     stored without the labels' digest is taken as fitted on them)."""
-    from prour.router.review import file_sha256
+    from prour.router.review import labels_sha256
     from prour.router.thresholds import decomposer_model_id, load_thresholds
 
     if "decomposer" not in recipe.models or not _thresholds(recipe).path.is_file():
@@ -478,7 +580,7 @@ def _thresholds_stored(recipe: Recipe) -> bool:
         return False
     if stored.labels_sha256 is None or not _states(recipe, "dev"):
         return True
-    return stored.labels_sha256 == file_sha256(_labels(recipe, "dev").path)
+    return stored.labels_sha256 == labels_sha256(_labels(recipe, "dev").path)
 
 
 def _total_steps(recipe: Recipe) -> int:
@@ -675,6 +777,21 @@ def _extract_tokenizer(recipe: Recipe) -> tuple[str, ...]:
     return () if recipe.data.tokenizer else ("generator",)
 
 
+def _routed_extract(recipe: Recipe) -> bool:
+    """Whether extract routes with the decomposer (``data.states: routed``); ``every`` (the
+    ig-clarifier's rows) calls no model and reads no threshold."""
+    return recipe.data.states == "routed"
+
+
+def _extract_roles(recipe: Recipe) -> tuple[str, ...]:
+    return ("decomposer",) if _routed_extract(recipe) else ()
+
+
+def _extract_reads(recipe: Recipe) -> tuple[File, ...]:
+    thresholds = (_thresholds(recipe),) if _routed_extract(recipe) else ()
+    return (_data(recipe, "trajectories"), _data(recipe, "goals"), *thresholds)
+
+
 # ---- what a stage installs, loads and places ----------------------------------------------------
 
 
@@ -810,20 +927,26 @@ _DEV_COLLECT_KEYS = (*_EPISODES, "data.domain", "data.split", "data.calibration_
 _NORMALIZE_KEYS = ("models.normalizer", "data.domain", "data.split", "data.max_tasks",
                    "data.calibration_reserve", "data.reserve_seed", "data.tasks",
                    "data.normalizer*")
-_DECOMPOSER = ("models.decomposer", "router", "-router.thresholds_file", "-router.calibration",
-               "-router.llm_router*", "-router.budget", "-router.every_n", "-router.tau_au",
-               "-router.tau_eu")
+# What the decomposer's AU/EU depend on (routing keys left out); extract routes with the
+# thresholds too (a left-out key stays out even when listed again, so the routing keys are
+# added to the base, not re-listed after a leave-out).
+_DECOMPOSER_OUTPUT = ("models.decomposer", "router", "-router.thresholds_file",
+                      "-router.calibration", "-router.llm_router*", "-router.budget",
+                      "-router.every_n")
+_DECOMPOSER = (*_DECOMPOSER_OUTPUT, "-router.tau_au", "-router.tau_eu")
 _SEARCH_KEYS = (*_DECOMPOSER, "router.calibration.lo", "router.calibration.hi",
                 "router.calibration.step")
 _HELDOUT_KEYS = (*_SEARCH_KEYS, "models.router", "router.llm_router*")
-_EXTRACT_KEYS = (*_DECOMPOSER, "router.tau_au", "router.tau_eu", "data", "-data.concurrency",
-                 "-data.teacher*", "-data.normalizer*", "data.tokenizer", "models.generator",
-                 "seed")
+_DATASET_KEYS = ("data", "-data.concurrency", "-data.teacher*", "-data.normalizer*",
+                 "data.tokenizer", "models.generator", "seed")
+_EXTRACT_KEYS = (*_DECOMPOSER_OUTPUT, *_DATASET_KEYS)  # router.tau_au/tau_eu included
+_IG_EXTRACT_KEYS = ("-data.decisions", *_DATASET_KEYS)  # no router key: its rows ignore the router
 _TRAIN_KEYS = ("train", "-train.wandb", "-train.keep_checkpoints", "models.generator",
                "models.strict_user", "models.verifier", "models.judge", "reward",
                "-reward.responder_concurrency", "seed")
-_EVAL_KEYS = ("eval", "-eval.concurrency", "models", "env", "router", "-router.calibration",
+_EVAL_BASE = ("eval", "-eval.concurrency", "models", "env", "router", "-router.calibration",
               "-router.thresholds_file", "reward", "-reward.responder_concurrency", "seed")
+_EVAL_KEYS = (*_EVAL_BASE, "-eval.tradeoff")  # the sweeps are steps of their own
 
 STAGES: tuple[Stage, ...] = (
     Stage("serve", "vLLM servers for the recipe's frozen models", (
@@ -890,11 +1013,16 @@ STAGES: tuple[Stage, ...] = (
     ), placement="in_process", slurm_command=("calibrate", *_R), skip=_thresholds_set),
     Stage("extract", "route every state; clarify/verify states as train/validation parquet", (
         Step("extract", "train/validation parquet and the dataset card", ("extract", *_R),
-             reads=lambda r: (_data(r, "trajectories"), _data(r, "goals"), _thresholds(r)),
-             writes=_dataset, roles=lambda r: ("decomposer",), tokenizers=_extract_tokenizer,
-             keys=_EXTRACT_KEYS),
+             reads=_extract_reads, writes=_dataset, roles=_extract_roles,
+             tokenizers=_extract_tokenizer, keys=_EXTRACT_KEYS),
+        # The IG-Clarifier baseline's own rows (prour.train.ig_clarifier): every decision state of
+        # the same trajectories, target G*, no decomposer: no router key makes it stale.
+        Step("extract-ig-clarifier", "the ig-clarifier baseline's rows: every decision state, "
+             "target G*", ("extract", *_R, *_ig_sets()), reads=_ig(_extract_reads),
+             writes=_ig(_dataset), tokenizers=_ig(_extract_tokenizer), keys=_IG_EXTRACT_KEYS,
+             skip=_no_ig),
     ), placement="in_process", slurm_command=("extract", *_R, "--no-progress"),
-        weights=_tokenizer_weights, routes=lambda r: True),
+        weights=_tokenizer_weights, routes=_routed_extract),
     Stage("train", "DAPO on the information-gain reward", (
         Step("train", "checkpoints every train.save_every steps, metrics.jsonl", ("train", *_R),
              reads=_train_files, writes=lambda r: (File("train.output_dir", _final_step(r)),),
@@ -936,13 +1064,37 @@ STAGES: tuple[Stage, ...] = (
                                                    checked=False),))(r)),
              writes=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
              roles=_eval_roles, done=_evaluated, keys=_EVAL_KEYS, serving=_eval_serving),
+        # Figures 5 and 8 (A.2.3): eval.tradeoff.methods once per value of one router key, each
+        # sweep into a run folder of its own under run_dir.
+        *(Step(f"eval-{name.replace('_', '-')}", f"{figure}: eval.tradeoff.methods once per "
+               f"value of router.{name} (eval.tradeoff.{name})",
+               ("eval", *_R, "--checkpoint", "{checkpoints}", "--out", f"{{{name}_dir}}",
+                "--set", "eval.methods={tradeoff_methods}", "--set", f"eval.sweep={{{name}_sweep}}"),
+               reads=lambda r: (File("--checkpoint", _exported(r) / "config.json", checked=False),),
+               writes=lambda r, n=name: (File(f"eval.tradeoff.{n}",
+                                              _tradeoff_dir(r, n) / "results.jsonl"),),
+               roles=_sweeping(name, lambda r: _eval_roles(r), ()), done=_swept(name),
+               keys=(*_EVAL_BASE, "-eval.methods", "-eval.sweep", "-eval.tradeoff.run",
+                     f"-eval.tradeoff.{other}"),
+               serving=_sweeping(name, _eval_serving, None),
+               skip=_no_tradeoff(name))
+          for name, other, figure in (("budget", "every_n", "Figure 5"),
+                                      ("every_n", "budget", "Figure 8"))),
+        # Figure 6's baselines: the decomposer over the episodes of the methods that record no
+        # AU/EU of their own (served like every step that calls the decomposer).
+        Step("posthoc", "Figure 6's baselines: the decomposer's AU/EU at their first 16 decisions",
+             ("posthoc", "{eval_dir}", *_R),
+             reads=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
+             writes=lambda r: (_posthoc_file(r),),
+             roles=lambda r: ("decomposer",) if _no_posthoc(r) is None else (),
+             done=_posthoc_done, keys=_DECOMPOSER, skip=_no_posthoc),
     ), placement="in_process", slurm="eval", routes=_eval_routes),
     Stage("report", "Pass@1 tables with intervals, steps by mode, plots", (
         Step("report", "the report of the eval run", ("report", "{eval_dir}"),
-             reads=lambda r: (File("eval (run_dir/eval)", _eval_dir(r) / "results.jsonl"),),
+             reads=_report_reads,
              writes=lambda r: (File("eval (run_dir/eval/report)", _eval_dir(r) / "report"),),
-             keys=("eval.methods", "eval.seeds", "eval.domains", "eval.sweep",
-                   "protocol.on_breach")),
+             keys=("eval.methods", "eval.seeds", "eval.domains", "eval.sweep", "eval.tradeoff",
+                   "protocol")),
     ), placement="none", slurm_command=("report", "{eval_dir}"), preflight=False),
 )
 

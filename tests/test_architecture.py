@@ -439,10 +439,11 @@ def test_the_loss_takes_its_settings_from_train_ppo() -> None:
 
 
 def test_method_names_in_the_config_leaf_match_the_registry() -> None:
-    from prour.eval.config import METHOD_NAMES
+    from prour.eval.config import METHOD_NAMES, ROUTED_METHODS
     from prour.eval.methods import METHODS
 
     assert tuple(METHODS) == METHOD_NAMES
+    assert ROUTED_METHODS == tuple(name for name in METHODS if METHODS.get(name).router)
 
 
 # ---- components take their section: no signature default shadows a recipe key ---------------

@@ -36,9 +36,18 @@ def _paper(tmp_path: Path, *sets: str):
 
 def test_a_change_of_n_actions_makes_the_routing_steps_and_all_after_them_stale(tmp_path) -> None:
     made, now = _paper(tmp_path), _paper(tmp_path, "router.n_actions=3")
+    # the ig-clarifier's own rows depend on no router key: its steps stay done
     assert affected_steps(made, now) == [
-        "search", "heldout", "extract", "train", "train-ig-clarifier", "export",
-        "export-ig-clarifier", "eval", "report"]
+        "search", "heldout", "extract", "train", "export", "eval", "eval-budget",
+        "eval-every-n", "posthoc", "report"]
+
+
+def test_a_change_of_one_sweep_makes_only_that_sweep_and_the_report_stale(tmp_path) -> None:
+    made = _paper(tmp_path)
+    assert affected_steps(made, _paper(tmp_path, "eval.tradeoff.budget=[1,16]")) == [
+        "eval-budget", "report"]
+    assert affected_steps(made, _paper(tmp_path, "eval.tradeoff.every_n=[2]")) == [
+        "eval-every-n", "report"]
 
 
 @pytest.mark.parametrize(("change", "first"), [
@@ -78,8 +87,9 @@ def test_names_select_stages_steps_and_ranges_in_chain_order() -> None:
     assert select(only=["report,train", "normalize"]) == [
         "normalize", "train", "train-ig-clarifier", "report"]
     assert select(first="extract", last="export") == [
-        "extract", "train", "train-ig-clarifier", "export", "export-ig-clarifier"]
-    assert select(first="eval") == ["eval", "report"]
+        "extract", "extract-ig-clarifier", "train", "train-ig-clarifier", "export",
+        "export-ig-clarifier"]
+    assert select(first="eval") == ["eval", "eval-budget", "eval-every-n", "posthoc", "report"]
     with pytest.raises(RunError, match="comes after"):
         select(first="eval", last="collect")
 
@@ -128,8 +138,8 @@ def test_the_dry_run_prints_every_step_with_its_state_command_and_servers(tmp_pa
     assert {state[name] for name in ("collect-retail", "extract", "report")} == {PENDING}
     assert "      serves Qwen/Qwen3-32B (roles teacher)" in lines
     # eval.generator_backend vllm: the servers eval calls include the exported checkpoint's
-    assert any(line.startswith("  exported-generator on GPU 0 for eval (roles generator)")
-               for line in lines), result.output
+    assert any(line.startswith("  exported-generator on GPU 0 for eval, eval-budget, "
+                               "eval-every-n (roles generator)") for line in lines), result.output
     # The run-time estimates of the steps it would start (prour.estimate; tests/test_estimate.py)
     assert "estimate (train): from recorded benchmark rates" in result.output
     episodes = (114 + 50) * 3  # retail + airline base tasks x seeds 0, 1, 2

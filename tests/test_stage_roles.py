@@ -36,7 +36,8 @@ from prour.cli.main import app
 from prour.config import Recipe
 from prour.llm.scripted import ScriptedLLM, register_script
 from prour.recipes import load_recipe
-from prour.stages import required_roles, run_stages, stage_roles
+from prour.stages import get_step, required_roles, run_stages, stage_roles
+from prour.train.ig_clarifier import setting_items
 
 RECIPES = TESTS.parent / "recipes"
 HF_STAGES = ("extract", "train")  # stages that need the generator's weights
@@ -219,6 +220,11 @@ def _run_stages(name: str, tmp: Path, policy: Path, loads: list[tuple[str, Path]
         sets = [part for item in _overrides(recipe, stage, run, policy) for part in ("--set", item)]
         result = runner.invoke(app, [*_command(stage), "--recipe", str(path), *sets])
         assert result.exit_code == 0, f"{name} {stage}:\n{result.output}"
+        if stage == "extract" and get_step("extract-ig-clarifier").skip(recipe) is None:
+            # the stage's second step: the ig-clarifier's own rows (its chain --set items)
+            own = [part for item in setting_items() for part in ("--set", item)]
+            result = runner.invoke(app, [*_command(stage), "--recipe", str(path), *sets, *own])
+            assert result.exit_code == 0, f"{name} extract-ig-clarifier:\n{result.output}"
         calls.loads = list(loads)
         yield stage, recipe, calls
 

@@ -14,6 +14,7 @@ from prour.stages import (
     EXTERNAL,
     STAGES,
     get_stage,
+    get_step,
     required_roles,
     stage_names,
     stage_roles,
@@ -28,13 +29,15 @@ PAPER, ATTENTION, SMOKE = (RECIPES / f"{name}.yaml" for name in ("paper", "paper
 def test_the_stages_and_steps_follow_the_papers_chain() -> None:
     """DESIGN.md §6: serve beside everything, then collect retail and airline, normalize, the
     calibration states, annotate, review, search, held-out, extract, train, export, eval, report;
-    the ig-clarifier baseline's own training and export beside prour's (issue 24)."""
+    the ig-clarifier baseline's own rows, training and export beside prour's (issues 24, 34);
+    the trade-off sweeps and the post-hoc pass after the main eval (issue 34)."""
     assert stage_names() == ("serve", "collect", "normalize", "calibrate", "extract", "train",
                              "export", "eval", "report")
     assert [step.name for step in steps()] == [
         "serve", "collect-retail", "collect-dev", "collect-airline", "normalize", "states-dev",
-        "states-test", "annotate", "review", "search", "heldout", "extract", "train",
-        "train-ig-clarifier", "export", "export-ig-clarifier", "eval", "report"]
+        "states-test", "annotate", "review", "search", "heldout", "extract",
+        "extract-ig-clarifier", "train", "train-ig-clarifier", "export", "export-ig-clarifier",
+        "eval", "eval-budget", "eval-every-n", "posthoc", "report"]
     assert [step.name for step in steps() if step.command is None] == ["review"]  # the one gate
 
 
@@ -127,7 +130,14 @@ def test_roles_follow_the_recipe() -> None:
     recipe = load_recipe(PAPER, ["data.teacher=false", "eval.methods=[base,saber]",
                                  "reward.attention.lambda=0.1", "reward.attention.cost=proxy"])
     assert stage_roles(recipe, "collect") == ("agent", "user")
-    assert stage_roles(recipe, "eval") == ("agent", "user")
+    assert stage_roles(recipe, "eval") == ("agent", "user")  # no Prour to set Figure 6 beside
+    assert get_step("posthoc").skip(recipe) == ("eval.methods holds no method that routes with "
+                                                "the decomposer")
+    with_prour = load_recipe(PAPER, ["eval.methods=[base,prour]"])
+    assert get_step("posthoc").skip(with_prour) is None
+    assert stage_roles(with_prour, "posthoc") == ("decomposer",)
+    for sweep in ("eval-budget", "eval-every-n"):  # eval.methods has no routed method to sweep
+        assert get_step(sweep).skip(recipe) == "eval.methods holds none of eval.tradeoff.methods"
     assert "judge" not in stage_roles(recipe, "train")
     judged = load_recipe(PAPER, ["eval.methods=[base]", "eval.attention={policy: no-ask}"])
     assert set(stage_roles(judged, "eval")) == {"agent", "user", "judge"}
