@@ -173,6 +173,35 @@ def test_every_trial_imports_with_provenance_tool_names_and_greeting(files, impo
                for s in t.steps_of("tool_result"))
 
 
+def _flat_messages(simulation: dict[str, Any]) -> list[tuple[str, str]]:
+    """(role, content or tool-call names) of every message of a tau2 simulation as its JSON file
+    holds it, a multi-tool message opened into its tool messages: what an import must keep."""
+    flat = []
+    for message in simulation["messages"]:
+        for one in message.get("tool_messages") or [message]:
+            role = {"tool": "tool", "assistant": "assistant"}.get(one["role"], "user")
+            calls = ",".join(c["name"] for c in one.get("tool_calls") or [])
+            flat.append((role, calls or one.get("content") or ""))
+    return flat
+
+
+def test_every_message_of_every_simulation_is_imported_in_order(files, imported) -> None:
+    """Message by message against the tau2 file: none dropped (the last one included: the
+    user's closing ###STOP### line), none added, and one step per non-system message."""
+    trajs = {(t.domain, t.seed): t for t in read_trajectories(imported / "trajectories.jsonl")}
+    for domain, path in files.items():
+        for sim in json.loads(path.read_text())["simulations"]:
+            traj = trajs[(domain, sim["seed"])]
+            got = [(m["role"], ",".join(c["function"]["name"] for c in m.get("tool_calls") or [])
+                    or m.get("content") or "") for m in traj.messages if m["role"] != "system"]
+            expected = _flat_messages(sim)
+            assert got == expected, (domain, sim["seed"], len(got), len(expected))
+            assert got[-1] == ("user", "Thanks. ###STOP###")
+            assert len(traj.steps) == len(expected)
+            assert [s.message_index for s in traj.steps] == [
+                i for i, m in enumerate(traj.messages) if m["role"] != "system"]
+
+
 def test_second_import_adds_nothing(files, imported) -> None:
     before = (imported / "trajectories.jsonl").read_bytes()
     result = _cli("import", "tau2", str(files["retail"]), "--run-dir", str(imported))
