@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from train_helpers import instance_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -76,3 +77,37 @@ def test_verl_overlap_is_refused_only_with_dropped_groups_refill(fresh_dir):
     with pytest.raises(ValueError, match="overlap: 'one_step' on the verl backend does not run "
                        "with train.ppo.drop_zero_variance"):
         _train(fresh_dir, backend="verl", overlap="one_step", ppo={"drop_zero_variance": True})
+
+
+def test_a_sampler_resync_scores_priors_with_the_new_weights_not_the_cached_ones(
+        tiny_model_dir, fresh_dir):
+    """train.overlap one_step with the recipe's information-gain reward: the sampler's reward
+    caches each state's prior; after an update and a re-sync of the sampler, the prior it gives
+    is the one a fresh reward scores with the updated weights, not the one cached before."""
+    import copy
+
+    from test_local import _tau2_rows
+
+    model = ModelConfig(backend="hf", path=str(tiny_model_dir), device="cpu", dtype="float32")
+    recipe = Recipe(name="t", seed=3,
+                    models={r: model for r in ("generator", "strict_user", "verifier")},
+                    reward={"responder_max_tokens": 8, "verifier_max_steps": 1})
+    trainer = LocalTrainer(recipe, _train(fresh_dir, overlap="one_step", max_staleness=1),
+                           rows=_tau2_rows())
+    trainer.setup()
+    sampler_reward = trainer._sampler_reward
+    assert sampler_reward is not trainer._reward_fn  # the sampler scores with its own weights
+    states = [trainer._make_state(row) for row in trainer._rows]
+    before = [sampler_reward.prior(s).sum for s in states]  # cached, version 0
+    torch.manual_seed(0)
+    with torch.no_grad():  # an update: the live policy's weights move, the sampler's do not
+        for p in trainer.model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    trainer.step += 1
+    trainer._sync_sampler()
+    after = [sampler_reward.prior(s).sum for s in states]
+    fresh_policy = Policy(copy.deepcopy(trainer.model).eval(), trainer.tokenizer,
+                          trainer.cfg.rollout, recipe.data.max_prompt_tokens, seed=recipe.seed)
+    fresh = [trainer._reward_for(fresh_policy.llm).prior(s).sum for s in states]
+    assert after == pytest.approx(fresh, abs=1e-4)
+    assert all(abs(a - b) > 1e-2 for a, b in zip(after, before)), (before, after)
