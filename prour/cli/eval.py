@@ -202,11 +202,10 @@ def _served_generator(loaded: Recipe, checkpoints: list[Any]) -> Recipe:
     """The recipe eval runs: under ``eval.generator_backend: vllm`` its generator is the server
     of the checkpoint (without ``--checkpoint``: of the ``hf`` generator's folder) that the
     endpoints file lists (one server, one checkpoint: a ``--steps`` sweep of several is
-    refused); ``eval.concurrency`` sized to the servers' capacity
-    (:func:`prour.cluster.recipe.eval_concurrency`)."""
+    refused). Each served model is held at its own ``max_num_seqs`` by the queue
+    (:mod:`prour.eval.queue`), so ``eval.concurrency`` is no longer lowered to the smallest."""
     from prour.cluster.recipe import (
         connect_served_generator,
-        eval_concurrency,
         generator_folder,
         serves_generator,
     )
@@ -221,13 +220,25 @@ def _served_generator(loaded: Recipe, checkpoints: list[Any]) -> Recipe:
             loaded = connect_served_generator(loaded, folder)
         typer.echo(f"generator: served by vLLM at {loaded.models['generator'].base_url} "
                    f"({folder})")
-    episodes = eval_concurrency(loaded)
-    if episodes < loaded.eval.concurrency:
-        typer.echo(f"eval.concurrency {loaded.eval.concurrency} -> {episodes}: the servers "
-                   f"run at most {episodes} sequences at once (serve.models.*.max_num_seqs)")
-        loaded = loaded.model_copy(update={
-            "eval": loaded.eval.model_copy(update={"concurrency": episodes})})
+    _print_limits(loaded)
     return loaded
+
+
+def _print_limits(loaded: Recipe) -> None:
+    """One line: the queue's episodes at once overall and per model (exit 2 on a bad
+    ``eval.max_in_flight`` key)."""
+    from prour.eval.methods import eval_roles
+    from prour.eval.queue import lane_limits
+
+    try:
+        limits = lane_limits(loaded, eval_roles(loaded.eval))
+    except ValueError as exc:
+        _fail(str(exc))
+    capped = [f"{lane} {limit}" for lane, limit in limits.items()
+              if limit < loaded.eval.concurrency]
+    typer.echo(f"queue: {loaded.eval.concurrency} episodes at once (eval.concurrency)"
+               + (f"; per model: {', '.join(capped)} (serve.models.<id>.max_num_seqs, "
+                  "eval.max_in_flight)" if capped else ""))
 
 
 def _announce(checkpoint: Any) -> None:

@@ -365,7 +365,7 @@ class EpisodeJob:
         return (self.domain, self.task.id, self.seed, self.agent_name)
 
 
-def _run_job(job: EpisodeJob, limits: EnvConfig) -> Trajectory:
+def run_job(job: EpisodeJob, limits: EnvConfig) -> Trajectory:
     """Run a job; even a failure to build its agent or user comes back as a trajectory. After a
     SIGINT/SIGTERM a queued job does not start (:class:`prour.interrupt.Stopping`)."""
     interrupt.check()
@@ -398,7 +398,7 @@ def _run_job(job: EpisodeJob, limits: EnvConfig) -> Trajectory:
     return traj
 
 
-def _stored(out_path: Path | None, retry_errors: bool) -> dict[tuple, Trajectory]:
+def stored_episodes(out_path: Path | None, retry_errors: bool) -> dict[tuple, Trajectory]:
     """Episodes already in the output file, by key (errored ones left out if retrying)."""
     if out_path is None or not out_path.exists():
         return {}
@@ -429,11 +429,11 @@ def run_episodes(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     jobs = list(jobs)
     path = Path(out_path) if out_path is not None else None
-    results = _stored(path, retry_errors)
+    results = stored_episodes(path, retry_errors)
     todo = list({job.key: job for job in jobs if job.key not in results}.values())
     logger.info("%d episode(s) to run, %d already stored", len(todo), len(jobs) - len(todo))
     with ThreadPoolExecutor(max_workers=concurrency) as pool, _Progress(len(todo), progress) as bar:
-        futures = [pool.submit(_run_job, job, limits) for job in todo]
+        futures = [pool.submit(run_job, job, limits) for job in todo]
         try:
             for future in as_completed(futures):
                 traj = future.result()

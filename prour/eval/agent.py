@@ -76,9 +76,12 @@ class CallCounts:
         self._taken: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def add(self, key: str, n: int = 1) -> None:
+    def add(self, key: str, n: int = 1) -> int:
+        """Count ``n`` more ``key`` calls; returns how many there were before."""
         with self._lock:
+            before = self._total[key]
             self._total[key] += n
+        return before
 
     def take(self) -> dict[str, int]:
         with self._lock:
@@ -88,15 +91,33 @@ class CallCounts:
 
 
 class CountingLLM:
-    """A proxy to a shared backend that counts this episode's chat and score calls by role."""
+    """A proxy to a shared backend that counts this episode's chat and score calls by role.
 
-    def __init__(self, llm: LLM, counts: CallCounts, role: str):
-        self.llm, self.counts, self.role = llm, counts, role
+    With ``seed`` (the episode's, from its key), a sampled request that brings no seed of its own
+    gets one from the seed, the role and the call's index in the episode
+    (:func:`prour.eval.queue.keyed_seed`), not from the backend's stream, whose state depends on
+    what other episodes ran before: an episode's outcome is the same in any queue order."""
+
+    def __init__(self, llm: LLM, counts: CallCounts, role: str, seed: int | None = None):
+        self.llm, self.counts, self.role, self.seed = llm, counts, role, seed
         self.name = getattr(llm, "name", role)
 
     def chat(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
-        self.counts.add(f"{self.role}.chat")
+        call = self.counts.add(f"{self.role}.chat")
+        if self.seed is not None:
+            requests = [self._seeded(request, call, i) for i, request in enumerate(requests)]
         return self.llm.chat(requests)
+
+    def _seeded(self, request: ChatRequest, call: int, item: int) -> ChatRequest:
+        from dataclasses import replace
+
+        from prour.eval.queue import keyed_seed
+
+        sampling = request.sampling
+        if sampling.seed is not None or sampling.temperature == 0:
+            return request
+        seed = keyed_seed(int(self.seed or 0), self.role, call, item)
+        return replace(request, sampling=replace(sampling, seed=seed))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         self.counts.add(f"{self.role}.score")

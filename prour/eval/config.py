@@ -160,9 +160,13 @@ class EvalConfig(Section):
     split: SplitName = "test"
     tasks: list[str] | None = None  # only these ids: "retail:5" or a bare id (every domain)
     max_tasks: int | None = Field(None, ge=1)  # first N tasks of each domain's split
-    # Episodes run at the same time: this cap, lowered to the smallest serve.models.<id>.
-    # max_num_seqs among the servers the evaluation calls (prour.eval.harness.eval_concurrency).
+    # Episodes run at the same time, all methods, checkpoints and sweep points together: one
+    # queue (prour.eval.queue) keeps each model it calls at its own limit besides this one.
     concurrency: int = Field(4, ge=1)
+    # In-flight limits per model: a role (generator, agent, ...) or a model id (served or
+    # models.<role>.model) -> the most episodes calling it at once; a served model is also held
+    # at its serve.models.<id>.max_num_seqs. An in-process (hf) model has only this limit.
+    max_in_flight: dict[str, int] = Field(default_factory=dict)
     # Where a trained (or hf) query generator runs: hf loads it in process (CPU, tests); vllm
     # serves the checkpoint eval is given with vLLM as one more server, served name
     # "exported-generator" (its settings: serve.models.exported-generator), and eval sends the
@@ -218,6 +222,14 @@ class EvalConfig(Section):
             raise ValueError("list at least one seed")
         if len(set(value)) != len(value):
             raise ValueError(f"seeds repeat: {value}")
+        return value
+
+    @field_validator("max_in_flight")
+    @classmethod
+    def _limits(cls, value: dict[str, int]) -> dict[str, int]:
+        for key, limit in value.items():
+            if limit < 1:
+                raise ValueError(f"eval.max_in_flight.{key}: {limit!r} is not an integer >= 1")
         return value
 
     @field_validator("sweep")

@@ -54,7 +54,7 @@ RUN_FILE = "run.json"
 RESULT_SCHEMA = 1
 _MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
-_NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency",
+_NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency", "max_in_flight",
                  "retry_errors", "max_error_fraction", "attention_policies", "protocol",
                  "sweep", "tradeoff")  # sweep points are in the arm keys (router marks the
 # swept keys); eval.tradeoff is the chain's sweep steps', each into its own folder
@@ -192,27 +192,56 @@ def evaluate_checkpoints(recipe: Recipe, run_dir: str | Path,
                          generators: list[GeneratorCheckpoint], progress: bool = True,
                          announce: Any = None,
                          default_generator: ModelConfig | None = None) -> list[dict[str, Any]]:
-    """Evaluate every checkpoint into one run folder (resumable like any run): the methods that
-    use the generator once per checkpoint, the others once (with the first). ``announce(g)`` is
-    called before each checkpoint's episodes; ``default_generator`` as for :class:`Evaluation`."""
-    results: list[dict[str, Any]] = []
+    """Evaluate every checkpoint into one run folder (resumable like any run), all through one
+    queue (:func:`run_evaluations`): the methods that use the generator once per checkpoint,
+    the others once (with the first). ``announce(g)`` is called for each checkpoint before the
+    queue starts; ``default_generator`` as for :class:`Evaluation`."""
     steps = [g.step for g in generators]
-    for i, generator in enumerate(generators):
-        methods = [m for m in recipe.eval.methods if i == 0 or uses_generator(m)]
-        if not methods:
-            break
-        if announce is not None:
-            announce(generator)
-        step_recipe = with_checkpoint(recipe, generator.path)
-        step_recipe = step_recipe.model_copy(
-            update={"eval": step_recipe.eval.model_copy(update={"methods": methods})})
-        evaluation = Evaluation(step_recipe, run_dir, progress,
-                                default_generator=default_generator, checkpoint=generator,
-                                sweep_steps=steps)
-        try:
-            results += evaluation.run()
-        finally:
+    evaluations = []
+    try:
+        for i, generator in enumerate(generators):
+            methods = [m for m in recipe.eval.methods if i == 0 or uses_generator(m)]
+            if not methods:
+                break
+            if announce is not None:
+                announce(generator)
+            step_recipe = with_checkpoint(recipe, generator.path)
+            step_recipe = step_recipe.model_copy(
+                update={"eval": step_recipe.eval.model_copy(update={"methods": methods})})
+            evaluations.append(Evaluation(step_recipe, run_dir, progress,
+                                          default_generator=default_generator,
+                                          checkpoint=generator, sweep_steps=steps))
+        return run_evaluations(evaluations, progress)
+    finally:
+        for evaluation in evaluations:
             evaluation.close()
+
+
+def run_evaluations(evaluations: list[Evaluation], progress: bool = True) -> list[dict[str, Any]]:
+    """Run several evaluations of one run folder (a checkpoint sweep's steps) through one queue
+    (:mod:`prour.eval.queue`): their episodes interleave under each model's in-flight limit;
+    then each writes the result lines of its episodes. Returns them in job order."""
+    from prour.eval.queue import run_queue
+
+    if not evaluations:
+        return []
+    first = evaluations[0]
+    batches = [evaluation.prepare() for evaluation in evaluations]
+    limits: dict[str, int] = {}
+    for evaluation in evaluations:
+        for lane, limit in evaluation.limits().items():
+            limits[lane] = min(limit, limits.get(lane, limit))
+    items = [item for batch in batches for item in batch]
+    logger.info("evaluation: %d episode(s) in one queue in %s", len(items), first.run_dir)
+    trajectories = run_queue(items, limits, first.cfg.concurrency,
+                             first.run_dir / EPISODES_FILE, progress, env=first.recipe.env,
+                             retry_errors=first.cfg.retry_errors)
+    results, at = [], 0
+    for evaluation, batch in zip(evaluations, batches):
+        part = trajectories[at:at + len(batch)]
+        at += len(batch)
+        results += evaluation.record_results([evaluation.arm_of[i.group] for i in batch], part)
+    first.export_tau2()
     return results
 
 
@@ -245,6 +274,7 @@ class Evaluation:
         self.arms = [Arm(m, a, checkpoint if uses_generator(m) else None, point)
                      for m in self.cfg.methods for a in self.cfg.variants()
                      for point in arm_points(self.cfg, m)]
+        self.arm_of = {arm.key: arm for arm in self.arms}
 
     # -- setup --
 
@@ -307,39 +337,61 @@ class Evaluation:
         return select_tasks(domain, self.cfg.split, ids, self.cfg.max_tasks, key="eval.tasks")
 
     def jobs(self) -> list[tuple[Arm, Any]]:
-        """(arm, EpisodeJob) pairs, arm-major then domain, task and seed."""
+        """(arm, EpisodeJob) pairs, arm-major then domain, task and seed; each episode's agent
+        and user seed their unseeded requests from the job's seed (its key), never from the
+        order the queue runs them in."""
         from prour.env.runner import EpisodeJob
 
         out = []
         for arm in self.arms:
             for domain in self.cfg.domains:
-                make_agent = self.kit.agent_factory(arm.method, domain, arm.attention,
-                                                    arm.router(self.recipe.router))
-                make_user = self.kit.user_factory(arm.method)
+                router = arm.router(self.recipe.router)
+                factories = {seed: (self.kit.agent_factory(arm.method, domain, arm.attention,
+                                                           router, seed=seed),
+                                    self.kit.user_factory(arm.method, seed=seed))
+                             for seed in self.cfg.seeds}
                 for task in self.tasks(domain):
                     for seed in self.cfg.seeds:
+                        make_agent, make_user = factories[seed]
                         out.append((arm, EpisodeJob(domain, task, arm.key, make_agent, make_user,
                                                     seed, self.cfg.split)))
         return out
 
+    def lanes(self, arm: Arm) -> tuple[str, ...]:
+        """The models (queue lanes, :func:`prour.eval.queue.lane_name`) the arm's episodes call."""
+        from prour.eval.methods import method_roles
+        from prour.eval.queue import lane_name
+
+        roles = method_roles(self.cfg, arm.method, arm.attention)
+        return tuple(dict.fromkeys(lane_name(self.recipe.models[r]) for r in roles
+                                   if r in self.recipe.models))
+
+    def limits(self) -> dict[str, int]:
+        """Lane -> in-flight limit of every model this evaluation calls."""
+        from prour.eval.methods import eval_roles
+        from prour.eval.queue import lane_limits
+
+        return lane_limits(self.recipe, eval_roles(self.cfg))
+
     # -- running --
 
-    def run(self) -> list[dict[str, Any]]:
-        """Run what is missing, write result lines for new episodes, return all results."""
-        from prour.env.runner import run_episodes
+    def prepare(self) -> list[Any]:
+        """Check the arms and the run folder, write provenance; the queue items of every
+        episode (:class:`prour.eval.queue.QueuedEpisode`), in job order."""
+        from prour.eval.queue import QueuedEpisode, check_limits
 
+        check_limits(self.recipe)
         for arm in self.arms:
             self.kit.check(arm.method, arm.attention)
         self.check_run_dir()
         self.write_provenance()
-        jobs = self.jobs()
-        logger.info("evaluation: %d episode(s) in %s", len(jobs), self.run_dir)
-        trajectories = run_episodes(
-            [job for _, job in jobs], self.cfg.concurrency, self.run_dir / EPISODES_FILE,
-            self.progress, limits=self.recipe.env, retry_errors=self.cfg.retry_errors)
-        results = self.record_results([arm for arm, _ in jobs], trajectories)
-        self.export_tau2()
-        return results
+        lanes = {arm.key: self.lanes(arm) for arm in self.arms}
+        return [QueuedEpisode(job, arm.key, lanes[arm.key]) for arm, job in self.jobs()]
+
+    def run(self) -> list[dict[str, Any]]:
+        """Run what is missing through one queue, write result lines for new episodes, return
+        all results."""
+        return run_evaluations([self], self.progress)
 
     def export_tau2(self) -> list[Path]:
         """Every episode of the folder in tau2's results format (``tau2_results/``, one file per

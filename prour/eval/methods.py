@@ -208,23 +208,26 @@ class MethodKit:
 
     # -- agents and users --
 
-    def _episode(self, counts: CallCounts) -> Builder:
-        """The builder as one episode sees it: every model call counted in ``counts``."""
+    def _episode(self, counts: CallCounts, seed: int | None = None) -> Builder:
+        """The builder as one episode sees it: every model call counted in ``counts``; with
+        ``seed``, unseeded sampled requests seeded from it (:class:`~prour.eval.agent.CountingLLM`)."""
         from prour.eval.agent import CountingLLM
 
-        return self.builder.metered(lambda role, llm: CountingLLM(llm, counts, role))
+        return self.builder.metered(lambda role, llm: CountingLLM(llm, counts, role, seed))
 
     def agent_factory(self, method: str, domain: str, attention: AttentionConfig | None,
-                      router: RouterConfig | None = None) -> Callable[[], Agent]:
+                      router: RouterConfig | None = None,
+                      seed: int | None = None) -> Callable[[], Agent]:
         """A zero-argument builder of a fresh, metered agent for one episode; ``router``: the
-        budget and frequency settings of its episodes (None: the recipe's ``router``)."""
+        budget and frequency settings of its episodes (None: the recipe's ``router``);
+        ``seed``: the episode's seed, which seeds its requests that bring none."""
         spec = check_method(method)
 
         def build() -> Agent:
             from prour.eval.agent import CallCounts, MeteredAgent
 
             counts = CallCounts()
-            episode = self._episode(counts)
+            episode = self._episode(counts, seed)
             agent = self._core_agent(spec, domain, episode, router)
             if attention is not None:
                 agent = episode.attentive_agent(agent, domain, attention,
@@ -233,7 +236,7 @@ class MethodKit:
 
         return build
 
-    def user_factory(self, method: str) -> Callable[[], UserSimulator]:
+    def user_factory(self, method: str, seed: int | None = None) -> Callable[[], UserSimulator]:
         spec = check_method(method)
 
         def build() -> UserSimulator:
@@ -243,7 +246,7 @@ class MethodKit:
             if spec.oracle:
                 return OracleUser()
             counts = CallCounts()
-            return MeteredUser(self._episode(counts).user_simulator(), counts)
+            return MeteredUser(self._episode(counts, seed).user_simulator(), counts)
 
         return build
 
