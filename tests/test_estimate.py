@@ -164,3 +164,80 @@ def test_the_chain_estimates_the_ig_clarifier_training_too(tmp_path):
         in text
     assert f"{30.0 * 2010 / 3600:.1f} h for 2,010 steps" in text
     assert "train-ig-clarifier" not in "\n".join(chain_estimates(recipe, ["train"]))
+
+
+def _hours(text: str, pattern: str) -> float:
+    match = re.search(pattern, text)
+    assert match, f"no {pattern!r} in:\n{text}"
+    return float(match.group(1).replace(",", ""))
+
+
+def test_the_paper_dry_run_prints_both_eval_totals_and_the_chain_uses_the_queues(tmp_path):
+    """paper.yaml: 10 methods x 492 episodes at the recorded 697 s. Independently: alone, the
+    four methods that call the exported generator (max_num_seqs 16) run 16 at a time, the rest
+    at eval.concurrency (32, the 8B roles' max_concurrency too); through one queue every method
+    runs at once, bound by the busier of 32 over all and 16 over the generator's four. The
+    chain's total adds the queue totals of eval and both sweeps (prour alone: at 16)."""
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}"])
+    result = CliRunner().invoke(app, ["run", "--recipe", str(PAPER), "--dry-run", "--set",
+                                      f"run_dir={tmp_path}"])
+    text = result.output
+    episode_s = recorded_rates()["eval_episode_s"].value
+    episodes = 164 * 3
+    generator = {"prour", "clarify-only", "verify-only", "llm-router"}
+    assert {m for m in recipe.eval.methods} >= generator and len(recipe.eval.methods) == 10
+    work = {m: episodes * episode_s for m in recipe.eval.methods}
+    after = sum(w / (16 if m in generator else 32) for m, w in work.items()) / 3600
+    queue = max(sum(work.values()) / 32, sum(work[m] for m in generator) / 16) / 3600
+    eval_part = text.split("estimate (eval):", 1)[1].split("estimate (eval-budget)", 1)[0]
+    assert _hours(eval_part, r"total: ([\d,.]+) h through one queue") == pytest.approx(
+        queue, abs=0.05)
+    assert _hours(eval_part, r"; ([\d,.]+) h one method after another") == pytest.approx(
+        after, abs=0.05)
+    assert queue < after
+    budget = len(recipe.eval.tradeoff.budget) * episodes * episode_s / 16 / 3600
+    every_n = len(recipe.eval.tradeoff.every_n) * episodes * episode_s / 16 / 3600
+    chain = text.split("estimate (chain):", 1)[1].splitlines()[0]
+    assert _hours(chain, r"evaluation ([\d,.]+) h through one queue") == pytest.approx(
+        queue + budget + every_n, abs=0.1)
+    low = _hours(chain, r"training ([\d,.]+) h to")
+    assert _hours(chain, r"^ between ([\d,.]+) h") == pytest.approx(
+        low + queue + budget + every_n, abs=0.1)
+    assert _hours(chain, r"; ([\d,.]+) h one method after another") == pytest.approx(
+        after + budget + every_n, abs=0.1)
+
+
+def test_a_recorded_queue_gives_the_achieved_concurrency(tmp_path):
+    """A previous run's queue.jsonl (two sessions, wall-weighted mean 6 in flight) replaces the
+    limits' bound: the total is the episodes' seconds over 6."""
+    recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", "eval.methods=[base]",
+                                 "eval.max_tasks=2"])
+    (tmp_path / "eval").mkdir()
+    sessions = [{"wall_s": 100.0, "mean_in_flight": 4.0, "episodes": 10},
+                {"wall_s": 300.0, "mean_in_flight": 6.666667, "episodes": 30}]
+    (tmp_path / "eval" / "queue.jsonl").write_text(
+        "".join(json.dumps(s) + "\n" for s in sessions))
+    rate = Rate(60.0, "s", "an episode", "a stated source", {}, measured=False)
+    text = "\n".join(eval_estimate(recipe, {"eval_episode_s": rate}))
+    mean = (4.0 * 100 + 6.666667 * 300) / 400
+    assert f"at the {mean:.1f} episodes in flight a previous run achieved (40 episodes, " \
+           f"{40 / (400 / 60):.1f}/min" in text
+    assert _hours(text, r"total: ([\d,.]+) h through one queue") == pytest.approx(
+        round(12 * 60.0 / mean / 3600, 1))
+
+
+def test_overlap_shortens_the_training_step_to_the_longer_phase(tmp_path):
+    """train.overlap one_step: after the first step, each step takes the longer of sampling
+    (generation + scoring) and the update, not their sum."""
+    rates = recorded_rates()
+    off, on = (load_recipe(PAPER, [f"run_dir={tmp_path}", f"train.overlap={o}",
+                                   "train.ppo.drop_zero_variance=false"])
+               for o in ("off", "one_step"))
+    text_off = "\n".join(train_estimate(off, off.train, rates))
+    text_on = "\n".join(train_estimate(on, on.train, rates))
+    gen, score = _seconds(text_off, "generation"), _seconds(text_off, "posterior")
+    update, steps = _seconds(text_off, "update"), on.train.total_steps
+    expected = (gen + score + update + (steps - 1) * max(gen + score, update)) / steps
+    assert _seconds(text_on, "per step:") == pytest.approx(expected, abs=1)
+    assert _seconds(text_on, "per step:") < _seconds(text_off, "per step:")
+    assert "train.overlap one_step samples and scores step k + 1" in text_on

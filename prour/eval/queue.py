@@ -59,7 +59,7 @@ class QueuedEpisode:
 def lane_name(cfg: ModelConfig) -> str:
     """The lane of a model: a served model at its URL, or the in-process/scripted model."""
     if cfg.backend == "openai":
-        return f"{cfg.model} at {cfg.base_url}"
+        return f"{cfg.model} at {cfg.base_url}" if cfg.base_url else str(cfg.model)
     if cfg.backend == "hf":
         return f"{cfg.path} (in process)"
     return f"{cfg.script or cfg.backend} ({cfg.backend})"
