@@ -4,7 +4,10 @@ Hugging Face folder in any checkpoint path (a model folder, a local or a verl ou
 A local checkpoint holds the policy in Hugging Face format (weights, config, generation config,
 tokenizer) and ``trainer_state.pt`` (optimizer, scheduler, RNG states, data position). It is
 assembled in a hidden temporary folder and renamed into place, so a ``step_N`` folder is always
-complete; leftovers of a save that was killed are hidden folders that loading ignores. verl saves
+complete; leftovers of a save that was killed are hidden folders that loading ignores. Each
+``step_N`` also lists its files and their sizes (:data:`MANIFEST_FILE`): a folder whose files were
+cut short or removed afterwards (a full disk while another tool copied it, a bad sector, a
+truncated file) is not complete, so a resume takes the newest step before it. verl saves
 ``global_step_N/actor`` FSDP shards, which ``prour train export`` merges into ``step_N``.
 torch and numpy are imported by the functions that save or restore state, so that finding a
 checkpoint (evaluation, preflight) loads neither.
@@ -25,6 +28,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
+MANIFEST_FILE = "checkpoint_files.json"  # {relative path: size in bytes} of every file saved
 TEMP_PREFIX = ".tmp-"
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -42,8 +46,42 @@ def complete_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
     for child in root.iterdir():
         match = STEP_DIR.match(child.name)
         if match and child.is_dir() and (child / STATE_FILE).is_file():
-            found.append((int(match.group(1)), child))
+            damage = checkpoint_damage(child)
+            if damage is None:
+                found.append((int(match.group(1)), child))
+            else:
+                logger.warning("skipping the damaged checkpoint %s: %s", child, damage)
     return sorted(found)
+
+
+def checkpoint_damage(folder: Path) -> str | None:
+    """What no longer matches ``folder``'s :data:`MANIFEST_FILE` (a file missing or of another
+    size than saved), or None when all does; a folder saved before manifests were written is
+    taken as it is."""
+    import json
+
+    try:
+        listed = json.loads((folder / MANIFEST_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"its {MANIFEST_FILE} is unreadable ({exc})"
+    for name, size in sorted(listed.items()):
+        try:
+            actual = (folder / name).stat().st_size
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if actual != size:
+            return f"{name} holds {actual} bytes, {size} were saved"
+    return None
+
+
+def _write_manifest(staging: Path) -> None:
+    import json
+
+    sizes = {p.relative_to(staging).as_posix(): p.stat().st_size
+             for p in sorted(staging.rglob("*")) if p.is_file() and p.name != MANIFEST_FILE}
+    (staging / MANIFEST_FILE).write_text(json.dumps(sizes, indent=1, sort_keys=True))
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
@@ -104,6 +142,7 @@ def _publish_step(root: Path, step: int, fill: Callable[[Path], None]) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}step_{step}-", dir=root))
     try:
         fill(staging)
+        _write_manifest(staging)
         _fsync_tree(staging)
         final = step_dir(root, step)
         if final.exists():
@@ -112,10 +151,27 @@ def _publish_step(root: Path, step: int, fill: Callable[[Path], None]) -> Path:
             shutil.rmtree(old, ignore_errors=True)
         os.replace(staging, final)
         _fsync_dir(root)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        refused = _os_error_of(exc, step_dir(root, step))
+        if refused is not None:
+            raise refused from None
         raise
     return final
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _os_error_of(exc: BaseException, target: Path) -> OSError | None:
+    """The :class:`OSError` behind a writer's own exception (safetensors reports a full disk as
+    ``SafetensorError: ... (os error 28)``), naming ``target``, so that it ends the command as a
+    disk failure line; None for an OSError already or any other error."""
+    match = _OS_ERROR.search(str(exc)) if not isinstance(exc, OSError) else None
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return OSError(number, os.strerror(number), str(target))
 
 
 HF_FILES = ("config.json", "tokenizer_config.json")
@@ -150,7 +206,8 @@ def export_hf(output_dir: str | Path, step: int | None = None, target: Path | No
         raise FileNotFoundError(f"{folder} is not a Hugging Face folder: no {', '.join(missing)}")
     if target is None:
         return folder
-    shutil.copytree(folder, target, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
+    shutil.copytree(folder, target, ignore=shutil.ignore_patterns(STATE_FILE, MANIFEST_FILE),
+                    dirs_exist_ok=True)
     return target
 
 
@@ -246,7 +303,8 @@ def save_untrained_verl(output_dir: str | Path, step: int, policy: Path, reason:
 
     def fill(staging: Path) -> None:
         shutil.copytree(policy, staging, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(STATE_FILE, UNTRAINED_FILE, TEMP_PREFIX + "*"))
+                        ignore=shutil.ignore_patterns(STATE_FILE, UNTRAINED_FILE, MANIFEST_FILE,
+                                                     TEMP_PREFIX + "*"))
         write_atomic(staging / UNTRAINED_FILE, record)
 
     final = _publish_step(root, step, fill)

@@ -36,9 +36,11 @@ def _state(step: int) -> dict:
 def test_save_is_complete_and_replaces_an_older_copy(tmp_path):
     folder = ckpt.save_checkpoint(tmp_path, 3, _Model("model"), _Model("tok"), _state(3))
     assert folder == tmp_path / "step_3"
-    assert sorted(p.name for p in folder.iterdir()) == ["model.txt", "tok.txt", ckpt.STATE_FILE]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ckpt.MANIFEST_FILE, "model.txt", "tok.txt", ckpt.STATE_FILE]
     again = ckpt.save_checkpoint(tmp_path, 3, _Model("model2"), _Model("tok"), _state(3))
-    assert sorted(p.name for p in again.iterdir()) == ["model2.txt", "tok.txt", ckpt.STATE_FILE]
+    assert sorted(p.name for p in again.iterdir()) == [
+        ckpt.MANIFEST_FILE, "model2.txt", "tok.txt", ckpt.STATE_FILE]
     assert [p.name for p in tmp_path.iterdir()] == ["step_3"]  # nothing left beside it
 
 
@@ -267,3 +269,87 @@ def test_a_second_trainer_refuses_then_resume_takes_over_the_dead_ones_lock(tiny
     assert steps == [1, 2, 3, 4]
     assert json.loads((out / "provenance.json").read_text())["start_step"] == max(finished_before)
     assert not (out / LOCK_FILE).exists()
+
+
+# ---- a checkpoint damaged after its save; a disk that fills during one ------------------------
+
+
+def _local_trainer(model_dir: Path, out: Path, steps: int):
+    from prour.config import ModelConfig, Recipe
+    from prour.train.config import TrainConfig
+    from prour.train.local import LocalTrainer
+    from prour.train.reward import VerifiableFormatReward
+
+    cfg = TrainConfig.model_validate({
+        "states_per_step": 2, "total_steps": steps, "save_every": 1, "output_dir": str(out),
+        "device": "cpu", "dtype": "float32", "rollout": {"n": 2, "keep": 2,
+                                                         "max_response_tokens": 6},
+        "optim": {"lr": 1e-2, "warmup_steps": 0, "weight_decay": 0.0}, "ppo": {"epochs": 1}})
+    recipe = Recipe(name="t", seed=3,
+                    models={"generator": ModelConfig(backend="hf", path=str(model_dir))})
+    return LocalTrainer(recipe, cfg, reward_fn=VerifiableFormatReward(),
+                        make_state=lambda row: row["extra_info"]["task_id"], rows=instance_rows(6))
+
+
+@pytest.mark.parametrize("damaged", ["model.safetensors", ckpt.STATE_FILE])
+def test_a_truncated_newest_checkpoint_is_skipped_and_resume_redoes_it_from_the_one_before(
+        tiny_model_dir, tmp_path, damaged):
+    """Three steps saved; the newest file cut in half afterwards: the newest complete step is 2,
+    a resume starts there and writes step 3 again, equal to what the uninterrupted run saved."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "run"
+    _local_trainer(tiny_model_dir, out, 3).run(progress=False)
+    whole = {k: v.clone() for k, v in _weights(out / "step_3").items()}  # not the mmap
+    path = out / "step_3" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert "were saved" in ckpt.checkpoint_damage(out / "step_3")
+    assert ckpt.latest_checkpoint(out) == out / "step_2"
+
+    resumed = _local_trainer(tiny_model_dir, out, 3)
+    resumed.run(resume=True, progress=False)
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["start_step"] == 2 and provenance["resumed_from"] == str(out / "step_2")
+    assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1, 2, 3]
+    assert ckpt.checkpoint_damage(out / "step_3") is None
+    again = _weights(out / "step_3")
+    diff = max((again[k] - whole[k]).abs().max().item() for k in whole)
+    assert diff == 0.0, diff  # the same step 3 as before
+    assert ckpt.load_trainer_state(out / "step_3")["step"] == 3
+    AutoModelForCausalLM.from_pretrained(out / "step_3")  # loads
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]  # every step logged once
+
+
+def test_a_disk_that_fills_during_a_save_leaves_the_previous_step_loadable(tiny_model_dir,
+                                                                          tmp_path):
+    """A real full disk (a tmpfs that holds one checkpoint of the tiny model, not two): the
+    second save fails with ENOSPC, its staging folder is removed, step 1 is still the newest
+    complete checkpoint and loads; a disk line names the file and the space."""
+    import errno
+
+    from transformers import AutoModelForCausalLM
+    from transformers import AutoTokenizer
+
+    from prour.cli.failures import disk_failure_line
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
+    try:
+        state = {"step": 1, "rng": ckpt.rng_state(), "blob": torch.zeros(600_000)}
+        ckpt.save_checkpoint(mount, 1, model, tokenizer, state)
+        with pytest.raises(OSError) as failed:
+            ckpt.save_checkpoint(mount, 2, model, tokenizer, {**state, "step": 2})
+        assert failed.value.errno == errno.ENOSPC
+        line = disk_failure_line(failed.value)  # safetensors' own error, as a disk error
+        assert line is not None and f"cannot write {mount / 'step_2'}" in line, line
+        assert f"no space left on the device ({mount})" in line, line
+        assert sorted(p.name for p in mount.iterdir()) == ["step_1"]  # no staging left
+        assert ckpt.latest_checkpoint(mount) == mount / "step_1"
+        assert ckpt.load_trainer_state(mount / "step_1")["step"] == 1
+        AutoModelForCausalLM.from_pretrained(mount / "step_1")
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
