@@ -88,6 +88,10 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
         make_agent=builder.task_agent, make_user=builder.user_simulator,
         teacher=builder.llm("teacher") if cfg.teacher else None, cfg=cfg)
     out = Path(cfg.trajectories)
+    from prour.data.collect import stored_episodes
+    from prour.llm.openai import retried_requests
+
+    errored_before, retried_before = stored_episodes(out)[1], retried_requests()
     saved = lambda: (f"{_saved_trajectories(out)}; rerun `prour collect` with the same recipe to "
                      "collect only the missing ones")
     with hold_run_folder(out.parent), resumable(saved):  # one collector per trajectories folder
@@ -98,8 +102,10 @@ def collect(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     errored = sum(t.termination == "error" for t in trajs)
     asked = sum(len(teacher_exchanges(t)) for t in trajs)
     mean = sum(rewards) / len(rewards) if rewards else float("nan")
+    retried = retried_requests() - retried_before
     typer.echo(f"{len(trajs)} trajectories in {out}: mean reward {mean:.3f}, {errored} errored, "
-               f"{asked} teacher question(s)")
+               f"{asked} teacher question(s); retried: {errored_before} errored episode(s) of "
+               f"an earlier run, {retried} request(s) after a transient backend error")
     try:
         check_collection(trajs, cfg)
     except TooManyErrors as exc:

@@ -39,6 +39,16 @@ T = TypeVar("T")
 RETRY_STATUS = frozenset({408, 429})
 """Statuses retried besides every 5xx: request timeout and rate limiting."""
 
+_retried = 0  # attempts retried after a transient error, by every backend of this process
+_retried_lock = threading.Lock()
+
+
+def retried_requests() -> int:
+    """How many attempts this process has retried after a transient error (connect error,
+    timeout, 5xx, 408/429) so far, over every backend: a command reports the difference over its
+    run, so retries that succeeded are counted, not hidden."""
+    return _retried
+
 
 def api_root(base_url: str) -> str:
     """Server root from a base URL given with or without the conventional ``/v1`` suffix."""
@@ -304,6 +314,9 @@ class OpenAILLM:
                     raise BackendError(
                         f"POST {url} failed after {attempts} attempt(s); last error: {reason}"
                     ) from None
+                global _retried
+                with _retried_lock:
+                    _retried += 1
                 delay = self.backoff_s * 2 ** (attempt - 1)
                 if exc.retry_after is not None:
                     delay = min(max(delay, exc.retry_after), self.timeout_s)

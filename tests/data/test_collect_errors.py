@@ -149,6 +149,9 @@ def test_collect_against_a_backend_answering_500_exits_1_naming_it_and_retries_l
     result = collect(recipe, *_broken_agent(broken_backend))
     assert result.exit_code == 1, result.output
     assert "2 trajectories in" in result.output and "2 errored" in result.output
+    # the summary counts the retries that did not help: each episode's first call retried once
+    assert ("retried: 0 errored episode(s) of an earlier run, 2 request(s) after a transient "
+            "backend error") in result.output
     error_lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert error_lines == [
         "error: 2 of 2 episodes ended in an error (100%, more than data.max_error_fraction=0.1); "
@@ -167,6 +170,8 @@ def test_collect_against_a_backend_answering_500_exits_1_naming_it_and_retries_l
     result = collect(recipe, "--set", "data.num_trajectories=4")
     assert result.exit_code == 0, result.output
     assert "4 trajectories in" in result.output and "0 errored" in result.output
+    assert ("retried: 2 errored episode(s) of an earlier run, 0 request(s) after a transient "
+            "backend error") in result.output
     keys = _keys(out)
     assert keys[:2] == errored_order and sorted(keys[2:]) == [("0", 1), ("1", 1)]
     stored = load_trajectories(out, "error")
