@@ -21,6 +21,10 @@ where more than ``eval.max_error_fraction`` of the episodes errored.
 
 A checkpoint sweep (:func:`evaluate_checkpoints`) evaluates several saved steps of one training
 run into one folder: each result line records its checkpoint (training run name, step, folder).
+
+Every episode of a run (all arms, and all checkpoints of a sweep) goes through one queue
+(:mod:`prour.eval.queue`), which holds each model at its own in-flight limit and takes the arms
+in turn; ``queue.jsonl`` records each session's rate and achieved concurrency.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -249,26 +250,36 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
     finished = Counter()
     running: dict[Future[Trajectory], QueuedEpisode] = {}
     began = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    saving = threading.Lock()
+
+    def work(item: QueuedEpisode) -> Trajectory:
+        # saved by the worker: a signal (handled in the main thread) never falls between the
+        # append and its count, and an episode that ends while the queue stops is kept
+        traj = run_job(item.job, env)
+        with saving:
+            append_jsonl(path, traj)
+            finished[item.group] += 1
+        return traj
+
     try:
         with ThreadPoolExecutor(max_workers=concurrency) as pool, \
                 QueueProgress(totals, progress) as bar:
             while turns or running:
                 while (item := turns.next(lanes)) is not None:
                     lanes.take(item.lanes)
-                    running[pool.submit(run_job, item.job, env)] = item
+                    running[pool.submit(work, item)] = item
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     item = running.pop(future)
                     lanes.give(item.lanes)
                     traj = future.result()
-                    append_jsonl(path, traj)
                     results[traj.key] = traj
-                    finished[item.group] += 1
                     bar.advance(item.group, traj)
     finally:  # a signal: nothing new starts; running episodes end at their next request
         if todo:
-            _record_session(path.parent / QUEUE_FILE, began, lanes, finished, concurrency,
-                            len(todo))
+            with saving:
+                _record_session(path.parent / QUEUE_FILE, began, lanes, Counter(finished),
+                                concurrency, len(todo))
     return [results[item.job.key] for item in items]
 
 
