@@ -122,9 +122,10 @@ def test_a_signal_mid_run_saves_reports_frees_the_lock_and_a_rerun_completes(tmp
     text = _clean(log)
     saved = _stored(out)
     reports = [line for line in text.splitlines() if line.startswith("interrupted:")]
-    assert reports == [f"interrupted: {sum(saved.values())} trajectories saved in {out}; rerun "
-                       "`prour collect` with the same recipe to collect only the missing ones; "
-                       f"released the lock {out.parent / LOCK_FILE}; exit 130"], text
+    expected = (f"interrupted: {sum(saved.values())} trajectories saved in {out}; rerun "
+                "`prour collect` with the same recipe to collect only the missing ones; "
+                f"released the lock {out.parent / LOCK_FILE}; exit 130")
+    assert reports == [expected], text
     assert "stopped at once" not in text
     assert not (out.parent / LOCK_FILE).exists()
     assert max(saved.values()) == 1 and sum(saved.values()) < TASKS

@@ -328,8 +328,7 @@ def test_a_disk_that_fills_during_a_save_leaves_the_previous_step_loadable(tiny_
     complete checkpoint and loads; a disk line names the file and the space."""
     import errno
 
-    from transformers import AutoModelForCausalLM
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from prour.cli.failures import disk_failure_line
 

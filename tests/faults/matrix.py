@@ -1,0 +1,216 @@
+"""The fault matrix of the long commands: the single source of truth of which test holds each
+(command, fault) cell, which cells do not apply and why, and which are not built yet. Print it
+with ``python tests/faults/matrix.py`` (the README's Reliability section holds its output);
+tests/faults/test_matrix.py checks every named test exists and every cell is filled.
+
+A cell's tier: ``CI`` (``make test``: CPU, the vLLM venv and the local Slurm included), ``full``
+(``make test-full`` only) or ``slurm`` (marked slurm, run by ``make test`` where root can start
+Slurm). Every test a cell names asserts what issue 36 asks of its fault: a non-zero exit with one
+line naming cause and fix, no traceback, the lock freed and, after the fault is removed, a rerun
+with every record exactly once (or checkpoints that load)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMMANDS = ("collect", "normalize", "calibrate", "extract", "train local",
+            "train verl rehearsal", "eval", "report", "prour run")
+FAULTS = ("SIGINT start-up", "SIGINT mid-run", "SIGTERM mid-run", "Slurm repeated SIGTERM",
+          "kill -9 + rerun", "read-only run folder", "full disk", "HTTP 500", "timeout",
+          "closed mid-reply", "vLLM dies mid-step", "torn last line", "truncated checkpoint",
+          "corrupt parquet")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """``tests``: (tier, "path::function") pairs; else ``na`` (why it does not apply) or ``gap``
+    (why it is not built)."""
+
+    tests: tuple[tuple[str, str], ...] = ()
+    na: str = ""
+    gap: str = ""
+
+    @property
+    def mark(self) -> str:
+        if self.tests:
+            tiers = {tier for tier, _ in self.tests}
+            return "CI" if "CI" in tiers else "/".join(sorted(tiers))
+        return "n/a" if self.na else "gap"
+
+
+def t(*pairs: str) -> Cell:
+    """A cell from "TIER path::function" strings."""
+    return Cell(tests=tuple(tuple(p.split(" ", 1)) for p in pairs))  # type: ignore[misc]
+
+
+F = "tests/faults/test_collect_faults.py::"
+NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
+NO_PARQUET = "reads and writes no parquet"
+NO_MODEL = "calls no model server"
+SHORT = "a few seconds of reading files, no resumable phase: a rerun rewrites its folder whole"
+ISSUE35 = ("not built: eval's harness and CLI are being rebuilt by issue 35 (one-queue "
+           "scheduler); a cell here would test code about to change")
+NOT_BUILT = "not built within issue 36's time; the stage shares collect's cell's code path ({})"
+
+MATRIX: dict[str, dict[str, Cell]] = {
+    "collect": {
+        "SIGINT start-up": t("CI tests/test_interrupt.py::"
+                             "test_ctrl_c_during_start_up_is_one_line_without_a_traceback"),
+        "SIGINT mid-run": t("CI tests/cli/test_bad_inputs.py::"
+                            "test_ctrl_c_during_collect_says_what_was_saved_and_exits_130",
+                            "full " + F + "test_a_signal_mid_run_saves_reports_frees_the_lock_"
+                            "and_a_rerun_completes"),
+        "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_sigterm_saves_releases_the_lock_"
+                             "exits_130_and_a_rerun_completes",
+                             "full " + F + "test_a_signal_mid_run_saves_reports_frees_the_lock_"
+                             "and_a_rerun_completes"),
+        "Slurm repeated SIGTERM": t("CI " + F + "test_a_signal_mid_run_saves_reports_frees_the_"
+                                    "lock_and_a_rerun_completes",
+                                    "slurm tests/cluster/test_slurm_signals.py::test_scancel_of_a_"
+                                    "collect_job_saves_and_the_resubmission_does_only_the_missing"
+                                    "_work"),
+        "kill -9 + rerun": t("CI tests/data/test_collect.py::test_killed_collect_resumes_without_"
+                             "duplicates_or_losses",
+                             "full " + F + "test_kill_minus_nine_mid_run_then_a_rerun_does_only_"
+                             "the_missing_work"),
+        "read-only run folder": t("CI tests/cli/test_bad_setups.py::"
+                                  "test_a_read_only_run_folder_is_one_line"),
+        "full disk": t("CI tests/cli/test_bad_setups.py::test_a_full_run_folder_is_one_line_"
+                       "naming_the_file_and_the_space"),
+        "HTTP 500": t("CI " + F + "test_a_transient_backend_fault_is_retried_and_counted",
+                      "CI tests/data/test_collect_errors.py::test_collect_against_a_backend_"
+                      "answering_500_exits_1_naming_it_and_retries_later",
+                      "full " + F + "test_a_persistent_backend_fault_fails_the_step_then_a_rerun_"
+                      "retries_the_errored"),
+        "timeout": t("full " + F + "test_a_transient_backend_fault_is_retried_and_counted",
+                     "full " + F + "test_a_persistent_backend_fault_fails_the_step_then_a_rerun_"
+                     "retries_the_errored",
+                     "CI tests/llm/test_openai_faults.py::test_hanging_server_times_out_without_"
+                     "hanging"),
+        "closed mid-reply": t("full " + F + "test_a_transient_backend_fault_is_retried_and_"
+                              "counted",
+                              "full " + F + "test_a_persistent_backend_fault_fails_the_step_then"
+                              "_a_rerun_retries_the_errored",
+                              "CI tests/llm/test_openai_faults.py::test_closed_connection_retried"
+                              "_then_clear_error"),
+        "vLLM dies mid-step": t("CI tests/data/test_collect_vllm.py::test_collect_fails_when_its_"
+                                "server_dies_and_a_rerun_retries_the_errored"),
+        "torn last line": t("CI tests/data/test_collect_errors.py::test_a_torn_last_line_is_"
+                            "repaired_when_collect_resumes",
+                            "full " + F + "test_kill_minus_nine_mid_run_then_a_rerun_does_only_"
+                            "the_missing_work"),
+        "truncated checkpoint": Cell(na=NO_CKPT),
+        "corrupt parquet": Cell(na=NO_PARQUET + " (tau2 tasks come from the installed package)"),
+    },
+    "normalize": {
+        "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_normalize_against_a_server_"
+                      "answering_500"),
+        "truncated checkpoint": Cell(na=NO_CKPT),
+        "corrupt parquet": Cell(na=NO_PARQUET + " (trajectories and goals are JSONL)"),
+    },
+    "calibrate": {
+        "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_calibrate_against_a_server_"
+                      "answering_500"),
+        "torn last line": t("CI tests/cli/test_calibrate_states.py::test_a_torn_last_line_"
+                            "follows_data_on_bad_line"),
+        "truncated checkpoint": Cell(na="writes no checkpoint (labels JSONL, thresholds.json)"),
+        "corrupt parquet": Cell(na=NO_PARQUET + " (states and labels are JSONL)"),
+    },
+    "extract": {
+        "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_extract_against_a_server_"
+                      "answering_500"),
+        "truncated checkpoint": Cell(na="writes no checkpoint (a decision cache and parquet)"),
+    },
+    "train local": {
+        "kill -9 + rerun": t("CI tests/train/test_checkpoint.py::test_kill_minus_nine_then_resume"
+                             "_matches_an_uninterrupted_run",
+                             "CI tests/train/test_checkpoint.py::test_a_second_trainer_refuses_"
+                             "then_resume_takes_over_the_dead_ones_lock"),
+        "full disk": t("CI tests/train/test_checkpoint.py::test_a_disk_that_fills_during_a_save_"
+                       "leaves_the_previous_step_loadable"),
+        "truncated checkpoint": t("CI tests/train/test_checkpoint.py::test_a_truncated_newest_"
+                                  "checkpoint_is_skipped_and_resume_redoes_it_from_the_one_"
+                                  "before"),
+        "corrupt parquet": t("CI tests/cli/test_bad_setups.py::test_preflight_reads_the_footer_"
+                             "of_parquet_inputs"),
+    },
+    "train verl rehearsal": {
+        "kill -9 + rerun": t("slurm tests/cluster/test_multinode_train.py::test_a_rank_killed_"
+                             "mid_run_fails_the_job_and_a_resubmission_resumes"),
+        "truncated checkpoint": t("CI tests/train/test_checkpoint.py::test_a_truncated_newest_"
+                                  "checkpoint_is_skipped_and_resume_redoes_it_from_the_one_"
+                                  "before"),
+        "corrupt parquet": t("CI tests/cli/test_bad_setups.py::test_preflight_reads_the_footer_"
+                             "of_parquet_inputs"),
+    },
+    "eval": {
+        "SIGINT mid-run": t("CI tests/cli/test_bad_inputs.py::test_ctrl_c_during_eval_says_what_"
+                            "was_saved_and_exits_130"),
+        "kill -9 + rerun": t("CI tests/eval/test_harness.py::test_killed_evaluation_resumes_to_"
+                             "the_same_results",
+                             "CI tests/eval/test_harness.py::test_a_second_evaluation_refuses_"
+                             "then_a_rerun_takes_over_the_dead_ones_lock"),
+        "HTTP 500": t("CI tests/eval/test_eval_failures.py::test_errored_episodes_fail_the_eval_"
+                      "mark_the_report_and_rerun"),
+        "truncated checkpoint": Cell(na="writes no checkpoint; a checkpoint it evaluates is "
+                                     "found by train's rule (the newest complete step)"),
+    },
+    "report": {
+        **{fault: Cell(na=SHORT) for fault in FAULTS[1:5]},
+        **{fault: Cell(na=NO_MODEL) for fault in FAULTS[7:11]},
+        "truncated checkpoint": Cell(na="reads no checkpoint (metrics and results files)"),
+        "corrupt parquet": Cell(na=NO_PARQUET),
+    },
+    "prour run": {
+        "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_prour_run_passes_sigterm_on_to_"
+                             "its_step_and_prints_the_steps_report"),
+        "kill -9 + rerun": t("CI tests/test_runner_chain.py::test_a_killed_train_resumes_only_"
+                             "its_missing_steps_then_reruns_skip_and_stale_is_named"),
+    },
+}
+
+_GAPS = {
+    "normalize": "collect", "calibrate": "collect", "extract": "collect",
+    "train local": "train local's kill -9 cell", "train verl rehearsal": "train local",
+    "report": "collect", "prour run": "its steps' own cells",
+}
+
+
+def cell(command: str, fault: str) -> Cell:
+    """The cell, a gap with its reason where MATRIX names none."""
+    found = MATRIX[command].get(fault)
+    if found is not None:
+        return found
+    if command == "eval":
+        return Cell(gap=ISSUE35)
+    return Cell(gap=NOT_BUILT.format(_GAPS[command]))
+
+
+def table() -> str:
+    """The matrix as a Markdown table (CI / full / slurm / n/a / gap), then the notes."""
+    lines = ["| command | " + " | ".join(FAULTS) + " |",
+             "|---|" + "---|" * len(FAULTS)]
+    for command in COMMANDS:
+        marks = [cell(command, fault).mark for fault in FAULTS]
+        lines.append(f"| {command} | " + " | ".join(marks) + " |")
+    counts: dict[str, int] = {}
+    for command in COMMANDS:
+        for fault in FAULTS:
+            mark = cell(command, fault).mark
+            counts[mark] = counts.get(mark, 0) + 1
+    lines += ["", "cells: " + ", ".join(f"{n} {mark}" for mark, n in sorted(counts.items())), ""]
+    for command in COMMANDS:
+        for fault in FAULTS:
+            c = cell(command, fault)
+            if c.tests:
+                names = "; ".join(f"{tier} {name}" for tier, name in c.tests)
+                lines.append(f"- {command} × {fault}: {names}")
+            elif c.na:
+                lines.append(f"- {command} × {fault}: n/a, {c.na}")
+    gaps = sorted({cell(c, f).gap for c in COMMANDS for f in FAULTS if cell(c, f).gap})
+    lines += ["", "gaps:"] + [f"- {gap}" for gap in gaps]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
