@@ -32,7 +32,7 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVED_NAME = "tiny"
@@ -63,7 +63,7 @@ def running_requests(base_url: str) -> float | None:
     except OSError:
         return None
     values = [float(m.group(1)) for m in
-              re.finditer(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.M)]
+              re.finditer(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.MULTILINE)]
     return sum(values) if values else None
 
 
@@ -83,7 +83,7 @@ class Sampler:
                 self.samples.append(value)
             self._stop.wait(self.period)
 
-    def __enter__(self) -> Sampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -149,12 +149,12 @@ def describe(name: str, result: dict[str, Any], limit: int) -> list[str]:
     wall = sum(s["wall_s"] for s in result["sessions"])
     achieved = sum(s["mean_in_flight"] * s["wall_s"] for s in result["sessions"]) / wall
     return [
-        f"{name}: {result['wall_s']:.1f} s wall, {result['episodes']} episodes "
-        f"({result['errors']} errored), {result['episodes'] / result['wall_s'] * 60:.2f} "
-        f"episodes/min",
-        f"  server running requests ({len(samples)} samples): mean {mean:.2f}, at the limit "
-        f"{limit} in {at_limit:.0%} of samples; histogram "
-        + ", ".join(f"{k}: {histogram[k]}" for k in sorted(histogram)),
+        (f"{name}: {result['wall_s']:.1f} s wall, {result['episodes']} episodes "
+         f"({result['errors']} errored), {result['episodes'] / result['wall_s'] * 60:.2f} "
+         "episodes/min"),
+        (f"  server running requests ({len(samples)} samples): mean {mean:.2f}, at the limit "
+         f"{limit} in {at_limit:.0%} of samples; histogram "
+         + ", ".join(f"{k}: {histogram[k]}" for k in sorted(histogram))),
         f"  queue.jsonl: achieved concurrency (mean episodes in flight) {achieved:.2f}",
     ]
 

@@ -51,7 +51,7 @@ def test_each_lane_stays_at_its_limit_while_the_methods_interleave(tmp_path, mon
     """eval.max_in_flight holds the user's model at 1 episode although eval.concurrency is 3:
     never two episodes at once (the agent alone would allow 3), both methods start before
     either is done, and queue.jsonl records the session and the limit."""
-    import prour.env.runner as runner
+    from prour.env import runner
 
     recipe = load_recipe(_recipe(tmp_path, max_in_flight={"user": 1}))
     evaluation = Evaluation(recipe, tmp_path / "run", progress=False)
