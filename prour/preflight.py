@@ -65,7 +65,8 @@ def check_models(recipe: Recipe, roles_by_stage: dict[str, tuple[str, ...]]) -> 
     """One line per role the stages use that the recipe does not define."""
     from prour.build import missing_roles
 
-    needed_by = {f"`prour {stage}`": roles for stage, roles in roles_by_stage.items()}
+    needed_by = {f"`prour {stage.split('/')[0]}`": roles
+                 for stage, roles in roles_by_stage.items()}
     return [Problem("models", line) for line in missing_roles(recipe.models, needed_by)]
 
 

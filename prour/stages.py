@@ -1115,10 +1115,23 @@ def steps() -> tuple[Step, ...]:
 
 
 def get_stage(name: str) -> Stage:
-    """The stage called ``name``; an unknown name lists the valid ones."""
+    """The stage called ``name``; ``stage/step`` is that stage with only that step (what one
+    command of a stage runs, e.g. ``prour train`` on its recipe: ``train/train``, not the
+    ig-clarifier's training beside it). An unknown name lists the valid ones."""
+    name, _, step = name.partition("/")
     for stage in STAGES:
         if stage.name == name:
-            return stage
+            if not step:
+                return stage
+            from dataclasses import replace
+
+            one = tuple(s for s in stage.steps if s.name == step)
+            if not one:
+                from prour.registry import unknown_name
+
+                raise ValueError(unknown_name(f"step of stage {name}", step,
+                                              [s.name for s in stage.steps]))
+            return replace(stage, steps=one)
     from prour.registry import unknown_name
 
     raise ValueError(unknown_name("stage", name, stage_names()))
@@ -1146,7 +1159,7 @@ def served_elsewhere(recipe: Recipe, step: Step) -> bool:
 
 def _rows(name: str) -> tuple[Step, ...]:
     """A stage's steps, or the one step called ``name``."""
-    if name in stage_names():
+    if name in stage_names() or "/" in name:
         return get_stage(name).steps
     return (get_step(name),)
 

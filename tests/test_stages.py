@@ -329,3 +329,14 @@ def test_train_and_export_are_done_at_the_last_step(tmp_path: Path) -> None:
     assert train.is_done(recipe) and not export.is_done(recipe)  # no weights yet
     (tmp_path / "ck" / "step_3" / "model.safetensors").write_bytes(b"")
     assert export.is_done(recipe)
+
+
+def test_a_stage_narrowed_to_one_step_is_what_one_command_of_it_runs() -> None:
+    """``stage/step`` (``prour train``'s preflight: its own recipe's training, not the
+    ig-clarifier's beside it, whose data may ask other responders)."""
+    from prour.stages import get_stage
+
+    assert [s.name for s in get_stage("train/train").steps] == ["train"]
+    assert [s.name for s in get_stage("train").steps] == ["train", "train-ig-clarifier"]
+    with pytest.raises(ValueError, match="extract"):
+        get_stage("train/extract")

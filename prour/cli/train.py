@@ -82,10 +82,10 @@ def train(
     if dry_run:  # the plan, its run-time estimate, then what this node lacks for it
         run(loaded, cfg, dry_run, resume)
         _estimate(loaded, cfg)
-        if preflight_problems(loaded, "train"):
+        if preflight_problems(loaded, "train/train"):
             raise typer.Exit(2)
         return
-    preflight_or_exit(loaded, "train")
+    preflight_or_exit(loaded, "train/train")
     out = Path(cfg.output_dir)
     layout = "verl" if fsdp_checkpoints(cfg) else "local"
     with hold_run_folder(out), resumable(lambda: saved_checkpoint(out, layout)):
