@@ -262,9 +262,9 @@ class Routed:
     """A state's route and uncertainty under the current thresholds, and its decomposer cost."""
 
     route: str
-    au: float
-    eu: float
-    total: float
+    au: float | None  # None: not measured (a data.states: every row; no decomposer ran)
+    eu: float | None
+    total: float | None
     empty: bool
     calls: int
     requests: int
@@ -535,8 +535,9 @@ def extract_instances(
     return _assemble(kept, splits, tokens, cfg, summary), summary
 
 
-UNROUTED = Routed("clarify", 0.0, 0.0, 0.0, False, 0, 0)
-"""The route of a ``data.states: every`` row: clarify by construction, no decomposer call."""
+UNROUTED = Routed("clarify", None, None, None, False, 0, 0)
+"""The route of a ``data.states: every`` row: clarify by construction, no decomposer call, so
+no AU/EU (null in the parquet, never a measured 0)."""
 
 
 def every_state_instances(

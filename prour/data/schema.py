@@ -358,7 +358,9 @@ def _orphan_result(messages: Sequence[Message]) -> str | None:
 
 
 def _check_uncertainty(extra: Mapping[str, Any]) -> list[str]:
-    values = [extra.get(key) for key in ("au", "eu", "total")]
+    values = [extra.get(key) for key in UNMEASURED]
+    if all(v is None for v in values):  # not measured: a row no decomposer routed
+        return []
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
         return ["extra_info.au/eu/total must be finite numbers"]
     au, eu, total = values
@@ -391,7 +393,14 @@ def _check_identity(extra: Mapping[str, Any]) -> list[str]:
     return errors
 
 
+UNMEASURED = ("au", "eu", "total")
+"""Null in a row no decomposer routed (``data.states: every``); a reader that drops nulls (the
+verl path's :func:`_plain`) leaves them out altogether."""
+
+
 def _check_extra(extra: Any) -> list[str]:
+    if isinstance(extra, dict) and not set(UNMEASURED) & set(extra):
+        extra = {**extra, **dict.fromkeys(UNMEASURED)}
     if not isinstance(extra, dict) or set(extra) != set(EXTRA_INFO.names):
         missing = sorted(set(EXTRA_INFO.names) - set(extra or {}))
         return [f"extra_info must have the fields {EXTRA_INFO.names}; missing {missing}"]

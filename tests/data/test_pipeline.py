@@ -293,6 +293,7 @@ def test_ig_clarifier_rows_are_every_decision_state_whatever_the_router(
     chain's extract-ig-clarifier step depends on no router key (never made stale by one)."""
     from prour.data.collect import trajectory_id
     from prour.data.pipeline import run_extract
+    from prour.data.schema import state_from_row
     from prour.runner import step_values
     from prour.stages import get_step
 
@@ -316,7 +317,8 @@ def test_ig_clarifier_rows_are_every_decision_state_whatever_the_router(
     assert sorted(got) == sorted((trajectory_id(t), s) for t in trajectories for s in (0, 1, 2))
     for row in rows["base"]:
         extra = row["extra_info"]
-        assert extra["mode"] == "clarify" and extra["au"] == extra["eu"] == 0.0
+        assert extra["mode"] == "clarify" and extra["au"] is extra["eu"] is extra["total"] is None
+        assert state_from_row(row).target == row["reward_model"]["ground_truth"]  # trainable
         assert row["reward_model"]["ground_truth"] == goals[("retail", extra["task_id"])].goal
     # prour's routed rows (a clarify and a verify state of each trajectory) are among them, on
     # the same train/validation side
