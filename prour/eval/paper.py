@@ -623,17 +623,27 @@ def figure6_item(systems: Sequence[System], eval_dir: Path,
     curves = {k: v for k, v in curves.items() if any(x is not None for x in v["total"])}
     recorded = set(curves)
     curves.update(_posthoc_curves(systems, recorded))
-    if not recorded:
-        item.missing.append("no system of this run recorded AU/EU: the decomposer-routed "
-                            "methods (prour, clarify-only, verify-only) do (eval.methods)")
+    from prour.eval.posthoc import needs_posthoc
+
+    if not any(not needs_posthoc(s.method) for s in systems):
+        item.missing.append("no system of this run routes with the decomposer, which records "
+                            "AU/EU: prour, clarify-only or verify-only (eval.methods)")
     paper = f"total {_paper_ends('total')}; EU {_paper_ends('eu')}"
     for system in systems:
         label = system.label if system.label in recorded else f"{system.label} (post-hoc)"
+        if label not in curves and not needs_posthoc(system.method):
+            item.missing.append(f"{system.label}: its decomposer decisions hold no AU/EU (each "
+                                "was empty: no valid candidate action, routed to "
+                                "router.empty_route)")
+            continue
         if label not in curves:
             item.missing.append(f"{system.label}: no AU/EU (it routes without the decomposer): "
-                                f"`prour report {eval_dir} --posthoc-uncertainty` measures "
-                                "them into posthoc_uncertainty.jsonl")
+                                f"`prour posthoc {eval_dir} --recipe R` (the chain's posthoc "
+                                "step) measures them into posthoc_uncertainty.jsonl")
             continue
+        if all(x is None for x in curves[label]["total"]):
+            item.missing.append(f"{label}: the post-hoc decomposer found no valid candidate "
+                                "action at any measured decision: no AU/EU to draw")
         by_key = curves[label]
         shown = paper if system.method == "prour" and label in recorded else "–"
         item.rows.append([label, "recorded" if label in recorded else "post-hoc",
