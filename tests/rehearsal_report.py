@@ -41,3 +41,145 @@ def questions_written_by_their_own_models(results: list[dict[str, Any]], recipe:
     for line in results:
         writer = check_method(line["method"]).writer
         assert line["question_writer"] == wanted.get(writer), (line["method"], line)
+
+
+# ---- the paper's items (prour report's REPORT/paper/), each from the run's own files ----------
+
+PAPER_FILES = ("table1.md", "table6.md", "summary.txt", "index.html",
+               *(f"{name}.{ext}" for name in ("figure4_training", "figure5_budget",
+                                              "figure6_uncertainty", "figure7_router_f1",
+                                              "figure8_frequency") for ext in ("png", "json")))
+ROUTES = ("act", "clarify", "verify")
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _macro_f1(pairs: list[tuple[str, str]]) -> float:
+    """Macro-F1 (%) over the classes some label holds, from (label, predicted) pairs."""
+    scores = []
+    for name in ROUTES:
+        if not any(label == name for label, _ in pairs):
+            continue
+        tp = sum(label == name == got for label, got in pairs)
+        fp = sum(got == name != label for label, got in pairs)
+        fn = sum(label == name != got for label, got in pairs)
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return 100 * sum(scores) / len(scores)
+
+
+def _routed(record: dict[str, Any], tau: tuple[float, float], empty: str) -> str:
+    if record.get("au") is None:
+        return empty
+    return "clarify" if record["au"] >= tau[0] else "verify" if record["eu"] >= tau[1] else "act"
+
+
+def _label(line: dict[str, Any]) -> str | None:
+    return line["corrected"] or line["label"]
+
+
+def _pass_at_1(lines: list[dict[str, Any]]) -> float:
+    """Pass@1 (%) as Table 1 averages it: each domain's mean success, then the domains' mean."""
+    domains = sorted({x["domain"] for x in lines})
+    means = [sum(x["success"] for x in lines if x["domain"] == d)
+             / sum(x["domain"] == d for x in lines) for d in domains]
+    return 100 * sum(means) / len(means)
+
+
+def paper_items_from_the_run(run_dir: Path, recipe: Any) -> dict[str, Any]:
+    """Assert REPORT/paper/ holds Table 1, Table 6 and Figures 4-8, each drawn from this run's
+    files (recomputed here from results, calibration files, metrics and the sweep folders);
+    return the sidecars by figure."""
+    paper = run_dir / "eval" / "report" / "paper"
+    for name in PAPER_FILES:
+        assert (paper / name).is_file() and (paper / name).stat().st_size > 0, name
+    sidecars = {p.stem.split("_")[0]: json.loads(p.read_text()) for p in paper.glob("*.json")}
+    results = _jsonl(run_dir / "eval" / "results.jsonl")
+
+    # Table 1: a "this run" row per eval method whose average Pass@1 is the results' own
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in (paper / "table1.md").read_text().splitlines()
+            if line.startswith("| ") and "| this run |" in line]
+    assert [r[0].split(" (")[0] for r in rows] == recipe.eval.methods
+    header = next(line for line in (paper / "table1.md").read_text().splitlines()
+                  if line.startswith("| System"))
+    average = [c.strip() for c in header.strip("|").split("|")].index("Average")
+    for row, method in zip(rows, recipe.eval.methods):
+        mine = [x for x in results if x["method"] == method]
+        assert float(row[average].split()[0]) == round(_pass_at_1(mine), 2), (method, row)
+
+    # Table 6 and Figure 7: dev and held-out macro-F1 recomputed from the reviewed labels, the
+    # cached AU/EU and the stored thresholds (empty decisions: router.empty_route)
+    calibration = run_dir / "calibration"
+    stored = json.loads((calibration / "thresholds.json").read_text())
+    (pair,) = stored.values()
+    tau = (pair["tau_au"], pair["tau_eu"])
+    empty = recipe.router.empty_route
+    kept = set(json.loads((calibration / "dev_mix.json").read_text())["kept"])
+    for split, where in (("dev", "table6"), ("test", "figure7")):
+        labels = {x["state_id"]: _label(x) for x in _jsonl(calibration / f"labels_{split}.jsonl")}
+        measured = {x["state_id"]: x for x in _jsonl(calibration / f"uncertainty_{split}.jsonl")}
+        ids = [s for s, label in labels.items() if label and (split == "test" or s in kept)]
+        assert ids, f"no reviewed {split} label: the test's review must give some"
+        f1 = _macro_f1([(labels[s], _routed(measured[s], tau, empty)) for s in ids])
+        if where == "table6":
+            line = next(x for x in (paper / "table6.md").read_text().splitlines()
+                        if "| this run (dev) |" in x)
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            assert int(cells[2]) == len(ids) and float(cells[6]) == round(f1 / 100, 3), cells
+        else:
+            drawn = sidecars["figure7"]["series"]["macro_f1"]["this run"]
+            assert drawn["x"][0] == "decomposer" and round(drawn["y"][0], 2) == round(f1, 2)
+
+    # Figure 4: the training metrics train logged, step by step
+    metrics = _jsonl(run_dir / "checkpoints" / "metrics.jsonl")
+    drawn = [s for panel in ("belief", "reward")
+             for s in sidecars["figure4"]["series"][panel].values() if s["source"] == "run"]
+    assert drawn
+    for series in drawn:  # every step that logged the metric, with its logged value
+        logged = [(m["step"], m[series["key"]]) for m in metrics if m[series["key"]] is not None]
+        assert list(zip(series["x"], series["y"])) == logged, series["key"]
+
+    # Figures 5 and 8: each point the Pass@1 of its own folder's episodes at that router value
+    for figure, name, folder in (("figure5", "budget", "eval-budget"),
+                                 ("figure8", "every_n", "eval-every-n")):
+        series = sidecars[figure]["series"]["pass_at_1"]
+        for method in recipe.eval.tradeoff.methods:
+            points = dict(zip(series[method]["x"], zip(series[method]["y"],
+                                                       series[method]["folder"])))
+            for value in getattr(recipe.eval.tradeoff, name):
+                swept = [x for x in _jsonl(run_dir / folder / "results.jsonl")
+                         if x["method"] == method
+                         and x["sweep"] == {f"router.{name}": value}]
+                y, came_from = points[value]
+                assert came_from == folder and round(y, 2) == round(_pass_at_1(swept), 2)
+            main = "unlimited" if name == "budget" else 1
+            mine = [x for x in results if x["method"] == method]
+            assert points[main][1] == "eval" and \
+                round(points[main][0], 2) == round(_pass_at_1(mine), 2)
+
+    # Figure 6: the baselines' AU/EU come from the posthoc step, one line per decision of each
+    # of their episodes; what the tiny decomposer could not measure is said, never drawn as 0
+    from prour.eval.harness import result_key
+    from prour.eval.posthoc import MAX_STEPS, needs_posthoc
+
+    posthoc = _jsonl(run_dir / "eval" / "posthoc_uncertainty.jsonl")
+    baselines = [result_key(x["key"]) for x in results if needs_posthoc(x["method"])]
+    assert {x["key"] for x in posthoc} == set(baselines)
+    assert all(0 < sum(p["key"] == key for p in posthoc) <= MAX_STEPS for key in baselines)
+    figure6 = sidecars["figure6"]
+    for panel in ("total", "au", "eu"):
+        for label, series in figure6["series"][panel].items():
+            if series["source"] != "run":
+                continue
+            if not label.endswith("(post-hoc)"):
+                continue  # recorded by a decomposer-routed method (its own decisions)
+            method = label.split(" (")[0]
+            steps = {p["step"] + 1 for p in posthoc if p["method"] == method
+                     and p[panel] is not None}
+            assert set(series["x"]) == steps, label  # a point where a measurement is
+    if not any(p["total"] is not None for p in posthoc):
+        missing = figure6["series"]["missing"]
+        assert any("no AU/EU to draw" in m for m in missing), missing
+    return sidecars

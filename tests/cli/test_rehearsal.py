@@ -1,10 +1,14 @@
 """The rehearsal: recipes/rehearsal.yaml (paper.yaml on the tiny model, served by the vLLM CPU
 server) through `prour run` from an empty run folder, with no file made by hand: `prour
 tiny-model` builds the model, then every step of the paper's chain runs (collect retail and
-airline, normalize, the calibration states, annotate, the review gate approved on the command
-line, threshold search, held-out, extract, train, export, eval of every method with the final
-checkpoint, report). A stage that cannot get what it needs from a tiny model completes and says
-what it lacked. Run again, every step is done; a changed decomposer key names the stale steps.
+airline, normalize, the calibration states, annotate, the review gate (the test reviews: it
+corrects the tiny annotator's unusable labels, then approves on the command line), threshold
+search, held-out, extract and the ig-clarifier's own rows, train and export of both, eval of every
+method with the final checkpoints, the budget and frequency sweeps, the post-hoc AU/EU pass,
+report). The report's paper folder holds Table 1, Table 6 and Figures 4-8, each checked against
+numbers recomputed here from the run's own files. A stage that cannot get what it needs from a
+tiny model completes and says what it lacked. Run again, every step is done; a changed
+decomposer key names the stale steps.
 
 Needs the vLLM venv (PROUR_REQUIRE_VLLM=1 makes a missing one fail instead of skip).
 """
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rehearsal_report import every_method_reported
+from rehearsal_report import every_method_reported, paper_items_from_the_run
 
 from prour.recipes import load_recipe
 from prour.stages import STAGES
@@ -47,8 +51,22 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     recipe = load_recipe(REHEARSAL, [f"run_dir={tmp_path / 'runs' / 'rehearsal'}"])
     assert not Path(tmp_path / "runs" / "rehearsal").exists()  # nothing made beforehand
 
+    # first the chain stops at the review gate; the test is the reviewer: the tiny annotator's
+    # labels are unusable, so it corrects every line (act, clarify, verify in turn) and approves
+    first = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL))
+    annotated = first.stdout + first.stderr
+    assert first.returncode == 0 and "--approve-labels" in annotated, annotated[-6000:]
+    calibration = tmp_path / "runs" / "rehearsal" / "calibration"
+    unusable = {}
+    for split in ("dev", "test"):
+        path = calibration / f"labels_{split}.jsonl"
+        labels = [json.loads(x) for x in path.read_text().splitlines()]
+        unusable[split] = sum(not (x["corrected"] or x["label"]) for x in labels)
+        for i, line in enumerate(labels):
+            line["corrected"] = ("act", "clarify", "verify")[i % 3]
+        path.write_text("".join(json.dumps(x) + "\n" for x in labels))
     run = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--approve-labels")
-    shown = run.stdout + run.stderr
+    shown = annotated + run.stdout + run.stderr
     assert run.returncode == 0, shown[-6000:]
     # every step of the table ran (serve: prour run serves each step's models itself; a local
     # run's export finds the step folder train wrote already a Hugging Face folder: done)
@@ -76,7 +94,6 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
             assert tasks == reserve
     # calibration: test, n_states with a label line each; dev, every state of the reserve's
     # trajectories as candidates, labelled in their order (a prefix), the mix stored
-    calibration = run_dir / "calibration"
     test_states = (calibration / "test_states.jsonl").read_text().splitlines()
     assert len(test_states) == len((calibration / "labels_test.jsonl").read_text().splitlines()) \
         == recipe.router.calibration.n_states
@@ -88,7 +105,8 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     mix = json.loads((calibration / "dev_mix.json").read_text())
     assert set(mix["kept"]) <= set(labelled) and "dev mix: " in shown
     lacked = f"dev states: {mix['candidates_walked']} candidates labelled"
-    assert (lacked in " ".join(shown.split())) == bool(mix["short"]), mix
+    after = " ".join((run.stdout + run.stderr).split())  # the walk the search used, reviewed
+    assert (lacked in after) == bool(mix["short"]), mix
     thresholds = json.loads((run_dir / "calibration" / "thresholds.json").read_text())
     assert list(thresholds) == ["openai:tiny"]
     approval = json.loads((run_dir / "calibration" / "labels.approved.json").read_text())
@@ -98,7 +116,8 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     assert (final / "config.json").is_file()
     # eval's generator requests went to the vLLM server of that folder (eval.generator_backend:
     # vllm): the endpoint eval recorded is the server that loaded the export, and its request log
-    # holds one request per generator call the episodes counted (llm-router's fallback asks)
+    # holds one request per generator call the episodes of eval and its sweeps counted (the
+    # routed methods ask: empty decisions go to clarify; llm-router's fallback asks)
     evaluated = yaml.safe_load((run_dir / "eval" / "recipe.resolved.yaml").read_text())
     generator = evaluated["models"]["generator"]
     assert (generator["backend"], generator["model"]) == ("openai", "exported-generator")
@@ -107,22 +126,23 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     port = int(generator["base_url"].rsplit(":", 1)[1].split("/")[0])
     log = (run_dir / "serve" / "exported-generator.log").read_text()
     assert f"'port': {port}, 'model': '{final}'" in log, log[:3000]
-    called = sum(line["model_calls"].get("generator.chat", 0) for line in
-                 map(json.loads, (run_dir / "eval" / "results.jsonl").read_text().splitlines()))
+    called = sum(line["model_calls"].get("generator.chat", 0)  # the sweeps' episodes too
+                 for folder in ("eval", "eval-budget", "eval-every-n") for line in
+                 map(json.loads, (run_dir / folder / "results.jsonl").read_text().splitlines()))
     requests = log.count('"POST /v1/chat/completions HTTP/1.1" 200')
     assert called > 0 and requests == called, (called, requests)
     # eval: every method x domain x seed once; the report has a row per method
     rows = every_method_reported(run_dir, recipe)
     assert "prour (generator rehearsal step 2)" in rows  # the trained checkpoint's row
-    # what the tiny model could not give is said, counted from the files themselves
+    # what the tiny annotator could not give is said before the review, counted from its files;
+    # after the review no state lacks a label
     for split in ("dev", "test"):
-        labels = [json.loads(x) for x in
-                  (run_dir / "calibration" / f"labels_{split}.jsonl").read_text().splitlines()]
-        unusable = sum(not (x["corrected"] or x["label"]) for x in labels)
-        if split == "dev":  # the candidates the quota walk met without a label
-            unusable = len(mix["unusable"])
-        said = f"lacking: {unusable} {split} states have no usable label"
-        assert (said in " ".join(shown.split())) == bool(unusable), (split, unusable)
+        said = f"lacking: {unusable[split]} {split} states have no usable label"
+        assert (said in " ".join(annotated.split())) == bool(unusable[split]), (split, unusable)
+        assert f"{split} states have no usable label" not in run.stdout + run.stderr
+    assert not mix["unusable"]
+    # the paper's evidence beside the run: Table 1, Table 6, Figures 4-8, each from these files
+    paper_items_from_the_run(run_dir, recipe)
     from prour.data.dataset import read_rows
 
     rows = read_rows(run_dir / "data" / "dataset" / "train.parquet")
@@ -144,7 +164,8 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
                   "router.n_actions=3", "--dry-run")
     assert stale.returncode == 0, stale.stdout + stale.stderr
     named = set(re.findall(r"^\s+\S+/(\S+)\s+stale\b", stale.stdout, re.MULTILINE))
-    assert {"search", "heldout", "extract", "train", "eval"} <= named, stale.stdout
+    assert {"search", "heldout", "extract", "train", "eval", "eval-budget", "eval-every-n",
+            "posthoc"} <= named, stale.stdout
     assert not named & {"collect-retail", "collect-dev", "collect-airline", "normalize",
-                        "states-dev",
-                        "states-test", "annotate"}, stale.stdout
+                        "states-dev", "states-test", "annotate", "extract-ig-clarifier",
+                        "train-ig-clarifier"}, stale.stdout
