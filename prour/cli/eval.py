@@ -323,7 +323,12 @@ def report_command(
                                n_boot=n_boot, accounting=accounting, lam=lam,
                                burden_pairs=burden_pairs, annotations=annotations)
         paper = write_paper_report(evaluations, written["markdown"].parent, run_dir, n_boot)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        _report_disk_failure(exc)
+        from prour.cli.failures import complete_from_records
+
+        _fail(complete_from_records(str(exc), *evaluations))
+    except ValueError as exc:
         from prour.cli.failures import complete_from_records
 
         _fail(complete_from_records(str(exc), *evaluations))
@@ -382,6 +387,17 @@ def _posthoc(runs: list[str], recipe: str | None) -> None:
         typer.echo(f"post-hoc AU/EU: {len(measured)} episode(s) in {Path(run) / POSTHOC_FILE}")
 
 
+def _report_disk_failure(exc: OSError) -> None:
+    """A report folder on a read-only or full disk: the disk's one line (exit 1), with the
+    report's own way out (--out); returns for any other error."""
+    from prour.cli.failures import FAILED_EXIT, disk_failure_line
+
+    line = disk_failure_line(exc)
+    if line is not None:
+        _fail(f"{line}; or write the report elsewhere with `prour report ... --out DIR`",
+              FAILED_EXIT)
+
+
 def _refuse_tau2_files(runs: list[str]) -> None:
     """A tau2 results file given as a run, or a run folder holding only such files (neither eval
     results nor imported trajectories): one line naming `prour import tau2`."""
@@ -407,7 +423,10 @@ def training_report(output_dir: str, out: str | None) -> None:
 
     try:
         written = write_training_report(output_dir, out)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        _report_disk_failure(exc)
+        _fail(str(exc))
+    except ValueError as exc:
         _fail(str(exc))
     for name, path in written.items():
         typer.echo(f"{name}: {path}")

@@ -44,6 +44,7 @@ def t(*pairs: str) -> Cell:
 
 
 F = "tests/faults/test_collect_faults.py::"
+R = "tests/faults/test_report_faults.py::"
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
 NO_MODEL = "calls no model server"
@@ -156,7 +157,15 @@ MATRIX: dict[str, dict[str, Cell]] = {
                                      "found by train's rule (the newest complete step)"),
     },
     "report": {
+        "SIGINT start-up": t("CI " + R + "test_ctrl_c_during_report_start_up_is_one_line_without_"
+                             "a_traceback"),
         **{fault: Cell(na=SHORT) for fault in FAULTS[1:5]},
+        "read-only run folder": t("CI " + R + "test_a_read_only_report_folder_is_one_line_then_a_"
+                                  "rerun_writes_it"),
+        "full disk": t("CI " + R + "test_a_full_disk_is_one_line_naming_the_space_then_a_rerun_"
+                       "writes_the_report"),
+        "torn last line": t("CI " + R + "test_a_torn_last_line_is_named_and_skipped_and_every_"
+                            "episode_counted_once"),
         **{fault: Cell(na=NO_MODEL) for fault in FAULTS[7:11]},
         "truncated checkpoint": Cell(na="reads no checkpoint (metrics and results files)"),
         "corrupt parquet": Cell(na=NO_PARQUET),
