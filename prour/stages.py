@@ -30,9 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.config import ModelConfig, Recipe
 
 GPU_EXTRA = "pip install -e '.[gpu]'"
-# The airline collection that yields the held-out calibration states (README, paper A.2.2: 240
-# airline decision states; the protocol allows them, so its command sets protocol.on_breach=warn:
-# the guard would otherwise read airline's train split as training tasks). Paper A.2.2: 240
+# The airline collection that yields the held-out calibration states (docs/run-the-paper.md;
+# paper A.2.2: 240 airline decision states; the protocol allows them, so its command sets
+# protocol.on_breach=warn: the guard would otherwise read airline's train split as training
+# tasks). Paper A.2.2: 240
 # airline decision states sampled from router.calibration.test_episodes = 60 episodes of the
 # airline train split).
 AIRLINE_TRAJECTORIES = "data/airline_trajectories.jsonl"

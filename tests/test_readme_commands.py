@@ -1,6 +1,6 @@
-"""Every ``prour …`` command in README.md parses with the CLI's own parser.
+"""Every ``prour …`` command in README.md and the pages of docs/ parses with the CLI's own parser.
 
-The commands are read from the README's code blocks (a line ending in a backslash continues on
+The commands are read from the files' code blocks (a line ending in a backslash continues on
 the next) and from its inline code (a span may wrap across lines). Each is handed to the click
 command tree that typer builds from ``prour.cli.main.app``: the subcommands are resolved and the
 leaf makes its context, which checks option names, required options, choices and value types
@@ -8,7 +8,7 @@ without running anything. A span that only names a command (``prour calibrate``,
 to it) must resolve to one; anything with arguments is a command a reader may paste, so it must
 parse whole. A command that names one of
 this repository's recipes also loads it with its ``--set`` items, so a moved key fails too. A
-failure names the README line.
+failure names the file and line.
 
 Synopsis notation is read as a person reads it: ``[--n 240]`` is the option it encloses, an
 all-caps word (``R``, ``RUN_DIR``) or an ellipsis is a placeholder, and a placeholder given to a
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import shlex
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from io import StringIO
 from pathlib import Path
 
@@ -30,7 +30,9 @@ import typer.main
 
 from prour.cli.main import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT_DIR = Path(__file__).resolve().parents[1]
+README = ROOT_DIR / "README.md"
+DOCS = [README, *sorted((ROOT_DIR / "docs").glob("*.md"))]  # every file a reader takes commands from
 SEPARATORS = {"|", "||", "&", "&&", ";"}
 REDIRECTIONS = {">", ">>", "<", "2>", "2>>", "&>"}
 PLACEHOLDER = re.compile(r"^(?:[A-Z][A-Z0-9_]*|…|\.\.\.|<[^>]*>)$")
@@ -40,14 +42,15 @@ SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 
 @dataclass(frozen=True)
 class Command:
-    """One ``prour`` invocation found in the README: its line, its text, its arguments."""
+    """One ``prour`` invocation found in a markdown file: its line, its text, its arguments."""
 
     line: int
     text: str
     argv: tuple[str, ...]
+    file: str = "README.md"
 
     def where(self) -> str:
-        return f"README.md:{self.line}: `{self.text}`"
+        return f"{self.file}:{self.line}: `{self.text}`"
 
 
 def shell_words(text: str) -> list[str]:
@@ -226,7 +229,7 @@ def recipe_error(argv: tuple[str, ...] | list[str]) -> str | None:
 
     argv = list(argv)
     paths = [argv[at + 1] for at, word in enumerate(argv[:-1]) if word in ("--recipe", "-r")]
-    recipe = README.parent / paths[0] if paths else None
+    recipe = ROOT_DIR / paths[0] if paths else None
     if recipe is None or not recipe.is_file():
         return None
     sets = [argv[at + 1] for at, word in enumerate(argv[:-1]) if word == "--set"
@@ -238,12 +241,23 @@ def recipe_error(argv: tuple[str, ...] | list[str]) -> str | None:
     return None
 
 
-def test_the_readme_commands_parse() -> None:
-    commands = readme_commands(README.read_text(encoding="utf-8"))
-    assert len(commands) >= 40, f"found only {len(commands)} commands in README.md"
+def documented_commands() -> list[Command]:
+    """The ``prour`` commands of README.md and docs/*.md, each naming its file."""
+    commands = []
+    for path in DOCS:
+        name = str(path.relative_to(ROOT_DIR))
+        commands += [replace(command, file=name)
+                     for command in readme_commands(path.read_text(encoding="utf-8"))]
+    return commands
+
+
+def test_the_readme_and_docs_commands_parse() -> None:
+    assert len(DOCS) > 1, "docs/*.md not found"
+    commands = documented_commands()
+    assert len(commands) >= 40, f"found only {len(commands)} commands in README.md and docs/"
     refused = [f"{command.where()}: {error}" for command in commands
                if (error := parse_error(command.argv) or recipe_error(command.argv))]
-    assert not refused, "stale README commands:\n" + "\n".join(refused)
+    assert not refused, "stale commands in README.md or docs/:\n" + "\n".join(refused)
 
 
 def test_the_readme_opens_with_the_two_commands() -> None:

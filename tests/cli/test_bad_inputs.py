@@ -21,7 +21,7 @@ from prour.cli.main import app
 from prour.data.dataset import write_rows
 from prour.data.schema import ROW_SCHEMA
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"  # the commands' page
 
 
 @pytest.fixture(autouse=True)
@@ -211,8 +211,8 @@ def test_ctrl_c_during_eval_says_what_was_saved_and_exits_130(tmp_path):
     assert not (tmp_path / "run" / "eval" / ".prour.lock").exists()  # the lock is released
 
 
-def test_the_readme_method_example_parses(tmp_path):
-    text = README.read_text()
+def test_the_docs_method_example_parses(tmp_path):
+    text = CLI_PAGE.read_text()
     assert "--method base,prour" in text and "--method base prour" not in text
     recipe = write_recipe(tmp_path, eval={"domains": ["retail"], "max_tasks": 1, "seeds": [0]})
     result = invoke("eval", "--recipe", str(recipe), "--method", "base,prour", "--no-progress")

@@ -1,6 +1,6 @@
 """The fault matrix of the long commands: the single source of truth of which test holds each
 (command, fault) cell, which cells do not apply and why, and which are not built yet. Print it
-with ``python tests/faults/matrix.py`` (the README's Reliability section holds its output);
+with ``python tests/faults/matrix.py`` (docs/reliability.md holds its output);
 tests/faults/test_matrix.py checks every named test exists and every cell is filled.
 
 A cell's tier: ``CI`` (``make test``: CPU, the vLLM venv and the local Slurm included), ``full``

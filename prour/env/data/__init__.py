@@ -1,1 +1,2 @@
-"""Data shipped with prour: τ-bench v1 retail training tasks converted to tau2 (see README)."""
+"""Data shipped with prour: τ-bench v1 retail training tasks converted to tau2
+(docs/evaluation.md)."""
