@@ -104,6 +104,7 @@ def eval_command(
         saved_lines,
     )
     from prour.eval.harness import EPISODES_FILE, with_checkpoint
+    from prour.llm.openai import retried_requests
     from prour.recipes import load_recipe
 
     with recipe_errors():
@@ -121,6 +122,7 @@ def eval_command(
     run_dir = Path(out) if out else loaded.resolved_run_dir() / "eval"
     saved = lambda: (f"{saved_lines(run_dir / EPISODES_FILE, 'episodes')}; rerun the same "
                      "`prour eval` to run only the missing ones")
+    errored_before, retried_before = _errored_results(run_dir), retried_requests()
     if os.environ.get("SLURM_ARRAY_TASK_ID"):
         # The tasks of one `prour slurm` eval array share the run folder by design, each on its
         # own seed x domain slice (appends are atomic); Slurm runs each slice once.
@@ -130,7 +132,31 @@ def eval_command(
         with hold_run_folder(run_dir), resumable(saved):
             results = _evaluate(loaded, run_dir, progress, default_generator, checkpoints)
     _print_summary(results, run_dir)
+    _print_retries(results, errored_before if loaded.eval.retry_errors else set(),
+                   retried_requests() - retried_before)
     _check_errors(results, loaded.eval.max_error_fraction)
+
+
+def _errored_results(run_dir: Path) -> set[str]:
+    """Keys of the episodes whose latest result line in ``run_dir`` is an error."""
+    from prour.eval.harness import RESULTS_FILE, load_result_lines
+
+    path = run_dir / RESULTS_FILE
+    lines = load_result_lines(path) if path.is_file() else {}
+    return {key for key, line in lines.items() if line.get("error")}
+
+
+def _print_retries(results: list[dict[str, Any]], errored_before: set[str], requests: int) -> None:
+    """One line, as collect's: the errored episodes of an earlier run this one ran again, the
+    requests retried after a transient backend error (not hidden), and the episodes still
+    errored."""
+    from prour.eval.harness import result_key
+
+    keys = {result_key(line["key"]) for line in results}
+    errored = sum(bool(line["error"]) for line in results)
+    typer.echo(f"retried: {len(errored_before & keys)} errored episode(s) of an earlier run, "
+               f"{requests} request(s) after a transient backend error; {errored} episode(s) "
+               "still errored")
 
 
 def _sweep(entries: list[str] | None) -> dict[str, list[int | None]] | None:

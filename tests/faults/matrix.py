@@ -45,6 +45,7 @@ def t(*pairs: str) -> Cell:
 
 F = "tests/faults/test_collect_faults.py::"
 R = "tests/faults/test_report_faults.py::"
+E = "tests/faults/test_eval_faults.py::"
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
 NO_MODEL = "calls no model server"
@@ -145,6 +146,17 @@ MATRIX: dict[str, dict[str, Cell]] = {
                              "of_parquet_inputs"),
     },
     "eval": {
+        "SIGTERM mid-run": t("CI " + E + "test_a_signal_mid_run_saves_reports_frees_the_lock_and_a_"
+                             "rerun_completes"),
+        "Slurm repeated SIGTERM": t("full " + E + "test_a_signal_mid_run_saves_reports_frees_the_"
+                                    "lock_and_a_rerun_completes"),
+        "timeout": t("CI " + E + "test_a_transient_backend_fault_is_retried_and_counted",
+                     "full " + E + "test_a_persistent_backend_fault_fails_the_eval_then_a_rerun_"
+                     "retries_the_errored"),
+        "closed mid-reply": t("full " + E + "test_a_transient_backend_fault_is_retried_and_"
+                              "counted",
+                              "full " + E + "test_a_persistent_backend_fault_fails_the_eval_then"
+                              "_a_rerun_retries_the_errored"),
         "SIGINT mid-run": t("CI tests/cli/test_bad_inputs.py::test_ctrl_c_during_eval_says_what_"
                             "was_saved_and_exits_130"),
         "kill -9 + rerun": t("CI tests/eval/test_harness.py::test_killed_evaluation_resumes_to_"
@@ -152,7 +164,10 @@ MATRIX: dict[str, dict[str, Cell]] = {
                              "CI tests/eval/test_harness.py::test_a_second_evaluation_refuses_"
                              "then_a_rerun_takes_over_the_dead_ones_lock"),
         "HTTP 500": t("CI tests/eval/test_eval_failures.py::test_errored_episodes_fail_the_eval_"
-                      "mark_the_report_and_rerun"),
+                      "mark_the_report_and_rerun",
+                      "full " + E + "test_a_transient_backend_fault_is_retried_and_counted",
+                      "full " + E + "test_a_persistent_backend_fault_fails_the_eval_then_a_rerun_"
+                      "retries_the_errored"),
         "truncated checkpoint": Cell(na="writes no checkpoint; a checkpoint it evaluates is "
                                      "found by train's rule (the newest complete step)"),
     },
