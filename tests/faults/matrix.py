@@ -46,6 +46,8 @@ def t(*pairs: str) -> Cell:
 F = "tests/faults/test_collect_faults.py::"
 R = "tests/faults/test_report_faults.py::"
 E = "tests/faults/test_eval_faults.py::"
+S = ("tests/faults/test_stage_faults.py::test_a_backend_fault_fails_the_stage_in_one_line_then_"
+     "a_rerun_writes_each_record_once")
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
 NO_MODEL = "calls no model server"
@@ -105,12 +107,16 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (tau2 tasks come from the installed package)"),
     },
     "normalize": {
+        "timeout": t("CI " + S),
+        "closed mid-reply": t("CI " + S),
         "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_normalize_against_a_server_"
                       "answering_500"),
         "truncated checkpoint": Cell(na=NO_CKPT),
         "corrupt parquet": Cell(na=NO_PARQUET + " (trajectories and goals are JSONL)"),
     },
     "calibrate": {
+        "timeout": t("CI " + S),
+        "closed mid-reply": t("CI " + S),
         "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_calibrate_against_a_server_"
                       "answering_500"),
         "torn last line": t("CI tests/cli/test_calibrate_states.py::test_a_torn_last_line_"
@@ -119,6 +125,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (states and labels are JSONL)"),
     },
     "extract": {
+        "timeout": t("full " + S),
+        "closed mid-reply": t("CI " + S),
         "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_extract_against_a_server_"
                       "answering_500"),
         "truncated checkpoint": Cell(na="writes no checkpoint (a decision cache and parquet)"),
