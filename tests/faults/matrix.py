@@ -48,6 +48,8 @@ R = "tests/faults/test_report_faults.py::"
 E = "tests/faults/test_eval_faults.py::"
 S = ("tests/faults/test_stage_faults.py::test_a_backend_fault_fails_the_stage_in_one_line_then_"
      "a_rerun_writes_each_record_once")
+D = ("tests/faults/test_stage_faults.py::test_a_read_only_or_full_run_folder_is_one_line_then_"
+     "a_rerun_writes_each_record_once")
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
 NO_MODEL = "calls no model server"
@@ -107,6 +109,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (tau2 tasks come from the installed package)"),
     },
     "normalize": {
+        "read-only run folder": t("CI " + D),
+        "full disk": t("CI " + D),
         "timeout": t("CI " + S),
         "closed mid-reply": t("CI " + S),
         "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_normalize_against_a_server_"
@@ -115,6 +119,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (trajectories and goals are JSONL)"),
     },
     "calibrate": {
+        "read-only run folder": t("CI " + D),
+        "full disk": t("CI " + D),
         "timeout": t("CI " + S),
         "closed mid-reply": t("CI " + S),
         "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_calibrate_against_a_server_"
@@ -125,6 +131,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (states and labels are JSONL)"),
     },
     "extract": {
+        "read-only run folder": t("CI " + D),
+        "full disk": t("full " + D),
         "timeout": t("full " + S),
         "closed mid-reply": t("CI " + S),
         "HTTP 500": t("CI tests/cli/test_bad_setups.py::test_extract_against_a_server_"

@@ -1,13 +1,15 @@
 """Fault cells of ``prour normalize``, ``prour calibrate --stage label`` and ``prour extract``
-(tests/faults/matrix.py lists every cell), one parametrised test for the three: the stage's model
-is tests/faults/test_collect_faults.py's faulty server, which hangs past the client's time limit
-or closes the connection mid-reply on every request; the stage exits 1 with one line naming the
-role, the server and the rerun, and with the scripted model back a rerun writes every record
-exactly once (counted by key against the stage's inputs)."""
+(tests/faults/matrix.py lists every cell), each fault one test parametrised over the three. The
+stage's model is tests/faults/test_collect_faults.py's faulty server, which hangs past the
+client's time limit or closes the connection mid-reply on every request; or the run folder is a
+small tmpfs, read-only or full. The stage exits 1 with one line naming the cause and the fix, no
+lock is left, and with the fault removed a rerun writes every record exactly once (counted by key
+against the stage's inputs)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -107,3 +109,64 @@ EXPECTED = {"normalize": _normalized, "calibrate": _labelled, "extract": _extrac
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# ---- a read-only or full run folder (a small tmpfs as run_dir; root ignores file modes) ------
+
+
+def _console(capsys, *args: str) -> tuple[int, str]:
+    """``prour ARGS`` through the console entry's disk handling (prour.cli.failures.run_app):
+    the exit status and stderr."""
+    from prour.cli.failures import run_app
+
+    argv = sys.argv
+    sys.argv = ["prour", *args]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run_app(app)
+    finally:
+        sys.argv = argv
+    return stop.value.code or 0, capsys.readouterr().err
+
+
+def _fill(mount: Path) -> Path:
+    """Write a file until the disk refuses: nothing left free."""
+    filler = mount / "filler"
+    with open(filler, "wb") as handle, pytest.raises(OSError):
+        while True:
+            handle.write(b"\0" * 65536)
+            handle.flush()
+    return filler
+
+
+@pytest.mark.parametrize("command, fault", [
+    pytest.param(command, fault, marks=pytest.mark.full) if (command, fault) == (
+        "extract", "full") else (command, fault)  # extract's CI cell: read-only
+    for command in STAGES for fault in ("read-only", "full")])
+def test_a_read_only_or_full_run_folder_is_one_line_then_a_rerun_writes_each_record_once(
+        tmp_path, tiny_model_dir, capsys, command, fault):
+    from test_bad_setups import tmpfs
+
+    argv, _ = STAGES[command]
+    run = tmp_path / "run"
+    with tmpfs(run, "16m"):
+        recipe = _prepared(command, tmp_path, tiny_model_dir)
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(run)], check=True)
+        else:
+            filler = _fill(run)
+        code, err = _console(capsys, command, "--recipe", str(recipe), *argv)
+        assert code == 1 and "Traceback" not in err, err
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, err
+        assert f"cannot write {run}" in errors[0], errors[0]
+        assert (f"the file system ({run}) is read-only" if fault == "read-only" else
+                f"no space left on the device ({run})") in errors[0], errors[0]
+        assert not list(run.rglob(LOCK_FILE)), "the run lock was left behind"
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,rw", str(run)], check=True)
+        else:
+            filler.unlink()
+        fixed = _invoke(command, "--recipe", str(recipe), *argv)
+        assert fixed.exit_code == 0, fixed.output
+        EXPECTED[command](run, fixed.output)
