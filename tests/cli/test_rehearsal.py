@@ -29,7 +29,9 @@ from rehearsal_report import every_method_reported, paper_items_from_the_run
 from prour.recipes import load_recipe
 from prour.stages import STAGES
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# the whole chain twice (to the gate, then on) plus the rerun: ~8 min alone on 2 cores, more
+# under load; each prour call has its own timeout below
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 REHEARSAL = REPO / "recipes" / "rehearsal.yaml"
