@@ -48,6 +48,8 @@ R = "tests/faults/test_report_faults.py::"
 E = "tests/faults/test_eval_faults.py::"
 S = ("tests/faults/test_stage_faults.py::test_a_backend_fault_fails_the_stage_in_one_line_then_"
      "a_rerun_writes_each_record_once")
+U = ("CI tests/faults/test_start_up_faults.py::test_ctrl_c_during_start_up_is_one_line_without_"
+     "a_traceback")
 D = ("tests/faults/test_stage_faults.py::test_a_read_only_or_full_run_folder_is_one_line_then_"
      "a_rerun_writes_each_record_once")
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
@@ -109,6 +111,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (tau2 tasks come from the installed package)"),
     },
     "normalize": {
+        "SIGINT start-up": t(U),
         "read-only run folder": t("CI " + D),
         "full disk": t("CI " + D),
         "timeout": t("CI " + S),
@@ -119,6 +122,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (trajectories and goals are JSONL)"),
     },
     "calibrate": {
+        "SIGINT start-up": t(U),
         "read-only run folder": t("CI " + D),
         "full disk": t("CI " + D),
         "timeout": t("CI " + S),
@@ -131,6 +135,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (states and labels are JSONL)"),
     },
     "extract": {
+        "SIGINT start-up": t(U),
         "read-only run folder": t("CI " + D),
         "full disk": t("full " + D),
         "timeout": t("full " + S),
@@ -140,6 +145,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "truncated checkpoint": Cell(na="writes no checkpoint (a decision cache and parquet)"),
     },
     "train local": {
+        "SIGINT start-up": t(U),
         "kill -9 + rerun": t("CI tests/train/test_checkpoint.py::test_kill_minus_nine_then_resume"
                              "_matches_an_uninterrupted_run",
                              "CI tests/train/test_checkpoint.py::test_a_second_trainer_refuses_"
@@ -153,6 +159,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
                              "of_parquet_inputs"),
     },
     "train verl rehearsal": {
+        "SIGINT start-up": t(U),
         "kill -9 + rerun": t("slurm tests/cluster/test_multinode_train.py::test_a_rank_killed_"
                              "mid_run_fails_the_job_and_a_resubmission_resumes"),
         "truncated checkpoint": t("CI tests/train/test_checkpoint.py::test_a_truncated_newest_"
@@ -162,6 +169,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
                              "of_parquet_inputs"),
     },
     "eval": {
+        "SIGINT start-up": t(U),
         "SIGTERM mid-run": t("CI " + E + "test_a_signal_mid_run_saves_reports_frees_the_lock_and_a_"
                              "rerun_completes"),
         "Slurm repeated SIGTERM": t("full " + E + "test_a_signal_mid_run_saves_reports_frees_the_"
@@ -202,6 +210,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET),
     },
     "prour run": {
+        "SIGINT start-up": t(U),
         "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_prour_run_passes_sigterm_on_to_"
                              "its_step_and_prints_the_steps_report"),
         "kill -9 + rerun": t("CI tests/test_runner_chain.py::test_a_killed_train_resumes_only_"
