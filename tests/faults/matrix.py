@@ -50,6 +50,10 @@ S = ("tests/faults/test_stage_faults.py::test_a_backend_fault_fails_the_stage_in
      "a_rerun_writes_each_record_once")
 U = ("CI tests/faults/test_start_up_faults.py::test_ctrl_c_during_start_up_is_one_line_without_"
      "a_traceback")
+TR = ("full tests/faults/test_train_faults.py::test_a_signal_mid_training_names_the_checkpoint_"
+      "and_resume_saves_every_step_once")
+RUN = ("full tests/faults/test_run_faults.py::test_a_signal_to_the_process_group_mid_step_"
+       "reports_once_and_a_rerun_completes")
 D = ("tests/faults/test_stage_faults.py::test_a_read_only_or_full_run_folder_is_one_line_then_"
      "a_rerun_writes_each_record_once")
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
@@ -145,6 +149,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "truncated checkpoint": Cell(na="writes no checkpoint (a decision cache and parquet)"),
     },
     "train local": {
+        "SIGINT mid-run": t(TR),
+        "SIGTERM mid-run": t(TR),
         "SIGINT start-up": t(U),
         "kill -9 + rerun": t("CI tests/train/test_checkpoint.py::test_kill_minus_nine_then_resume"
                              "_matches_an_uninterrupted_run",
@@ -210,6 +216,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET),
     },
     "prour run": {
+        "SIGINT mid-run": t(RUN),
+        "Slurm repeated SIGTERM": t(RUN),
         "SIGINT start-up": t(U),
         "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_prour_run_passes_sigterm_on_to_"
                              "its_step_and_prints_the_steps_report"),
