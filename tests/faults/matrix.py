@@ -149,6 +149,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "truncated checkpoint": Cell(na="writes no checkpoint (a decision cache and parquet)"),
     },
     "train local": {
+        "read-only run folder": t("full tests/faults/test_train_faults.py::test_a_read_only_"
+                                  "output_folder_is_one_line_then_a_rerun_trains"),
         "SIGINT mid-run": t(TR),
         "SIGTERM mid-run": t(TR),
         "SIGINT start-up": t(U),

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+for folder in ("train", "cli"):  # tests/train: the tiny trainer; tests/cli: the small mount
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / folder))
 from test_checkpoint import _recipe_file, _train, _weights  # tests/train: the tiny trainer
 from train_helpers import instance_rows
 
@@ -59,3 +60,34 @@ def test_a_signal_mid_training_names_the_checkpoint_and_resume_saves_every_step_
     assert steps == [1, 2, 3, 4], steps  # each step once: none lost, none repeated
     assert _weights(out / "step_4")  # loads
     assert not (out / LOCK_FILE).exists()
+
+
+@pytest.mark.full  # ~40 s: the rerun trains a step
+def test_a_read_only_output_folder_is_one_line_then_a_rerun_trains(tiny_model_dir, tmp_path):
+    """train.output_dir on a read-only file system: exit 1, the disk's one line, no traceback;
+    remounted read-write, the same command trains (one step here) and its checkpoint loads."""
+    import subprocess
+
+    from test_bad_setups import tmpfs
+
+    from prour.data.dataset import write_rows
+
+    data = write_rows(instance_rows(5), tmp_path / "train.parquet")
+    recipe = _recipe_file(tmp_path, "ro", tiny_model_dir, data)
+    mount, one_step = tmp_path / "ckpt", ("--set", "train.total_steps=1")
+    with tmpfs(mount, "64m", read_only=True):
+        proc = _train(recipe, *one_step)
+        log = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 1 and "Traceback" not in log, log
+        errors = [line for line in log.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, log
+        assert f"cannot write {mount / 'ro'}" in errors[0], errors[0]
+        assert f"the file system ({mount}) is read-only" in errors[0], errors[0]
+        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+        rerun = _train(recipe, *one_step)
+        log = rerun.communicate(timeout=600)[0]
+        assert rerun.returncode == 0, log
+        out = mount / "ro"
+        assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1]
+        assert _weights(out / "step_1")
+        assert not (out / LOCK_FILE).exists()
