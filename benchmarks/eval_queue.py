@@ -1,22 +1,33 @@
-"""Evaluation through one queue against one method after another, on the real vLLM CPU server.
+"""Evaluation through one queue against one method after another, on two real vLLM CPU servers.
 
-A vLLM CPU server is started here on the tiny random Qwen3 with ``--max-num-seqs LIMIT``; every
-model role of a recipe points at it. The same episodes (``--methods`` x the first ``--tasks``
-retail test tasks x ``--seeds``) run twice through ``prour.eval.harness``, each into a fresh run
-folder:
+The paper's layout, scaled down: the agent backbone (agent, user, verifier, LLM router) is one
+vLLM CPU server with ``--max-num-seqs BACKBONE`` and prour's query generator another with
+``--max-num-seqs GENERATOR`` (fewer slots), both on the tiny random Qwen3 under their own served
+ids. Of the methods, only ``llm-router`` calls the generator (``router.llm_router_fallback:
+clarify``: the tiny model's invalid router replies route to clarify, so every one of its agent
+steps asks the generator); the baselines run on the backbone alone. Long generations
+(``--max-tokens`` per agent/user/router message, ``--generator-max-tokens`` per query) make each
+request cost the server real decode steps, so the served models, not the client, are the
+bottleneck.
 
-- one method after another: one :class:`~prour.eval.harness.Evaluation` per method, in turn (as
-  running ``prour eval --method M`` for each method);
-- one queue: one Evaluation of every method, whose episodes interleave in one scheduler.
+The same episodes (``--methods`` x the first ``--tasks`` retail test tasks x ``--seeds``) run
+twice through ``prour.eval.harness``, each into fresh run folders:
 
-Both hold the server at LIMIT episodes (``eval.concurrency``, the client's ``max_concurrency``
-and the server's ``max_num_seqs`` all equal LIMIT). A sampler reads the server's
-``vllm:num_requests_running`` from ``/metrics`` every ``--sample-s`` seconds during each run.
-Printed: the wall time of each, their ratio, the in-flight samples (mean, share at the limit, a
-histogram) and the achieved concurrency the queue recorded (``queue.jsonl``).
+- before the queue (commit 4cdbe3c's parent): each method alone (as ``prour eval --method M``),
+  one after another, its ``eval.concurrency`` lowered to the smallest ``max_num_seqs`` of the
+  servers its models are on (:func:`prour.cluster.recipe.eval_concurrency`, what ``prour eval``
+  did then): the baselines at BACKBONE, ``llm-router`` at GENERATOR;
+- one queue: one Evaluation of every method at ``eval.concurrency`` BACKBONE, each model held at
+  its own server's limit by :mod:`prour.eval.queue`.
+
+A thread reads each server's ``vllm:num_requests_running`` from ``/metrics`` every
+``--sample-s`` seconds. Printed: each run's wall time, their ratio, per server the mean running
+requests and the share of samples at its limit, and the achieved concurrency per lane that the
+queue recorded (``queue.jsonl``).
 
 Usage:
-  python benchmarks/eval_queue.py [--limit 4] [--tasks 8] [--seeds 0,1] [--max-steps 6]
+  python benchmarks/eval_queue.py [--backbone-limit 8] [--generator-limit 2] [--tasks 8]
+      [--seeds 0,1] [--max-steps 6] [--max-tokens 256] [--generator-max-tokens 256]
 (needs the vLLM venv: ``make vllm-env`` or PROUR_VLLM_PYTHON)
 """
 
@@ -35,20 +46,23 @@ from pathlib import Path
 from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVED_NAME = "tiny"
+BACKBONE, GENERATOR = "tiny-backbone", "tiny-generator"
 TINY_CONTEXT = 16384
-METHODS = "base,ask-before-plan,saber,verifiagent"
-ROLES = ("agent", "user", "verifier", "router", "generator", "decomposer", "judge")
+METHODS = "base,saber,verifiagent,llm-router"
+BACKBONE_ROLES = ("agent", "user", "verifier", "router", "decomposer", "judge")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=4, help="episodes in flight (max_num_seqs)")
+    parser.add_argument("--backbone-limit", type=int, default=8, help="backbone max_num_seqs")
+    parser.add_argument("--generator-limit", type=int, default=2, help="generator max_num_seqs")
     parser.add_argument("--methods", default=METHODS, help="comma list of eval methods")
     parser.add_argument("--tasks", type=int, default=8, help="first N retail test tasks")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--max-steps", type=int, default=6, help="env.max_steps")
-    parser.add_argument("--max-tokens", type=int, default=24, help="per generated message")
+    parser.add_argument("--max-tokens", type=int, default=256,
+                        help="per agent, user and router message")
+    parser.add_argument("--generator-max-tokens", type=int, default=256, help="per query")
     parser.add_argument("--sample-s", type=float, default=0.25, help="metrics sampling period")
     parser.add_argument("--start-timeout", type=float, default=600.0, help="vLLM start-up, s")
     return parser.parse_args()
@@ -63,24 +77,26 @@ def running_requests(base_url: str) -> float | None:
     except OSError:
         return None
     values = [float(m.group(1)) for m in
-              re.finditer(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", text, re.MULTILINE)]
+              re.finditer(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", text,
+                          re.MULTILINE)]
     return sum(values) if values else None
 
 
 class Sampler:
-    """Reads the server's running requests every ``period`` seconds in a thread."""
+    """Reads each server's running requests every ``period`` seconds in a thread."""
 
-    def __init__(self, base_url: str, period: float):
-        self.base_url, self.period = base_url, period
-        self.samples: list[float] = []
+    def __init__(self, urls: dict[str, str], period: float):
+        self.urls, self.period = urls, period
+        self.samples: dict[str, list[float]] = {name: [] for name in urls}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            value = running_requests(self.base_url)
-            if value is not None:
-                self.samples.append(value)
+            for name, url in self.urls.items():
+                value = running_requests(url)
+                if value is not None:
+                    self.samples[name].append(value)
             self._stop.wait(self.period)
 
     def __enter__(self) -> Self:
@@ -92,71 +108,103 @@ class Sampler:
         self._thread.join()
 
 
-def recipe(run_dir: Path, base_url: str, methods: list[str], args: argparse.Namespace) -> Any:
-    from prour.recipes import load_recipe
-
-    model = {"backend": "openai", "base_url": base_url, "model": SERVED_NAME,
-             "max_concurrency": args.limit, "max_model_len": TINY_CONTEXT, "timeout_s": 600}
-    data = {
-        "name": "eval-queue-bench", "run_dir": str(run_dir),
-        "models": {role: model for role in ROLES},
-        "env": {"max_steps": args.max_steps, "agent_max_tokens": args.max_tokens,
-                "user_max_tokens": args.max_tokens},
-        "router": {"llm_router_max_tokens": args.max_tokens},
-        "serve": {"models": {SERVED_NAME: {"max_num_seqs": args.limit}}},
-        "eval": {"methods": methods, "domains": ["retail"], "split": "test",
-                 "max_tasks": args.tasks, "seeds": [int(s) for s in args.seeds.split(",")],
-                 "concurrency": args.limit, "judge": False, "max_error_fraction": 1.0},
-    }
-    path = run_dir.parent / f"{run_dir.name}.yaml"
+def recipe(run_dir: Path, urls: dict[str, str], methods: list[str], concurrency: int,
+           args: argparse.Namespace) -> Any:
     import yaml
 
+    from prour.recipes import load_recipe
+
+    def model(name: str, limit: int) -> dict[str, Any]:
+        return {"backend": "openai", "base_url": urls[name], "model": name,
+                "max_concurrency": limit, "max_model_len": TINY_CONTEXT, "timeout_s": 600}
+
+    models = {role: model(BACKBONE, args.backbone_limit) for role in BACKBONE_ROLES}
+    models["generator"] = model(GENERATOR, args.generator_limit)
+    data = {
+        "name": "eval-queue-bench", "run_dir": str(run_dir),
+        "models": models,
+        "env": {"max_steps": args.max_steps, "agent_max_tokens": args.max_tokens,
+                "user_max_tokens": args.max_tokens},
+        "router": {"llm_router_max_tokens": args.max_tokens, "llm_router_fallback": "clarify"},
+        "train": {"rollout": {"max_response_tokens": args.generator_max_tokens}},
+        "serve": {"models": {BACKBONE: {"max_num_seqs": args.backbone_limit},
+                             GENERATOR: {"max_num_seqs": args.generator_limit}}},
+        "eval": {"methods": methods, "domains": ["retail"], "split": "test",
+                 "max_tasks": args.tasks, "seeds": [int(s) for s in args.seeds.split(",")],
+                 "concurrency": concurrency, "judge": False, "max_error_fraction": 1.0},
+    }
+    path = run_dir.parent / f"{run_dir.name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return load_recipe(path)
+    loaded = load_recipe(path)
+    return loaded
 
 
-def timed(name: str, base_url: str, args: argparse.Namespace, runs: list[list[str]],
-          root: Path) -> dict[str, Any]:
-    """Run each method list of ``runs`` as one Evaluation, in turn, into one folder each;
-    returns wall seconds, episodes, errors, in-flight samples and the recorded queue sessions."""
+def timed(name: str, urls: dict[str, str], args: argparse.Namespace, runs: list[list[str]],
+          root: Path, lowered: bool) -> dict[str, Any]:
+    """Run each method list of ``runs`` as one Evaluation, in turn, into one folder each
+    (``lowered``: its eval.concurrency lowered as before the queue); returns wall seconds,
+    episodes, errors, per-server in-flight samples, the concurrency each ran at and the
+    recorded queue sessions."""
+    from prour.cluster.recipe import eval_concurrency
     from prour.eval.harness import Evaluation
     from prour.eval.queue import read_sessions
 
     episodes = errors = 0
     sessions: list[dict[str, Any]] = []
+    ran_at: dict[str, int] = {}
+    walls: dict[str, float] = {}
     started = time.perf_counter()
-    with Sampler(base_url, args.sample_s) as sampler:
+    with Sampler(urls, args.sample_s) as sampler:
         for i, methods in enumerate(runs):
             run_dir = root / f"{name}-{i}"
-            evaluation = Evaluation(recipe(run_dir, base_url, methods, args), run_dir,
-                                    progress=False)
+            loaded = recipe(run_dir, urls, methods, args.backbone_limit, args)
+            concurrency = eval_concurrency(loaded) if lowered else loaded.eval.concurrency
+            if concurrency != loaded.eval.concurrency:
+                loaded = recipe(run_dir, urls, methods, concurrency, args)
+            ran_at[",".join(methods)] = concurrency
+            evaluation = Evaluation(loaded, run_dir, progress=False)
+            t0 = time.perf_counter()
             try:
                 lines = evaluation.run()
             finally:
                 evaluation.close()
+            walls[",".join(methods)] = time.perf_counter() - t0
             episodes += len(lines)
             errors += sum(line["error"] for line in lines)
             sessions += read_sessions(run_dir)
     return {"wall_s": time.perf_counter() - started, "episodes": episodes, "errors": errors,
-            "samples": sampler.samples, "sessions": sessions}
+            "samples": sampler.samples, "sessions": sessions, "ran_at": ran_at, "walls": walls}
 
 
-def describe(name: str, result: dict[str, Any], limit: int) -> list[str]:
-    samples = result["samples"]
-    mean = sum(samples) / len(samples) if samples else float("nan")
-    at_limit = sum(s >= limit for s in samples) / len(samples) if samples else float("nan")
-    histogram = Counter(int(s) for s in samples)
-    wall = sum(s["wall_s"] for s in result["sessions"])
-    achieved = sum(s["mean_in_flight"] * s["wall_s"] for s in result["sessions"]) / wall
-    return [
+def describe(name: str, result: dict[str, Any], limits: dict[str, int]) -> list[str]:
+    lines = [
         (f"{name}: {result['wall_s']:.1f} s wall, {result['episodes']} episodes "
          f"({result['errors']} errored), {result['episodes'] / result['wall_s'] * 60:.2f} "
          "episodes/min"),
-        (f"  server running requests ({len(samples)} samples): mean {mean:.2f}, at the limit "
-         f"{limit} in {at_limit:.0%} of samples; histogram "
-         + ", ".join(f"{k}: {histogram[k]}" for k in sorted(histogram))),
-        f"  queue.jsonl: achieved concurrency (mean episodes in flight) {achieved:.2f}",
+        "  " + "; ".join(f"{methods} at eval.concurrency {c}: {result['walls'][methods]:.1f} s"
+                         for methods, c in result["ran_at"].items()),
     ]
+    for server, samples in result["samples"].items():
+        limit = limits[server]
+        mean = sum(samples) / len(samples) if samples else float("nan")
+        at_limit = sum(s >= limit for s in samples) / len(samples) if samples else float("nan")
+        idle = sum(s == 0 for s in samples) / len(samples) if samples else float("nan")
+        histogram = Counter(int(s) for s in samples)
+        lines.append(
+            f"  {server} (--max-num-seqs {limit}) running requests, {len(samples)} samples: "
+            f"mean {mean:.2f}, at the limit {at_limit:.0%}, idle {idle:.0%}; histogram "
+            + ", ".join(f"{k}: {histogram[k]}" for k in sorted(histogram)))
+    wall = sum(s["wall_s"] for s in result["sessions"])
+    lanes: dict[str, list[float]] = {}
+    for session in result["sessions"]:
+        for lane, info in session["lanes"].items():
+            entry = lanes.setdefault(lane.split(" at ")[0], [0.0, info["limit"]])
+            entry[0] += info["mean_in_flight"] * session["wall_s"]
+    achieved = sum(s["mean_in_flight"] * s["wall_s"] for s in result["sessions"]) / wall
+    lines.append(f"  queue.jsonl: episodes in flight {achieved:.2f}; per lane "
+                 + ", ".join(f"{lane} {area / wall:.2f} (limit {limit})"
+                             for lane, (area, limit) in sorted(lanes.items())))
+    return lines
 
 
 def main() -> None:
@@ -165,35 +213,54 @@ def main() -> None:
     from prour.demo.tiny import build_tiny_model
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    limits = {BACKBONE: args.backbone_limit, GENERATOR: args.generator_limit}
     python = os.environ.get("PROUR_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
     with tempfile.TemporaryDirectory(prefix="prour-eval-queue-bench-") as tmp:
         root = Path(tmp)
         model_dir = build_tiny_model(root / "tiny", seed=0, max_position=TINY_CONTEXT)
-        server = VLLMServer(
-            model_dir, python=python, served_name=SERVED_NAME, max_model_len=TINY_CONTEXT,
+        servers = {name: VLLMServer(
+            model_dir, python=python, served_name=name, max_model_len=TINY_CONTEXT,
             extra_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-                        "--max-num-seqs", str(args.limit)))
-        server.start(timeout_s=args.start_timeout)
+                        "--max-num-seqs", str(limit))) for name, limit in limits.items()}
+        failures: list[BaseException] = []
+
+        def start(server: VLLMServer) -> None:
+            try:
+                server.start(timeout_s=args.start_timeout)
+            except BaseException as exc:  # noqa: BLE001 - raised below, after both tried
+                failures.append(exc)
+
+        threads = [threading.Thread(target=start, args=(s,)) for s in servers.values()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         try:
-            # warm-up: one episode, so that neither run pays the first requests' compilation
-            timed("warmup", server.base_url, argparse.Namespace(
-                **{**vars(args), "tasks": 1, "seeds": "0"}), [methods[:1]], root)
-            after = timed("after", server.base_url, args, [[m] for m in methods], root)
-            queued = timed("queue", server.base_url, args, [methods], root)
+            if failures:
+                raise failures[0]
+            urls = {name: server.base_url for name, server in servers.items()}
+            # warm-up: one episode of every method, so neither run pays first-request compilation
+            warm = argparse.Namespace(**{**vars(args), "tasks": 1, "seeds": "0"})
+            timed("warmup", urls, warm, [methods], root, lowered=False)
+            after = timed("after", urls, args, [[m] for m in methods], root, lowered=True)
+            queued = timed("queue", urls, args, [methods], root, lowered=False)
         finally:
-            server.stop()
+            for server in servers.values():
+                server.stop()
     seeds = len(args.seeds.split(","))
     print(f"{len(methods)} methods ({', '.join(methods)}) x {args.tasks} retail test tasks x "
           f"{seeds} seeds = {len(methods) * args.tasks * seeds} episodes per run; env.max_steps "
-          f"{args.max_steps}, max_tokens {args.max_tokens}; vLLM CPU server, tiny Qwen3, "
-          f"--max-num-seqs {args.limit}, eval.concurrency {args.limit}")
-    for line in [*describe("one method after another", after, args.limit),
-                 *describe("one queue", queued, args.limit)]:
+          f"{args.max_steps}, max_tokens {args.max_tokens} (agent, user, router), generator "
+          f"{args.generator_max_tokens}; two vLLM CPU servers on the tiny Qwen3: {BACKBONE} "
+          f"--max-num-seqs {args.backbone_limit} (agent, user, verifier, router), {GENERATOR} "
+          f"--max-num-seqs {args.generator_limit} (generator: llm-router only)")
+    for line in [*describe("before the queue (each method alone, one after another)", after,
+                           limits),
+                 *describe("one queue", queued, limits)]:
         print(line)
-    print(f"ratio (one after another / one queue, wall): "
-          f"{after['wall_s'] / queued['wall_s']:.2f}x")
-    print(json.dumps({"after_s": round(after["wall_s"], 1), "queue_s": round(queued["wall_s"], 1),
-                      "limit": args.limit}))
+    print(f"ratio (before / one queue, wall): {after['wall_s'] / queued['wall_s']:.2f}x")
+    print(json.dumps({"before_s": round(after["wall_s"], 1),
+                      "queue_s": round(queued["wall_s"], 1), "limits": limits}))
 
 
 if __name__ == "__main__":
