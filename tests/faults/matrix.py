@@ -60,8 +60,8 @@ NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
 NO_MODEL = "calls no model server"
 SHORT = "a few seconds of reading files, no resumable phase: a rerun rewrites its folder whole"
-ISSUE35 = ("not built: eval's harness and CLI are being rebuilt by issue 35 (one-queue "
-           "scheduler); a cell here would test code about to change")
+EVAL_GAP = ("not built within issue 36's time; eval resumes through the same queue and "
+            "append_jsonl as its SIGTERM, kill -9 and backend cells")
 NOT_BUILT = "not built within issue 36's time; the stage shares collect's cell's code path ({})"
 
 MATRIX: dict[str, dict[str, Cell]] = {
@@ -200,6 +200,9 @@ MATRIX: dict[str, dict[str, Cell]] = {
                       "full " + E + "test_a_transient_backend_fault_is_retried_and_counted",
                       "full " + E + "test_a_persistent_backend_fault_fails_the_eval_then_a_rerun_"
                       "retries_the_errored"),
+        "corrupt parquet": Cell(na=NO_PARQUET + " (tau2 tasks, JSONL episodes and results)"),
+        "torn last line": t("CI " + E + "test_a_torn_last_episode_is_run_again_and_every_key_"
+                            "stored_once"),
         "truncated checkpoint": Cell(na="writes no checkpoint; a checkpoint it evaluates is "
                                      "found by train's rule (the newest complete step)"),
     },
@@ -241,7 +244,7 @@ def cell(command: str, fault: str) -> Cell:
     if found is not None:
         return found
     if command == "eval":
-        return Cell(gap=ISSUE35)
+        return Cell(gap=EVAL_GAP)
     return Cell(gap=NOT_BUILT.format(_GAPS[command]))
 
 

@@ -201,3 +201,21 @@ def test_a_persistent_backend_fault_fails_the_eval_then_a_rerun_retries_the_erro
         healthy.close()
     assert ("retried: 2 errored episode(s) of an earlier run, 0 request(s) after a transient "
             "backend error; 0 episode(s) still errored") in text, text
+
+
+def test_a_torn_last_episode_is_run_again_and_every_key_stored_once(tmp_path):
+    """A kill mid-write leaves the last episode torn and no results.jsonl (results are written
+    at the end): the rerun runs that episode again on a fresh line, keeps the other, and stores
+    every key once."""
+    recipe = _recipe(tmp_path, **ONE)
+    log = tmp_path / "eval.log"
+    assert _start(recipe, log).wait(timeout=WAIT_S) == 0, log.read_text()
+    run = _run(recipe)
+    episodes = run / "episodes.jsonl"
+    first, last = episodes.read_bytes().splitlines(keepends=True)
+    episodes.write_bytes(first + last[: len(last) // 2])
+    (run / "results.jsonl").unlink()
+    _rerun_completes(recipe, tmp_path, **ONE)
+    assert episodes.read_bytes().startswith(first)  # the complete one kept, not run again
+    assert _stored(episodes) == _planned(**ONE)
+    assert _stored(run / "results.jsonl") == _planned(**ONE)
