@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from prour.files import named
+
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".prour.lock"
@@ -140,8 +142,12 @@ def _create(path: Path, holder: Holder) -> bool:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as handle:
-        json.dump(asdict(holder), handle)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(asdict(holder), handle)
+    except OSError as exc:  # a full disk: no empty lock left behind, and the error names it
+        path.unlink(missing_ok=True)
+        raise named(exc, path) from None
     return True
 
 

@@ -203,6 +203,10 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (tau2 tasks, JSONL episodes and results)"),
         "torn last line": t("CI " + E + "test_a_torn_last_episode_is_run_again_and_every_key_"
                             "stored_once"),
+        "read-only run folder": t("CI " + E + "test_a_read_only_or_full_run_folder_is_one_line_"
+                                  "then_a_rerun_stores_every_key_once"),
+        "full disk": t("CI " + E + "test_a_read_only_or_full_run_folder_is_one_line_then_a_"
+                       "rerun_stores_every_key_once"),
         "truncated checkpoint": Cell(na="writes no checkpoint; a checkpoint it evaluates is "
                                      "found by train's rule (the newest complete step)"),
     },

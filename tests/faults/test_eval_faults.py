@@ -20,6 +20,8 @@ import pytest
 import yaml
 from test_collect_faults import KINDS, Faulty, _served_agent
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))  # test_bad_setups: tmpfs
+
 from prour.interrupt import INTERRUPTED_EXIT
 from prour.runlock import LOCK_FILE
 
@@ -219,3 +221,37 @@ def test_a_torn_last_episode_is_run_again_and_every_key_stored_once(tmp_path):
     assert episodes.read_bytes().startswith(first)  # the complete one kept, not run again
     assert _stored(episodes) == _planned(**ONE)
     assert _stored(run / "results.jsonl") == _planned(**ONE)
+
+
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_a_read_only_or_full_run_folder_is_one_line_then_a_rerun_stores_every_key_once(tmp_path,
+                                                                                       fault):
+    """--out on a small tmpfs, read-only or with nothing free: exit 1, one line naming the file
+    system and the fix, no lock left; remounted or freed, the rerun stores every key once."""
+    from test_bad_setups import tmpfs
+
+    recipe = _recipe(tmp_path, **ONE)
+    mount = tmp_path / "eval"  # _run(recipe): the --out folder is the mount itself
+    with tmpfs(mount, "8m", read_only=fault == "read-only"):
+        filler = mount / "filler"
+        if fault == "full":
+            with open(filler, "wb") as handle, pytest.raises(OSError):
+                while True:
+                    handle.write(b"\0" * 65536)
+                    handle.flush()
+        log = tmp_path / "eval.log"
+        assert _start(recipe, log).wait(timeout=WAIT_S) == 1, log.read_text()
+        text = _clean(log)
+        errors = [line for line in text.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, text
+        assert f"cannot write {mount}" in errors[0], errors[0]
+        assert (f"the file system ({mount}) is read-only" if fault == "read-only" else
+                f"no space left on the device ({mount})") in errors[0], errors[0]
+        assert not (mount / LOCK_FILE).exists()
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+        else:
+            filler.unlink()
+        _rerun_completes(recipe, tmp_path, **ONE)
+        assert _stored(mount / "episodes.jsonl") == _planned(**ONE)
+        assert _stored(mount / "results.jsonl") == _planned(**ONE)
