@@ -81,7 +81,9 @@ def _write_manifest(staging: Path) -> None:
 
     sizes = {p.relative_to(staging).as_posix(): p.stat().st_size
              for p in sorted(staging.rglob("*")) if p.is_file() and p.name != MANIFEST_FILE}
-    (staging / MANIFEST_FILE).write_text(json.dumps(sizes, indent=1, sort_keys=True))
+    from prour.files import write_atomic
+
+    write_atomic(staging / MANIFEST_FILE, json.dumps(sizes, indent=1, sort_keys=True))
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
