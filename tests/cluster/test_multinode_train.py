@@ -54,6 +54,9 @@ def sets(run_dir: Path, model: Path, steps: int) -> list[str]:
         "slurm.defaults.gpus_per_node=0",
         "slurm.defaults.time=00:15:00",
         "slurm.ray_object_store_mb=128",
+        # prour's training alone: the ig-clarifier's (the train stage's other step) needs its own
+        # every-state dataset, which the hand-written rows here do not include
+        'eval.methods=["base", "prour"]',
     ]
 
 
