@@ -144,8 +144,12 @@ def test_the_dry_run_prints_every_step_with_its_state_command_and_servers(tmp_pa
     assert "estimate (train): from recorded benchmark rates" in result.output
     episodes = (114 + 50) * 3  # retail + airline base tasks x seeds 0, 1, 2
     conc = load_recipe(PAPER).eval.concurrency
-    assert (f"  prour: {episodes} episodes x 697 s (assumed) / {conc} = "  # the paper's 696.51 s
-            f"{episodes * 696.51 / conc / 3600:.1f} h") in lines
+    assert (f"  base: {episodes} episodes x 697 s (assumed) / {conc} = "  # the paper's 696.51 s
+            f"{episodes * 696.51 / conc / 3600:.1f} h alone") in lines
+    # prour's episodes wait on the exported generator's server: at most its max_num_seqs at once
+    seqs = load_recipe(PAPER).serve.models["exported-generator"].max_num_seqs
+    assert (f"  prour: {episodes} episodes x 697 s (assumed) / {seqs} = "
+            f"{episodes * 696.51 / seqs / 3600:.1f} h alone") in lines
     assert not (tmp_path / ".prour").exists()  # a dry run writes nothing
 
 

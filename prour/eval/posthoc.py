@@ -35,10 +35,11 @@ MAX_STEPS = 16  # Figure 6: the first 16 steps
 
 
 def needs_posthoc(method: str) -> bool:
-    """Whether a method's episodes carry no AU/EU of their own (no decomposer router)."""
-    from prour.eval.methods import check_method
+    """Whether a method's episodes carry no AU/EU of their own (no decomposer router); a system
+    outside prour's methods (an imported tau2 run's agent) records none."""
+    from prour.eval.methods import METHODS
 
-    return check_method(method).router != "decomposer"
+    return method not in METHODS or METHODS.get(method).router != "decomposer"
 
 
 def _method(trajectory: Trajectory) -> str:

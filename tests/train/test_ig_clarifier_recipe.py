@@ -1,9 +1,10 @@
 """recipes/ig-clarifier.yaml: IG-Clarifier's own training run (prour.train.ig_clarifier).
 
 The recipe is paper.yaml with the one settings table the chain also applies; `prour train` with
-it trains the tiny generator 3 steps on the clarify states only, into its own folder; its reward
-is 0 for NO and for an output without a question, and for a question the per-token mean
-log-prob difference of G* with minus without the exchange, recomputed here with transformers.
+it trains the tiny generator 3 steps on the clarify states of its own dataset only, into its own
+folder; its reward is 0 for NO and for an output without a question, and for a question the
+per-token mean log-prob difference of G* with minus without the exchange, recomputed here with
+transformers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.recipes import load_recipe
-from prour.train.ig_clarifier import OUTPUT_DIR, SETTINGS, setting_items
+from prour.train.ig_clarifier import DATASET_DIR, OUTPUT_DIR, SETTINGS, setting_items
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 IG = RECIPES / "ig-clarifier.yaml"
@@ -63,7 +64,7 @@ def test_prour_train_with_the_recipe_trains_clarify_states_into_its_own_folder(
         tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     for split in ("train", "validation"):
-        write_rows(run_dir / "data" / "dataset" / f"{split}.parquet")
+        write_rows(run_dir / DATASET_DIR / f"{split}.parquet")  # its own rows, not prour's
     result = CliRunner().invoke(app, ["train", "--recipe", str(IG),
                                       *(p for s in tiny_sets(tiny_model_dir, run_dir)
                                         for p in ("--set", s)),
