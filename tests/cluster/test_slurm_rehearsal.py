@@ -1,8 +1,9 @@
 """The rehearsal through the local single-node Slurm: `prour slurm submit --recipe
 recipes/rehearsal.yaml` (no --stages) from an empty run folder.
 
-The first submission runs collect, normalize and calibrate, whose job ends at the review gate;
-`prour slurm status` says so and prints the approve command, which, run as printed, submits the
+Three methods are evaluated and the sweeps are left out (see SETS: the in-process rehearsal runs
+every one). The first submission runs collect, normalize and calibrate, whose job ends at the
+review gate; `prour slurm status` says so and prints the approve command, which, run as printed, submits the
 rest of the chain to the report. Every job must be COMPLETED and the report must have a row for
 every method of the recipe. The one model every role uses is the tiny Qwen3 that `prour
 tiny-model` builds (the recipe's relative path, from the working folder of the submission),
@@ -35,6 +36,10 @@ CHAIN = ["collect", "normalize", "calibrate", "extract", "train", "export", "eva
 GATED = CHAIN[:3]
 TIMEOUT_S = 1200
 WARM_STEPS = 60  # the warm start of the tests' session model (tests/conftest.py WARM_START)
+# every method and the sweeps of Figures 5 and 8 run in tests/cli/test_rehearsal.py's chain;
+# here, through Slurm, they would only lengthen the eval job: a baseline, prour's trained
+# generator and IG-Clarifier's (its own training job) stand for them; posthoc still runs
+SETS = ["eval.tradeoff.run=false", "eval.methods=[base,prour,ig-clarifier]"]
 
 
 def prour(env: dict[str, str], cwd: Path, *args: str,
@@ -69,13 +74,15 @@ def test_the_rehearsal_chain_through_slurm_stops_at_the_gate_then_reaches_the_re
     assert built.returncode == 0, built.stderr
     run_dir = tmp_path / "run"
     first = prour(env, work, "slurm", "submit", "--recipe", str(REHEARSAL),
-                  "--run-dir", str(run_dir))
+                  "--run-dir", str(run_dir), *(a for item in SETS for a in ("--set", item)))
     assert first.returncode == 0, first.stderr
     manifest = json.loads((run_dir / "slurm_jobs.json").read_text())
     assert [e["stage"] for e in manifest["stages"]] == GATED
     approve = first.stdout.strip().splitlines()[-1].strip()
-    assert approve == (f"prour slurm submit --recipe {REHEARSAL} --run-dir {run_dir} "
-                       "--approve-labels"), first.stdout
+    assert approve == shlex.join(["prour", "slurm", "submit", "--recipe", str(REHEARSAL),
+                                  "--run-dir", str(run_dir),
+                                  *(a for item in SETS for a in ("--set", item)),
+                                  "--approve-labels"]), first.stdout
     wait_done(slurm_cluster, manifest, TIMEOUT_S)
 
     code, shown = status(env, work, run_dir)
@@ -83,7 +90,7 @@ def test_the_rehearsal_chain_through_slurm_stops_at_the_gate_then_reaches_the_re
     assert states(shown) == dict.fromkeys(GATED, "COMPLETED"), shown + job_logs(run_dir)
     assert "waiting at the review gate" in shown and f"\n  {approve}\n" in shown, shown
     calibrate_log = Path(manifest["stages"][-1]["log"]).read_text()
-    recipe = load_recipe(REHEARSAL, [f"run_dir={run_dir}"])
+    recipe = load_recipe(REHEARSAL, [f"run_dir={run_dir}", *SETS])
     labels = run_dir / "calibration" / "labels_dev.jsonl"
     assert labels.is_file() and str(labels) in calibrate_log, calibrate_log
     assert not (run_dir / "calibration" / "thresholds.json").exists()  # the search waits
