@@ -17,17 +17,20 @@ twice through ``prour.eval.harness``, each into fresh run folders:
   one after another, its ``eval.concurrency`` lowered to the smallest ``max_num_seqs`` of the
   servers its models are on (:func:`prour.cluster.recipe.eval_concurrency`, what ``prour eval``
   did then): the baselines at BACKBONE, ``llm-router`` at GENERATOR;
-- one queue: one Evaluation of every method at ``eval.concurrency`` BACKBONE, each model held at
-  its own server's limit by :mod:`prour.eval.queue`.
+- one queue: one Evaluation of every method at ``eval.concurrency`` ``--queue-concurrency``
+  (default twice BACKBONE: an episode spends part of its time off the backbone, on its tools,
+  the client's code and the generator), each model's requests held at its own server's limit by
+  :mod:`prour.eval.queue`'s gates.
 
 A thread reads each server's ``vllm:num_requests_running`` from ``/metrics`` every
 ``--sample-s`` seconds. Printed: each run's wall time, their ratio, per server the mean running
-requests and the share of samples at its limit, and the achieved concurrency per lane that the
-queue recorded (``queue.jsonl``).
+requests and the share of samples at its limit, and what the queue recorded (``queue.jsonl``):
+the episodes in flight, and per lane its requests in flight, the share of the time at its limit
+and the calls that waited for a slot.
 
 Usage:
   python benchmarks/eval_queue.py [--backbone-limit 8] [--generator-limit 2] [--tasks 8]
-      [--seeds 0,1] [--max-steps 6] [--max-tokens 256] [--generator-max-tokens 256]
+      [--queue-concurrency 16] [--seeds 0,1] [--max-steps 6] [--max-tokens 256] [--generator-max-tokens 256]
 (needs the vLLM venv: ``make vllm-env`` or PROUR_VLLM_PYTHON)
 """
 
@@ -56,6 +59,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backbone-limit", type=int, default=8, help="backbone max_num_seqs")
     parser.add_argument("--generator-limit", type=int, default=2, help="generator max_num_seqs")
+    parser.add_argument("--queue-concurrency", type=int, default=None,
+                        help="eval.concurrency of the queued run (default: 2 x backbone limit)")
     parser.add_argument("--methods", default=METHODS, help="comma list of eval methods")
     parser.add_argument("--tasks", type=int, default=8, help="first N retail test tasks")
     parser.add_argument("--seeds", default="0,1")
@@ -140,9 +145,10 @@ def recipe(run_dir: Path, urls: dict[str, str], methods: list[str], concurrency:
 
 
 def timed(name: str, urls: dict[str, str], args: argparse.Namespace, runs: list[list[str]],
-          root: Path, lowered: bool) -> dict[str, Any]:
+          root: Path, lowered: bool, concurrency: int | None = None) -> dict[str, Any]:
     """Run each method list of ``runs`` as one Evaluation, in turn, into one folder each
-    (``lowered``: its eval.concurrency lowered as before the queue); returns wall seconds,
+    at eval.concurrency ``concurrency`` (default the backbone's limit; ``lowered``: lowered as
+    before the queue); returns wall seconds,
     episodes, errors, per-server in-flight samples, the concurrency each ran at and the
     recorded queue sessions."""
     from prour.cluster.recipe import eval_concurrency
@@ -157,11 +163,11 @@ def timed(name: str, urls: dict[str, str], args: argparse.Namespace, runs: list[
     with Sampler(urls, args.sample_s) as sampler:
         for i, methods in enumerate(runs):
             run_dir = root / f"{name}-{i}"
-            loaded = recipe(run_dir, urls, methods, args.backbone_limit, args)
-            concurrency = eval_concurrency(loaded) if lowered else loaded.eval.concurrency
-            if concurrency != loaded.eval.concurrency:
-                loaded = recipe(run_dir, urls, methods, concurrency, args)
-            ran_at[",".join(methods)] = concurrency
+            loaded = recipe(run_dir, urls, methods, concurrency or args.backbone_limit, args)
+            at = eval_concurrency(loaded) if lowered else loaded.eval.concurrency
+            if at != loaded.eval.concurrency:
+                loaded = recipe(run_dir, urls, methods, at, args)
+            ran_at[",".join(methods)] = at
             evaluation = Evaluation(loaded, run_dir, progress=False)
             t0 = time.perf_counter()
             try:
@@ -195,15 +201,24 @@ def describe(name: str, result: dict[str, Any], limits: dict[str, int]) -> list[
             f"mean {mean:.2f}, at the limit {at_limit:.0%}, idle {idle:.0%}; histogram "
             + ", ".join(f"{k}: {histogram[k]}" for k in sorted(histogram)))
     wall = sum(s["wall_s"] for s in result["sessions"])
-    lanes: dict[str, list[float]] = {}
-    for session in result["sessions"]:
+    lanes: dict[str, dict[str, float]] = {}
+    limits_of: dict[str, set[int]] = {}  # a method run alone at a lowered eval.concurrency
+    for session in result["sessions"]:  # time-weighted over the sessions (one per method run)
         for lane, info in session["lanes"].items():
-            entry = lanes.setdefault(lane.split(" at ")[0], [0.0, info["limit"]])
-            entry[0] += info["mean_in_flight"] * session["wall_s"]
+            entry = lanes.setdefault(lane.split(" at ")[0], Counter())
+            limits_of.setdefault(lane.split(" at ")[0], set()).add(info["limit"])
+            for key in ("mean_in_flight", "mean_requests", "at_limit"):
+                entry[key] += info.get(key, 0.0) * session["wall_s"] / wall
+            entry["calls"] += info.get("calls", 0)
+            entry["waited"] += info.get("waited", 0)
     achieved = sum(s["mean_in_flight"] * s["wall_s"] for s in result["sessions"]) / wall
-    lines.append(f"  queue.jsonl: episodes in flight {achieved:.2f}; per lane "
-                 + ", ".join(f"{lane} {area / wall:.2f} (limit {limit})"
-                             for lane, (area, limit) in sorted(lanes.items())))
+    lines.append(f"  queue.jsonl: episodes in flight {achieved:.2f}; per lane (limit): episodes, "
+                 "requests in flight, time at the limit, calls that waited")
+    lines += [f"    {lane} ({' or '.join(map(str, sorted(limits_of[lane])))}): "
+              f"{e['mean_in_flight']:.2f} episodes, "
+              f"{e['mean_requests']:.2f} requests, at the limit {e['at_limit']:.0%}, "
+              f"{e['waited']:.0f} of {e['calls']:.0f} calls waited"
+              for lane, e in sorted(lanes.items())]
     return lines
 
 
@@ -243,7 +258,8 @@ def main() -> None:
             warm = argparse.Namespace(**{**vars(args), "tasks": 1, "seeds": "0"})
             timed("warmup", urls, warm, [methods], root, lowered=False)
             after = timed("after", urls, args, [[m] for m in methods], root, lowered=True)
-            queued = timed("queue", urls, args, [methods], root, lowered=False)
+            queued = timed("queue", urls, args, [methods], root, lowered=False,
+                           concurrency=args.queue_concurrency or 2 * args.backbone_limit)
         finally:
             for server in servers.values():
                 server.stop()

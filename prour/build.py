@@ -69,6 +69,7 @@ class _Instances:
 
     given: dict[str, LLM]  # role -> instance made elsewhere (the trainer's live policy, tests)
     built: dict[str, LLM] = field(default_factory=dict)  # instance_key -> backend
+    lanes: dict[int, str] = field(default_factory=dict)  # id(backend) -> its lane (eval queue)
     lock: threading.Lock = field(default_factory=threading.Lock)
     thresholds: tuple[float, float] | None = None  # (τ_AU, τ_EU), read once
 
@@ -117,11 +118,17 @@ class Builder:
         key = instance_key(cfg)
         with instances.lock:
             if key not in instances.built:
-                from prour.llm.registry import build_llm
+                from prour.llm.registry import build_llm, lane_name
 
-                instances.built[key] = build_llm(cfg, self.recipe.models_dir,
-                                                 f"models.{role}.path")
+                built = build_llm(cfg, self.recipe.models_dir, f"models.{role}.path")
+                instances.built[key] = built
+                instances.lanes[id(built)] = lane_name(cfg)
             return instances.built[key]
+
+    def lane_of(self, llm: LLM) -> str | None:
+        """The lane (:func:`prour.llm.registry.lane_name`) of a backend this builder built;
+        None for a given instance or another object."""
+        return self._instances.lanes.get(id(llm))
 
     def llm(self, role: str) -> LLM:
         """A role's backend as this builder's components see it (wrapped in a metered view)."""
@@ -141,6 +148,7 @@ class Builder:
             for llm in self._instances.built.values():
                 llm.close()
             self._instances.built.clear()
+            self._instances.lanes.clear()
 
     # ---- router ----------------------------------------------------------------------------
 

@@ -302,7 +302,8 @@ def _lanes(recipe: Recipe) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
     and method -> its lanes; a generator eval serves with vLLM counts as that server."""
     from prour.cluster.recipe import serves_generator, with_served_generator
     from prour.eval.methods import eval_roles, method_roles
-    from prour.eval.queue import lane_limits, lane_name
+    from prour.eval.queue import lane_limits
+    from prour.llm.registry import lane_name
 
     if serves_generator(recipe):
         recipe = with_served_generator(recipe, recipe.models["generator"].path or "")

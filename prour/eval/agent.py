@@ -96,17 +96,26 @@ class CountingLLM:
     With ``seed`` (the episode's, from its key), a sampled request that brings no seed of its own
     gets one from the seed, the role and the call's index in the episode
     (:func:`prour.eval.queue.keyed_seed`), not from the backend's stream, whose state depends on
-    what other episodes ran before: an episode's outcome is the same in any queue order."""
+    what other episodes ran before: an episode's outcome is the same in any queue order.
 
-    def __init__(self, llm: LLM, counts: CallCounts, role: str, seed: int | None = None):
-        self.llm, self.counts, self.role, self.seed = llm, counts, role, seed
+    With ``lane`` (the model's lane, :func:`prour.llm.registry.lane_name`), each call holds its
+    requests' slots of that lane in the running evaluation queue
+    (:func:`prour.eval.queue.request_slot`): every episode's calls to one model together stay
+    at its in-flight limit."""
+
+    def __init__(self, llm: LLM, counts: CallCounts, role: str, seed: int | None = None,
+                 lane: str | None = None):
+        self.llm, self.counts, self.role, self.seed, self.lane = llm, counts, role, seed, lane
         self.name = getattr(llm, "name", role)
 
     def chat(self, requests: Sequence[ChatRequest]) -> list[list[Completion]]:
+        from prour.eval.queue import request_slot
+
         call = self.counts.add(f"{self.role}.chat")
         if self.seed is not None:
             requests = [self._seeded(request, call, i) for i, request in enumerate(requests)]
-        return self.llm.chat(requests)
+        with request_slot(self.lane, len(requests)):
+            return self.llm.chat(requests)
 
     def _seeded(self, request: ChatRequest, call: int, item: int) -> ChatRequest:
         from dataclasses import replace
@@ -120,8 +129,11 @@ class CountingLLM:
         return replace(request, sampling=replace(sampling, seed=seed))
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        from prour.eval.queue import request_slot
+
         self.counts.add(f"{self.role}.score")
-        return self.llm.score(requests)
+        with request_slot(self.lane, len(requests)):
+            return self.llm.score(requests)
 
     def close(self) -> None:
         """The backend is shared across episodes: the harness closes it, not the proxy."""

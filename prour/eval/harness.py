@@ -362,9 +362,9 @@ class Evaluation:
         return out
 
     def lanes(self, arm: Arm) -> tuple[str, ...]:
-        """The models (queue lanes, :func:`prour.eval.queue.lane_name`) the arm's episodes call."""
+        """The models (queue lanes, :func:`prour.llm.registry.lane_name`) the arm's episodes call."""
         from prour.eval.methods import method_roles
-        from prour.eval.queue import lane_name
+        from prour.llm.registry import lane_name
 
         roles = method_roles(self.cfg, arm.method, arm.attention)
         return tuple(dict.fromkeys(lane_name(self.recipe.models[r]) for r in roles

@@ -210,10 +210,13 @@ class MethodKit:
 
     def _episode(self, counts: CallCounts, seed: int | None = None) -> Builder:
         """The builder as one episode sees it: every model call counted in ``counts``; with
-        ``seed``, unseeded sampled requests seeded from it (:class:`~prour.eval.agent.CountingLLM`)."""
+        ``seed``, unseeded sampled requests seeded from it (:class:`~prour.eval.agent.CountingLLM`);
+        each call holds its model's lane in the evaluation queue."""
         from prour.eval.agent import CountingLLM
 
-        return self.builder.metered(lambda role, llm: CountingLLM(llm, counts, role, seed))
+        lane = self.builder.lane_of
+        return self.builder.metered(
+            lambda role, llm: CountingLLM(llm, counts, role, seed, lane=lane(llm)))
 
     def agent_factory(self, method: str, domain: str, attention: AttentionConfig | None,
                       router: RouterConfig | None = None,

@@ -2,42 +2,48 @@
 sweep point, checkpoint) × domain × task × seed goes through one scheduler.
 
 Each model an episode calls is a *lane* (a served model at its URL, an in-process ``hf`` model,
-a scripted one). A lane has an in-flight limit: the number of episodes that may call it at the
-same time. An episode has at most one request in flight, so holding a lane's episodes at its
-limit holds its requests at or under it. The limit of a served model is its server's
-``serve.models.<id>.max_num_seqs`` (vLLM's sequence slots), its client's
-``models.<role>.max_concurrency`` and ``eval.max_in_flight`` (keyed by role or model id),
-whichever is lowest; an in-process or scripted model has only the last.
-``eval.concurrency`` caps the episodes of all lanes together (the worker threads).
+a scripted one). A lane has an in-flight limit: the number of its requests that may be in
+flight at the same time, held by a gate (:class:`RequestGates`) around every call an episode
+makes (:class:`prour.eval.agent.CountingLLM`), whichever episode or method makes it. The limit
+of a served model is its server's ``serve.models.<id>.max_num_seqs`` (vLLM's sequence slots),
+its client's ``models.<role>.max_concurrency`` and ``eval.max_in_flight`` (keyed by role or
+model id), whichever is lowest; an in-process or scripted model has only the last.
+``eval.concurrency`` is the number of episodes at once, all lanes together (the worker
+threads): an episode spends its time on several models, its tools and its own code, so a lane
+stays full only when more episodes than its limit may call it.
 
-The scheduler takes the arms in turn (round robin) and starts the next episode of the first arm
-whose lanes all have room, so while one method's models are full the others' still fill theirs.
+The scheduler takes the arms in turn (round robin), so the methods interleave from the start.
 Every finished episode is appended to ``episodes.jsonl`` at once (the resume log), whatever its
 place in the queue; its seed is its key's seed, so the order does not change an outcome.
 
 Each session appends one line to ``queue.jsonl`` in the run folder (also when interrupted): its
 wall time, the episodes it finished, their rate per minute, the mean number of episodes in flight
-(overall and per lane) and the limits. ``prour.estimate`` reads it as the achieved concurrency.
+(overall and per lane), per lane the mean number of requests in flight, the share of the time it
+sat at its limit and how many calls waited for a slot, and the limits. ``prour.estimate`` reads
+it as the achieved concurrency.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from prour.files import append_jsonl
+from prour.llm.registry import lane_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import EnvConfig, ModelConfig, Recipe
+    from prour.config import EnvConfig, Recipe
     from prour.env.runner import EpisodeJob
     from prour.env.trajectory import Trajectory
 
@@ -50,20 +56,11 @@ LIMIT_KEY = "eval.max_in_flight"
 @dataclass(frozen=True)
 class QueuedEpisode:
     """One episode in the queue: its job, the arm it belongs to (``group``: progress and turn
-    taking) and the lanes (models) it calls."""
+    taking) and the lanes (models) it calls (counted per lane in ``queue.jsonl``)."""
 
     job: EpisodeJob
     group: str
     lanes: tuple[str, ...]
-
-
-def lane_name(cfg: ModelConfig) -> str:
-    """The lane of a model: a served model at its URL, or the in-process/scripted model."""
-    if cfg.backend == "openai":
-        return f"{cfg.model} at {cfg.base_url}" if cfg.base_url else str(cfg.model)
-    if cfg.backend == "hf":
-        return f"{cfg.path} (in process)"
-    return f"{cfg.script or cfg.backend} ({cfg.backend})"
 
 
 def check_limits(recipe: Recipe) -> None:
@@ -112,8 +109,88 @@ def keyed_seed(episode_seed: int, role: str, call: int, item: int) -> int:
     return int.from_bytes(digest[:7], "big")
 
 
+_active: ContextVar[RequestGates | None] = ContextVar("prour_request_gates", default=None)
+
+
+class RequestGates:
+    """Requests in flight per lane, each lane held at its limit: a call waits until its lane
+    has room. Records the time integral of the requests in flight, the time at the limit and
+    the calls that waited (the record of :func:`run_queue`'s session)."""
+
+    def __init__(self, limits: Mapping[str, int]):
+        self.limits = dict(limits)
+        self._room = threading.Condition()
+        self.busy: Counter[str] = Counter()
+        self.area: Counter[str] = Counter()
+        self.full: Counter[str] = Counter()  # seconds at the limit
+        self.calls: Counter[str] = Counter()
+        self.waited: Counter[str] = Counter()
+        self.started = self.last = time.monotonic()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        dt_s = now - self.last
+        for lane, n in self.busy.items():
+            self.area[lane] += n * dt_s
+            if n >= self.limits[lane]:
+                self.full[lane] += dt_s
+        self.last = now
+
+    @contextlib.contextmanager
+    def hold(self, lane: str, n: int = 1) -> Iterator[None]:
+        """``n`` requests of ``lane`` in flight for the block (a batch over the limit takes the
+        whole lane); a lane without a limit is not held. After SIGINT/SIGTERM a waiting call
+        does not start (:class:`prour.interrupt.Stopping`)."""
+        from prour import interrupt
+
+        limit = self.limits.get(lane)
+        if limit is None or n < 1:
+            yield
+            return
+        n = min(n, limit)
+        with self._room:
+            self.calls[lane] += 1
+            if self.busy[lane] + n > limit:
+                self.waited[lane] += 1
+            while self.busy[lane] + n > limit:
+                self._room.wait(timeout=0.5)
+                interrupt.check()
+            self._tick()
+            self.busy[lane] += n
+        try:
+            yield
+        finally:
+            with self._room:
+                self._tick()
+                self.busy[lane] -= n
+                self._room.notify_all()
+
+    def record(self) -> dict[str, dict[str, Any]]:
+        """Per lane: mean requests in flight, share of the time at the limit, calls, waits."""
+        with self._room:
+            self._tick()
+            wall = max(self.last - self.started, 1e-9)
+            return {lane: {"mean_requests": round(self.area[lane] / wall, 3),
+                           "at_limit": round(self.full[lane] / wall, 3),
+                           "calls": self.calls[lane], "waited": self.waited[lane]}
+                    for lane in sorted(self.limits)}
+
+
+@contextlib.contextmanager
+def request_slot(lane: str | None, n: int = 1) -> Iterator[None]:
+    """Hold ``n`` requests of ``lane`` in the running queue's gates (:class:`RequestGates`);
+    outside a queue, or for a model without a lane, nothing is held."""
+    gates = _active.get()
+    if gates is None or lane is None:
+        yield
+        return
+    with gates.hold(lane, n):
+        yield
+
+
 class _Lanes:
-    """Episodes in flight per lane, with their time integral (the achieved concurrency)."""
+    """Episodes in flight, overall and per lane, with their time integral (the achieved
+    concurrency)."""
 
     def __init__(self, limits: Mapping[str, int], concurrency: int):
         self.limits, self.concurrency = dict(limits), concurrency
@@ -131,9 +208,9 @@ class _Lanes:
             self.area[lane] += n * dt_s
         self.last = now
 
-    def fits(self, lanes: Sequence[str]) -> bool:
-        return self.running < self.concurrency and all(
-            self.busy[lane] < self.limits.get(lane, self.concurrency) for lane in lanes)
+    def fits(self) -> bool:
+        """Whether another episode may start (its lanes' limits hold its requests, not it)."""
+        return self.running < self.concurrency
 
     def take(self, lanes: Sequence[str]) -> None:
         self._tick()
@@ -147,11 +224,13 @@ class _Lanes:
         for lane in lanes:
             self.busy[lane] -= 1
 
-    def record(self) -> dict[str, Any]:
+    def record(self, gates: RequestGates | None = None) -> dict[str, Any]:
         self._tick()
         wall = max(self.last - self.started, 1e-9)
+        requests = gates.record() if gates is not None else {}
         return {"wall_s": round(wall, 3), "mean_in_flight": round(self.total_area / wall, 3),
-                "lanes": {lane: {"limit": limit, "mean_in_flight": round(self.area[lane] / wall, 3)}
+                "lanes": {lane: {"limit": limit, "mean_in_flight": round(self.area[lane] / wall, 3),
+                                 **requests.get(lane, {})}
                           for lane, limit in sorted(self.limits.items())}}
 
 
@@ -173,7 +252,7 @@ class _Turns:
         for shift in range(len(self.order)):
             index = (self.at + shift) % len(self.order)
             queue = self.groups[self.order[index]]
-            if queue and lanes.fits(queue[0].lanes):
+            if queue and lanes.fits():
                 self.at = index + 1
                 return queue.popleft()
         return None
@@ -231,8 +310,9 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
               out_path: str | Path, progress: bool = True, *, env: EnvConfig,
               retry_errors: bool) -> list[Trajectory]:
     """Run the episodes not yet stored in ``out_path`` (``retry_errors``: errored ones again)
-    through one scheduler, appending each as it finishes; returns every item's trajectory in
-    item order. ``limits``: lane -> in-flight limit (a lane not named: ``concurrency``)."""
+    through one scheduler, ``concurrency`` at once, appending each as it finishes; returns every
+    item's trajectory in item order. ``limits``: lane -> limit of its requests in flight (a lane
+    not named: not held)."""
     from prour.env.runner import run_job, stored_episodes
 
     if concurrency < 1:
@@ -245,7 +325,7 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
     todo = list({item.job.key: item for item in items if item.job.key not in results}.values())
     logger.info("queue: %d episode(s) to run, %d already stored", len(todo),
                 len(items) - len(todo))
-    turns, lanes = _Turns(todo), _Lanes(limits, concurrency)
+    turns, lanes, gates = _Turns(todo), _Lanes(limits, concurrency), RequestGates(limits)
     totals = Counter(item.group for item in todo)
     finished = Counter()
     running: dict[Future[Trajectory], QueuedEpisode] = {}
@@ -255,7 +335,11 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
     def work(item: QueuedEpisode) -> Trajectory:
         # saved by the worker: a signal (handled in the main thread) never falls between the
         # append and its count, and an episode that ends while the queue stops is kept
-        traj = run_job(item.job, env)
+        token = _active.set(gates)  # this worker's calls hold their lanes' request slots
+        try:
+            traj = run_job(item.job, env)
+        finally:
+            _active.reset(token)
         with saving:
             append_jsonl(path, traj)
             finished[item.group] += 1
@@ -278,14 +362,14 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
     finally:  # a signal: nothing new starts; running episodes end at their next request
         if todo:
             with saving:
-                _record_session(path.parent / QUEUE_FILE, began, lanes, Counter(finished),
-                                concurrency, len(todo))
+                _record_session(path.parent / QUEUE_FILE, began, lanes.record(gates),
+                                Counter(finished), concurrency, len(todo))
     return [results[item.job.key] for item in items]
 
 
-def _record_session(path: Path, began: str, lanes: _Lanes, finished: Counter[str],
+def _record_session(path: Path, began: str, lanes: dict[str, Any], finished: Counter[str],
                     concurrency: int, queued: int) -> None:
-    record = {"started_at": began, **lanes.record(), "concurrency": concurrency,
+    record = {"started_at": began, **lanes, "concurrency": concurrency,
               "queued": queued, "episodes": sum(finished.values()),
               "by_group": dict(sorted(finished.items()))}
     minutes = record["wall_s"] / 60

@@ -48,6 +48,16 @@ BACKENDS: Registry[Callable[[ModelConfig, str | None, str | None], LLM]] = Regis
 )
 
 
+def lane_name(cfg: ModelConfig) -> str:
+    """What a model's requests share (a lane of the evaluation's queue, :mod:`prour.eval.queue`):
+    a served model at its URL, or the in-process or scripted model."""
+    if cfg.backend == "openai":
+        return f"{cfg.model} at {cfg.base_url}" if cfg.base_url else str(cfg.model)
+    if cfg.backend == "hf":
+        return f"{cfg.path} (in process)"
+    return f"{cfg.script or cfg.backend} ({cfg.backend})"
+
+
 def build_llm(cfg: ModelConfig, models_dir: str | None = None, key: str | None = None) -> LLM:
     """Instantiate the backend named by ``cfg.backend``; unknown names list the valid ones.
 

@@ -1,6 +1,6 @@
 """The evaluation's one queue (prour.eval.queue) on real tau2 tasks with scripted models:
 
-- each model (lane) stays at its own in-flight limit while the methods interleave;
+- each model (lane) stays at its own limit of requests in flight while the methods interleave;
 - SIGTERM during the queued ``prour eval`` exits 130, and the rerun holds every episode exactly
   once, equal to an uninterrupted run of the same keys;
 - an unknown ``eval.max_in_flight`` key is one line naming it.
@@ -48,40 +48,57 @@ def _recipe(root: Path, **eval_section) -> Path:
 
 
 def test_each_lane_stays_at_its_limit_while_the_methods_interleave(tmp_path, monkeypatch):
-    """eval.max_in_flight holds the user's model at 1 episode although eval.concurrency is 3:
-    never two episodes at once (the agent alone would allow 3), both methods start before
-    either is done, and queue.jsonl records the session and the limit."""
+    """eval.max_in_flight holds the user's model at 1 request in flight although 3 episodes run
+    at once (eval.concurrency): the agent's model, unlimited here, has more than one request in
+    flight; both methods start before either is done; queue.jsonl records the session, the
+    limit and the calls that waited for the user's slot."""
     from prour.env import runner
+    from prour.llm.scripted import ScriptedLLM
 
     recipe = load_recipe(_recipe(tmp_path, max_in_flight={"user": 1}))
     evaluation = Evaluation(recipe, tmp_path / "run", progress=False)
     running, most, started = Counter(), Counter(), []
-    lock, real = threading.Lock(), runner.run_job
+    lock, real_job, real_chat = threading.Lock(), runner.run_job, ScriptedLLM.chat
+    user_script = str(tmp_path / "user.yaml")
 
-    def counted(job, limits):
+    def track(name, step):
         with lock:
-            running["all"] += 1
-            most["all"] = max(most["all"], running["all"])
+            running[name] += step
+            most[name] = max(most[name], running[name])
+
+    def counted_job(job, limits):
+        track("episodes", 1)
+        with lock:
             started.append(job.agent_name)
         try:
-            time.sleep(0.05)  # long enough for a second episode to start if the queue let it
-            return real(job, limits)
+            return real_job(job, limits)
         finally:
-            with lock:
-                running["all"] -= 1
+            track("episodes", -1)
 
-    monkeypatch.setattr(runner, "run_job", counted)
+    def counted_chat(self, requests):
+        name = "user" if user_script in evaluation.kit.builder.lane_of(self) else "agent"
+        track(name, 1)
+        try:
+            time.sleep(0.01)  # long enough for a second request to arrive if the gate let it
+            return real_chat(self, requests)
+        finally:
+            track(name, -1)
+
+    monkeypatch.setattr(runner, "run_job", counted_job)
+    monkeypatch.setattr(ScriptedLLM, "chat", counted_chat)
     try:
         results = evaluation.run()
     finally:
         evaluation.close()
     assert len(results) == len(METHODS) * 2 * 2 * 2
-    assert most["all"] == 1  # every episode calls the user's model: it is the bottleneck
+    assert most["user"] == 1  # every episode calls the user's model: one request at a time
+    assert most["episodes"] == 3 and most["agent"] > 1  # the others' work goes on meanwhile
     assert started[:2] == METHODS  # taken in turn, not one method after another
     (session,) = read_sessions(tmp_path / "run")
     assert session["episodes"] == len(results)
     (lane,) = [v for k, v in session["lanes"].items() if "user.yaml" in k]
-    assert lane["limit"] == 1 and lane["mean_in_flight"] <= 1.0
+    assert lane["limit"] == 1 and lane["mean_requests"] <= 1.0 and lane["waited"] > 0
+    assert lane["calls"] >= len(results)  # each episode's user speaks at least once
 
 
 def test_an_unknown_limit_key_is_named(tmp_path):
