@@ -16,6 +16,7 @@ process of a job and a parent passes the signal on too, so a child may receive b
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -147,6 +148,8 @@ def interruptible(saved: Callable[[], str], *, stop: threading.Event | None = No
         yield
     except (KeyboardInterrupt, Stopping):
         _finish("interrupted")
+        if _state.installed:  # the prour process itself (a test runner keeps its own handlers)
+            atexit.register(_ignore_sigterm)
         raise SystemExit(INTERRUPTED_EXIT) from None
     finally:
         _state.phases.remove(phase)
@@ -219,6 +222,15 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         phase.stop.set()
         return
     raise KeyboardInterrupt
+
+
+def _ignore_sigterm() -> None:
+    """At exit after an interruption (atexit: the threads are joined, a second signal until then
+    still stops at once), ignore SIGTERM for the rest of the interpreter's teardown (a second or
+    more): Python puts the default action back for the signals it handles as it finalizes, so
+    Slurm repeating its SIGTERM then would turn exit 130 into death by signal. What was saved is
+    on disk and reported already."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _waiting() -> str:
