@@ -3,7 +3,8 @@
 - :func:`write_atomic` replaces a file whole: readers see the old content or the new, never half
   of either (results tables, plots, datasets, markers, manifests, scripts);
 - :func:`append_jsonl` adds one record to a JSONL log that a rerun resumes from (trajectories,
-  results, caches, training metrics): one write of the whole line, then fsync.
+  results, caches, training metrics): one write of the whole line, then fsync;
+  :func:`repair_torn_tail` cuts off the line a crash left half-written before a rerun appends.
 """
 
 from __future__ import annotations
@@ -94,6 +95,40 @@ def append_jsonl(path: str | Path, record: Any) -> None:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def repair_torn_tail(path: str | Path) -> int:
+    """Before a rerun appends to a JSONL log again: a last line left without its newline by a
+    crash mid-append, and not a JSON object, is cut off (its record is written again); a
+    complete object without its newline (an editor's last line) gets one. Returns the bytes
+    cut (0: nothing torn, or no file)."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    with _path_lock(path), open(path, "r+b") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            if not _ends_torn(path):
+                return 0
+            data = handle.read()
+            start = data.rfind(b"\n") + 1
+            try:
+                whole = isinstance(json.loads(data[start:]), dict)
+            except ValueError:
+                whole = False
+            if whole:
+                handle.write(b"\n")
+                cut = 0
+            else:
+                handle.truncate(start)
+                cut = len(data) - start
+            handle.flush()
+            os.fsync(handle.fileno())
+            return cut
+        except OSError as exc:
+            raise named(exc, path) from None
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _ends_torn(path: Path) -> bool:

@@ -46,3 +46,22 @@ def test_append_jsonl_adds_one_line_per_record_and_starts_fresh_after_a_torn_tai
     assert json.loads(lines[2]) == {"i": 3} and lines[3] == b""
     with pytest.raises(ValueError, match="one line"):
         append_jsonl(log, type("Multi", (), {"model_dump_json": lambda self: "a\nb"})())
+
+
+def test_repair_torn_tail_cuts_a_half_line_and_ends_a_whole_one(tmp_path: Path) -> None:
+    """A crash mid-append leaves half a record without its newline: it is cut off, the records
+    before it kept byte for byte. A whole record without its newline (an editor's) gets one."""
+    from prour.files import repair_torn_tail
+
+    path = tmp_path / "log.jsonl"
+    assert repair_torn_tail(path) == 0  # no file: nothing to do
+    good = b'{"key": "a"}\n{"key": "b"}\n'
+    path.write_bytes(good + b'{"key": "c", "val')
+    assert repair_torn_tail(path) == len(b'{"key": "c", "val')
+    assert path.read_bytes() == good
+    assert repair_torn_tail(path) == 0 and path.read_bytes() == good
+    path.write_bytes(good + b'{"key": "c"}')
+    assert repair_torn_tail(path) == 0
+    assert path.read_bytes() == good + b'{"key": "c"}\n'
+    path.write_bytes(b'{"key"')  # the first record torn: the file left empty
+    assert repair_torn_tail(path) == 6 and path.read_bytes() == b""

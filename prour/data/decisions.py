@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prour.env.trajectory import read_jsonl
-from prour.files import append_jsonl
+from prour.files import append_jsonl, repair_torn_tail
 from prour.llm.base import Message
 from prour.router.config import RouterConfig
 
@@ -56,6 +56,9 @@ class DecisionCache:
         self.path = Path(path)
         self.records: dict[str, dict[str, Any]] = {}
         self.skipped_lines: list[int] = []
+        if cut := repair_torn_tail(self.path):
+            log.warning("repaired %s: cut off a last line torn by a crash (%d bytes); its "
+                           "decision is made again", self.path, cut)
         if self.path.is_file():
             rows = read_jsonl(self.path, on_error="raise" if on_bad_line == "error" else "skip")
             self.skipped_lines = list(rows.skipped)

@@ -223,9 +223,12 @@ def normalize_tasks(tasks: Sequence[Task], domain: str, llm: LLM, path: str | Pa
     """G* for every task, reusing cached goals by instruction hash and appending new ones;
     the ``data`` section sets the goal length (``normalizer_max_tokens``) and what a corrupt
     line of the goals file does (``on_bad_line``)."""
-    from prour.files import append_jsonl
+    from prour.files import append_jsonl, repair_torn_tail
 
     max_tokens = cfg.normalizer_max_tokens
+    if cut := repair_torn_tail(path):
+        log.warning("repaired %s: cut off a last line torn by a crash (%d bytes); its goal is "
+                       "normalized again", path, cut)
     stored = load_goals(path, cfg.on_bad_line)
     by_sha = _reusable(stored.values(), model)
     out: list[Goal] = []

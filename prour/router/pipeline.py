@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from prour.config import Recipe
 from prour.env.trajectory import read_jsonl
-from prour.files import append_jsonl, write_atomic
+from prour.files import append_jsonl, repair_torn_tail, write_atomic
 from prour.router.annotation import DecisionState, annotate, read_labels, read_states
 from prour.router.calibration import Calibration, RoutingScores, calibrate, score_routes
 from prour.router.dev_mix import MIX_NAME, Mix, fill_quotas, remaining
@@ -173,6 +173,9 @@ def label_split(builder: Builder, split: str, chunk_size: int = 64) -> list[dict
     recipe = builder.recipe
     states = read_states(states_path(recipe, split))
     cfg, out = recipe.router.calibration, labels_path(recipe, split)
+    if cut := repair_torn_tail(out):  # before the mix reads the labels
+        logger.warning("repaired %s: cut off a last line torn by a crash (%d bytes); its state "
+                       "is labelled again", out, cut)
     if split != "dev" or cfg.dev_mix is None:
         return annotate(builder.llm("annotator"), states, cfg, out_path=out)
     before = dev_mix(recipe)
