@@ -258,8 +258,9 @@ def calibrate(
 
     from prour.build import Builder
     from prour.cli.failures import backend_failures, complete_hints
-    from prour.cli.recipe import preflight_or_exit, recipe_errors, resumable
+    from prour.cli.recipe import hold_run_folder, preflight_or_exit, recipe_errors, resumable
     from prour.recipes import load_recipe
+    from prour.router.pipeline import labels_path
 
     if stage not in STAGES:
         _fail(f"--stage must be one of {', '.join(STAGES)}; got {stage!r}")
@@ -270,7 +271,8 @@ def calibrate(
     console = Console()
     steps = {"label": _stage_label, "search": _stage_search, "evaluate": _stage_evaluate}
     try:
-        with resumable(lambda: _calibration_saved(loaded, stage)), \
+        with hold_run_folder(labels_path(loaded, "dev").parent), \
+                resumable(lambda: _calibration_saved(loaded, stage)), \
                 backend_failures(loaded, "calibrate", "--stage", stage):
             for name in steps if stage == "all" else (stage,):
                 steps[name](builder, console)

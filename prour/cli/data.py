@@ -138,7 +138,7 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
               from_trajectories: str | None = FromTrajectoriesOpt) -> None:
     """Rewrite each task's instruction into the first-person goal G*; flags lost values."""
     from prour.cli.failures import backend_failures
-    from prour.cli.recipe import preflight_or_exit, resumable, saved_lines
+    from prour.cli.recipe import hold_run_folder, preflight_or_exit, resumable, saved_lines
     from prour.data.normalize import normalize_tasks
     from prour.data.pipeline import record_provenance
     from prour.router.thresholds import decomposer_model_id
@@ -160,7 +160,8 @@ def normalize(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
     goals = []
-    with resumable(saved), backend_failures(loaded, "normalize"):
+    # one writer per goals folder: two normalizers would both append a missing goal
+    with hold_run_folder(path.parent), resumable(saved), backend_failures(loaded, "normalize"):
         for domain, tasks in by_domain.items():
             goals += normalize_tasks(tasks, domain, builder.llm("normalizer"), path,
                                      decomposer_model_id(loaded.models["normalizer"]), cfg)
@@ -176,7 +177,7 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     """Split, route every state with the decomposer, and write train/validation parquet + card
     (with data.states=every: every decision state as a clarify row, no decomposer)."""
     from prour.cli.failures import backend_failures, complete_hints
-    from prour.cli.recipe import preflight_or_exit, resumable, saved_lines
+    from prour.cli.recipe import hold_run_folder, preflight_or_exit, resumable, saved_lines
     from prour.data.card import drop_lines
     from prour.data.extract import prompts_warning
     from prour.data.pipeline import run_extract
@@ -192,7 +193,8 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
                      "them") if routed else ("nothing (the parquet splits are written at the "
                                              "end); rerun `prour extract` with the same recipe")
     try:
-        with resumable(saved), backend_failures(loaded, "extract"):
+        with hold_run_folder(decisions.parent), resumable(saved), \
+                backend_failures(loaded, "extract"):
             result = run_extract(loaded, builder, progress=progress)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
