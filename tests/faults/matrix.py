@@ -56,6 +56,8 @@ RUN = ("full tests/faults/test_run_faults.py::test_a_signal_to_the_process_group
        "reports_once_and_a_rerun_completes")
 D = ("tests/faults/test_stage_faults.py::test_a_read_only_or_full_run_folder_is_one_line_then_"
      "a_rerun_writes_each_record_once")
+SG = "tests/faults/test_stage_signals.py::"
+SIG = SG + "test_a_fault_mid_run_then_a_rerun_stores_every_record_once"
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
 NO_MODEL = "calls no model server"
@@ -116,6 +118,11 @@ MATRIX: dict[str, dict[str, Cell]] = {
     },
     "normalize": {
         "SIGINT start-up": t(U),
+        "SIGINT mid-run": t("full " + SIG),
+        "SIGTERM mid-run": t("CI " + SIG),
+        "Slurm repeated SIGTERM": t("full " + SIG),
+        "kill -9 + rerun": t("CI " + SIG),
+        "torn last line": t("CI " + SIG),
         "read-only run folder": t("CI " + D),
         "full disk": t("CI " + D),
         "timeout": t("CI " + S),
@@ -127,6 +134,10 @@ MATRIX: dict[str, dict[str, Cell]] = {
     },
     "calibrate": {
         "SIGINT start-up": t(U),
+        "SIGINT mid-run": t("full " + SIG),
+        "SIGTERM mid-run": t("full " + SIG),
+        "Slurm repeated SIGTERM": t("CI " + SIG),
+        "kill -9 + rerun": t("CI " + SIG),
         "read-only run folder": t("CI " + D),
         "full disk": t("CI " + D),
         "timeout": t("CI " + S),
@@ -140,6 +151,13 @@ MATRIX: dict[str, dict[str, Cell]] = {
     },
     "extract": {
         "SIGINT start-up": t(U),
+        "SIGINT mid-run": t("CI " + SIG),
+        "SIGTERM mid-run": t("full " + SIG),
+        "Slurm repeated SIGTERM": t("full " + SIG),
+        "kill -9 + rerun": t("CI " + SIG),
+        "torn last line": t("CI " + SIG),
+        "corrupt parquet": t("CI " + SG + "test_a_corrupt_split_left_by_an_earlier_run_is_"
+                             "replaced_by_extract"),
         "read-only run folder": t("CI " + D),
         "full disk": t("full " + D),
         "timeout": t("full " + S),
