@@ -57,6 +57,7 @@ RUN = ("full tests/faults/test_run_faults.py::test_a_signal_to_the_process_group
 D = ("tests/faults/test_stage_faults.py::test_a_read_only_or_full_run_folder_is_one_line_then_"
      "a_rerun_writes_each_record_once")
 SG = "tests/faults/test_stage_signals.py::"
+RS = "tests/faults/test_run_step_faults.py::"
 SIG = SG + "test_a_fault_mid_run_then_a_rerun_stores_every_record_once"
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
@@ -134,7 +135,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
     },
     "calibrate": {
         "SIGINT start-up": t(U),
-        "SIGINT mid-run": t("full " + SIG),
+        "SIGINT mid-run": t("CI " + SIG),
         "SIGTERM mid-run": t("full " + SIG),
         "Slurm repeated SIGTERM": t("CI " + SIG),
         "kill -9 + rerun": t("CI " + SIG),
@@ -151,7 +152,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
     },
     "extract": {
         "SIGINT start-up": t(U),
-        "SIGINT mid-run": t("CI " + SIG),
+        "SIGINT mid-run": t("full " + SIG),
         "SIGTERM mid-run": t("full " + SIG),
         "Slurm repeated SIGTERM": t("full " + SIG),
         "kill -9 + rerun": t("CI " + SIG),
@@ -244,6 +245,18 @@ MATRIX: dict[str, dict[str, Cell]] = {
     },
     "prour run": {
         "SIGINT mid-run": t(RUN),
+        "HTTP 500": t("CI " + RS + "test_a_failing_backend_fails_the_step_and_the_run_then_a_"
+                      "rerun_completes"),
+        "timeout": t("full " + RS + "test_a_failing_backend_fails_the_step_and_the_run_then_a_"
+                     "rerun_completes"),
+        "closed mid-reply": t("full " + RS + "test_a_failing_backend_fails_the_step_and_the_run_"
+                              "then_a_rerun_completes"),
+        "read-only run folder": t("CI " + RS + "test_a_read_only_or_full_run_folder_fails_the_"
+                                  "run_in_one_line_then_a_rerun_completes"),
+        "full disk": t("full " + RS + "test_a_read_only_or_full_run_folder_fails_the_run_in_one_"
+                       "line_then_a_rerun_completes"),
+        "torn last line": t("CI " + RS + "test_a_kill_of_the_run_mid_write_leaves_a_torn_line_"
+                            "that_the_rerun_repairs"),
         "Slurm repeated SIGTERM": t(RUN),
         "SIGINT start-up": t(U),
         "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_prour_run_passes_sigterm_on_to_"

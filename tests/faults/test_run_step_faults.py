@@ -1,0 +1,139 @@
+"""Fault cells of ``prour run`` that reach it through its step (tests/faults/matrix.py lists every
+cell): the runner carries out its collect step (tests/faults/test_collect_faults.py's scripted
+recipe) while the agent's backend fails every request (HTTP 500, a hang past the client's time
+limit, a connection closed mid-reply), while the run folder is a read-only or full tmpfs, or
+after a kill -9 of the whole process group left a half-written last record. ``prour run`` exits
+1 with the step's one error line and its own line naming the step and its log, no traceback and
+no lock left; with the fault removed a rerun of ``prour run`` finishes the step with every key
+exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_collect_faults import (
+    WAIT_S,
+    Faulty,
+    _out,
+    _planned,
+    _recipe,
+    _served_agent,
+    _stored,
+    _wait_for_records,
+)
+
+from prour.runlock import LOCK_FILE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))  # test_bad_setups' tmpfs
+TASKS = 2
+STEP = "collect-retail"
+
+
+def _run(recipe: Path, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "prour.cli.main", "run", "--recipe", str(recipe), "--only",
+             STEP], stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _clean(log: Path) -> str:
+    text = log.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    return text
+
+
+def _no_lock(run: Path) -> None:
+    assert not [p for p in run.rglob(LOCK_FILE)], "a run lock was left behind"
+
+
+def _rerun_completes(recipe: Path, tmp_path: Path, tasks: int = TASKS) -> str:
+    log = tmp_path / "rerun.log"
+    assert _run(recipe, log).wait(timeout=WAIT_S) == 0, log.read_text()
+    assert _stored(_out(recipe)) == _planned(tasks), "a record lost or stored twice"
+    _no_lock(recipe.parent / "run")
+    return _clean(log)
+
+
+@pytest.mark.parametrize("kind", ["http-500", pytest.param("timeout", marks=pytest.mark.full),
+                                  pytest.param("closed-mid-reply", marks=pytest.mark.full)])
+def test_a_failing_backend_fails_the_step_and_the_run_then_a_rerun_completes(tmp_path, kind):
+    """The backend fails every request; fixed (the same recipe: the server answers again, as a
+    restarted one would), the rerun retries the errored episodes. A recipe changed meanwhile
+    would make the step stale instead (its outputs made with other values: the runner says so
+    and names ``--rerun-stale``)."""
+    server = Faulty(kind, failures=None)
+    try:
+        recipe = _recipe(tmp_path, tasks=TASKS, **_served_agent(server, retries=1))
+        log = tmp_path / "run.log"
+        assert _run(recipe, log).wait(timeout=WAIT_S) == 1, log.read_text()
+        text = _clean(log)
+        errors = [line for line in text.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, text  # the step's own line, once
+        assert f"POST {server.url}/chat/completions failed after 2 attempt(s)" in errors[0]
+        failed = [line for line in text.splitlines() if line.startswith(f"== {STEP}: failed")]
+        assert len(failed) == 1 and "exit code 1" in failed[0], text
+        assert str(tmp_path / "run" / "logs" / f"{STEP}.log") in failed[0], failed[0]
+        _no_lock(tmp_path / "run")
+        assert _stored(_out(recipe)) == _planned(TASKS)  # stored as errored, each once
+
+        server.failures = server.posts  # the fault removed: every later request is answered
+        text = _rerun_completes(recipe, tmp_path)
+    finally:
+        server.close()
+    assert "retried: 2 errored episode(s) of an earlier run" in text, text
+
+
+@pytest.mark.parametrize("fault", ["read-only", pytest.param("full", marks=pytest.mark.full)])
+def test_a_read_only_or_full_run_folder_fails_the_run_in_one_line_then_a_rerun_completes(
+        tmp_path, fault):
+    from test_bad_setups import tmpfs
+    from test_stage_faults import _fill
+
+    run = tmp_path / "run"
+    with tmpfs(run, "16m"):
+        recipe = _recipe(tmp_path, tasks=TASKS)
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(run)], check=True)
+        else:
+            filler = _fill(run)
+        log = tmp_path / "run.log"
+        assert _run(recipe, log).wait(timeout=WAIT_S) == 1, log.read_text()
+        text = _clean(log)
+        errors = [line for line in text.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, text
+        assert f"cannot write {run}" in errors[0], errors[0]
+        assert (f"the file system ({run}) is read-only" if fault == "read-only" else
+                f"no space left on the device ({run})") in errors[0], errors[0]
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,rw", str(run)], check=True)
+        else:
+            filler.unlink()
+        _no_lock(run)
+        _rerun_completes(recipe, tmp_path)
+
+
+def test_a_kill_of_the_run_mid_write_leaves_a_torn_line_that_the_rerun_repairs(tmp_path):
+    """SIGKILL to the runner and its step (no handler runs) after the first record, with half a
+    record appended as a kill mid-write leaves it: the rerun of ``prour run`` takes the dead
+    locks over, the step repairs the line, and every key is stored once."""
+    tasks = 4
+    recipe = _recipe(tmp_path, tasks=tasks)
+    out = _out(recipe)
+    proc = _run(recipe, tmp_path / "run.log")
+    _wait_for_records(proc, out)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=WAIT_S)
+    time.sleep(0.2)  # the step, in the same process group, is gone too
+    kept = out.read_text()
+    with open(out, "a") as handle:
+        handle.write('{"domain": "retail", "task_id": "9", "seed"')
+    assert sum(_stored(out).values()) < tasks, "the kill came after the work was done"
+    text = _rerun_completes(recipe, tmp_path, tasks)
+    assert out.read_text().startswith(kept)  # what was saved is kept, not run again
+    assert "repaired" in text and "torn" in text, text
