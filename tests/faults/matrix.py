@@ -173,6 +173,9 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "SIGINT mid-run": t(TR),
         "SIGTERM mid-run": t(TR),
         "SIGINT start-up": t(U),
+        "Slurm repeated SIGTERM": t(TR),
+        "torn last line": t("CI tests/train/test_checkpoint.py::test_kill_minus_nine_then_resume"
+                            "_matches_an_uninterrupted_run"),
         "kill -9 + rerun": t("CI tests/train/test_checkpoint.py::test_kill_minus_nine_then_resume"
                              "_matches_an_uninterrupted_run",
                              "CI tests/train/test_checkpoint.py::test_a_second_trainer_refuses_"

@@ -25,21 +25,27 @@ from prour.train import checkpoint as ckpt
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "slurm-repeated-SIGTERM"])
 def test_a_signal_mid_training_names_the_checkpoint_and_resume_saves_every_step_once(
-        tiny_model_dir, tmp_path, signum):
+        tiny_model_dir, tmp_path, how):
+    """In a Slurm job (SLURM_JOB_ID) Slurm's second SIGTERM 1.5 s later is its own repetition:
+    the save still ends with the same single report and exit 130."""
     from prour.data.dataset import write_rows
 
     data = write_rows(instance_rows(5), tmp_path / "train.parquet")
     recipe = _recipe_file(tmp_path, "stopped", tiny_model_dir, data)
     out = tmp_path / "ckpt" / "stopped"
-    proc = _train(recipe)
+    proc = _train(recipe, **({"SLURM_JOB_ID": "4242"} if how.startswith("slurm") else {}))
     deadline = time.time() + 600
     while ckpt.latest_checkpoint(out) is None:
         assert proc.poll() is None, proc.communicate()[0]
         assert time.time() < deadline, "no checkpoint in time"
         time.sleep(0.02)
-    proc.send_signal(signum)
+    proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGTERM)
+    if how.startswith("slurm"):
+        time.sleep(1.5)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
     log = proc.communicate(timeout=600)[0]
     assert proc.returncode == INTERRUPTED_EXIT, log
     assert "Traceback" not in log, log

@@ -161,12 +161,13 @@ def _recipe_file(tmp_path: Path, name: str, model_dir: Path, data_file: Path) ->
     return path
 
 
-def _train(recipe: Path, *extra: str) -> subprocess.Popen:
+def _train(recipe: Path, *extra: str, **more_env: str) -> subprocess.Popen:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        **more_env,
     }
     return subprocess.Popen(
         [sys.executable, "-m", "prour.cli.main", "train", "--recipe", str(recipe), *extra],
@@ -211,6 +212,8 @@ def test_kill_minus_nine_then_resume_matches_an_uninterrupted_run(tiny_model_dir
     when = _kill_during_a_save(_train(killed_recipe), out)
     finished_before = [s for s, _ in ckpt.complete_checkpoints(out)]
     assert finished_before and max(finished_before) < 4, when
+    with open(out / "metrics.jsonl", "a") as handle:  # a metrics line cut by the kill
+        handle.write('{"step": 9, "loss')
 
     resumed = _train(killed_recipe, "--resume")
     log = resumed.communicate(timeout=600)[0]
