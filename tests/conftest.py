@@ -5,6 +5,7 @@ are the plugins tests/session_caches.py and tests/skip_rules.py."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,24 @@ def warm_tiny_model(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFacto
     from prour.demo.warmstart import warm_start
 
     return warm_start(tiny_model_dir, tmp_path_factory.mktemp("warm") / "model", **WARM_START)
+
+
+@pytest.fixture(scope="session")
+def format_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model after the demo's warm start on one prompt: emits the answer format some of
+    the time. Not the session's ``warm_tiny_model``: that one asks a well-formed question in none
+    of 24 samples on this prompt, so the format-reward test would have nothing to reinforce."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent / "train"))  # the helper lives with its tests
+    from train_helpers import warm_start
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return warm_start(tiny_model_dir, tmp_path_factory.mktemp("format_policy"))
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -133,6 +133,7 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
         )
         return
     from prour.train.local import LocalTrainer
+    from prour.train.metrics import FailedAsksError
 
     try:
         trainer = LocalTrainer(recipe)
@@ -140,6 +141,9 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
     except (FileExistsError, FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except FailedAsksError as exc:  # the responders are down: the step was not trained on
+        typer.echo(f"error: {exc}; {saved_checkpoint(out, 'local')}", err=True)
+        raise typer.Exit(1) from None
     if trainer.untrained:
         typer.echo(f"lacking: {cfg.train_file} holds no training state (extract routed none to "
                    f"clarify or verify): no update was made; {last} is the initial policy, "

@@ -125,8 +125,8 @@ class TrainConfig(Section):
     modes: list[Literal["clarify", "verify"]] | None = Field(None, min_length=1)
     states_per_step: int = Field(16, ge=1)  # prompts per training step
     total_steps: int = Field(2010, ge=1)
-    # verl backend: its sampler stops training once more than this fraction of a step's asks
-    # failed (responders down); the local backend logs the failed count (n_failed) per step.
+    # both backends stop training (exit 1, the newest checkpoint kept) once more than this
+    # fraction of a step's asks failed (responders down); each step logs n_failed.
     max_failed_ask_fraction: float = Field(0.5, ge=0, le=1)
     save_every: int = Field(100, ge=1)  # checkpoint every N steps; the last step is always saved
     keep_checkpoints: int | None = Field(None, ge=1)  # newest N kept; None: keep all

@@ -33,7 +33,13 @@ from prour.train.algorithm import (
 from prour.train.config import TrainConfig
 from prour.train.data import DataOrder, keep_modes, read_instances, row_mode
 from prour.train.layout import token_micro_batches
-from prour.train.metrics import MetricsLog, PhaseClock, phase_metrics, sample_diagnostics
+from prour.train.metrics import (
+    MetricsLog,
+    PhaseClock,
+    check_failed_asks,
+    phase_metrics,
+    sample_diagnostics,
+)
 from prour.train.policy import Policy, Rollout
 from prour.train.recipe import recipe_dict, train_section
 from prour.train.reward import RewardFn, score_groups
@@ -352,6 +358,9 @@ class LocalTrainer:
         t0 = time.perf_counter()
         clock.take(until=t0)  # nothing from before this step
         batch = self._batch()
+        # responders down: stop before an update on what is left (train.max_failed_ask_fraction)
+        check_failed_asks([s for group in batch.rewards for s in group],
+                          self.cfg.max_failed_ask_fraction, len(batch.rows))
         t1 = time.perf_counter()
         staleness = self.step - batch.version
         if staleness > (self.cfg.max_staleness if self.cfg.overlap != "off" else 0):

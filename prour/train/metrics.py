@@ -205,6 +205,25 @@ def failed_ask_fraction(samples: Sequence[ScoredSample]) -> float:
     return sum(bool(s.failed) for s in asks) / len(asks) if asks else 0.0
 
 
+class FailedAsksError(RuntimeError):
+    """Too many of a step's questions could not be answered or scored."""
+
+
+def check_failed_asks(samples: Sequence[ScoredSample], limit: float, states: int) -> None:
+    """:class:`FailedAsksError` when the failed share of the step's questions (the responders'
+    calls failed after their retries, or scoring did) exceeds ``train.max_failed_ask_fraction``:
+    a responder that is down must stop the run, not train it on what is left. The verl sampler
+    and the local trainer both apply it to every step."""
+    fraction = failed_ask_fraction(samples)
+    if fraction > limit:
+        asks = sum(s.kind == "ask" for s in samples)
+        raise FailedAsksError(
+            f"{round(fraction * asks)} of {asks} sampled questions failed (responder or "
+            f"scoring errors) over {states} states, more than "
+            f"train.max_failed_ask_fraction={limit}; stopping training: check that the "
+            "responder endpoints (models.strict_user, models.verifier) are up")
+
+
 def sample_diagnostics(
     samples: Sequence[ScoredSample], modes: Sequence[str | None]
 ) -> dict[str, float | None]:

@@ -58,6 +58,8 @@ D = ("tests/faults/test_stage_faults.py::test_a_read_only_or_full_run_folder_is_
      "a_rerun_writes_each_record_once")
 SG = "tests/faults/test_stage_signals.py::"
 RS = "tests/faults/test_run_step_faults.py::"
+RESP = ("tests/faults/test_train_faults.py::test_responders_that_fail_every_request_stop_"
+        "training_then_a_rerun_trains")
 SIG = SG + "test_a_fault_mid_run_then_a_rerun_stores_every_record_once"
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
@@ -174,6 +176,10 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "SIGTERM mid-run": t(TR),
         "SIGINT start-up": t(U),
         "Slurm repeated SIGTERM": t(TR),
+        "HTTP 500": t("CI " + RESP, "CI tests/train/test_local.py::test_responders_that_are_down_"
+                      "stop_the_step_before_its_update"),
+        "timeout": t("full " + RESP),
+        "closed mid-reply": t("full " + RESP),
         "torn last line": t("CI tests/train/test_checkpoint.py::test_kill_minus_nine_then_resume"
                             "_matches_an_uninterrupted_run"),
         "kill -9 + rerun": t("CI tests/train/test_checkpoint.py::test_kill_minus_nine_then_resume"

@@ -97,3 +97,58 @@ def test_a_read_only_output_folder_is_one_line_then_a_rerun_trains(tiny_model_di
         assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1]
         assert _weights(out / "step_1")
         assert not (out / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("kind", ["http-500", pytest.param("timeout", marks=pytest.mark.full),
+                                  pytest.param("closed-mid-reply", marks=pytest.mark.full)])
+def test_responders_that_fail_every_request_stop_training_then_a_rerun_trains(
+        format_policy_dir, tmp_path, kind):
+    """The strict user and the verifier are served (an OpenAI-style server) and fail every
+    request: the questions of the first step fail after their retries, more than
+    train.max_failed_ask_fraction of them, and `prour train` stops before any update (exit 1,
+    one line naming the share, the responders and that no checkpoint was saved), no lock left;
+    the server answering again, the same command (as the line says: a rerun starts over)
+    trains and saves its step."""
+    import yaml
+    from test_collect_faults import Faulty
+    from test_local import _tau2_rows  # tests/train: a clarify and a verify state of tau2
+
+    from prour.data.dataset import write_rows
+
+    data = write_rows(_tau2_rows(), tmp_path / "train.parquet")
+    path = _recipe_file(tmp_path, "down", format_policy_dir, data)
+    recipe = yaml.safe_load(path.read_text())
+    server = Faulty(kind, failures=None)
+    served = {"backend": "openai", "model": "m", "base_url": server.url, "max_retries": 1,
+              "timeout_s": 1.0}
+    recipe["models"].update(strict_user=served, verifier=served)
+    recipe["reward"] = {"responder_retries": 0, "responder_max_tokens": 16,
+                        "verifier_max_steps": 1}
+    recipe["train"].update(total_steps=1, states_per_step=2)
+    recipe["train"]["rollout"] = {"n": 6, "keep": 5, "max_response_tokens": 24}
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "ckpt" / "down"
+    try:
+        proc = _train(path)
+        log = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 1 and "Traceback" not in log, log
+        errors = [line for line in log.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, log
+        assert "sampled questions failed" in errors[0], errors[0]
+        assert "train.max_failed_ask_fraction=0.5" in errors[0], errors[0]
+        assert "models.strict_user" in errors[0], errors[0]
+        assert f"no checkpoint saved yet in {out}" in errors[0], errors[0]
+        assert not ckpt.complete_checkpoints(out)
+        assert not (out / LOCK_FILE).exists()
+
+        server.failures = server.posts  # answering again
+        rerun = _train(path)
+        log = rerun.communicate(timeout=600)[0]
+        assert rerun.returncode == 0, log
+    finally:
+        server.close()
+    assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1], steps
+    assert _weights(out / "step_1")
+    assert not (out / LOCK_FILE).exists()

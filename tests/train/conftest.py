@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import warm_start
 
 
 @pytest.fixture(autouse=True)
@@ -18,18 +17,6 @@ def one_thread():
     yield
     torch.set_num_threads(before)
 
-
-@pytest.fixture(scope="session")
-def format_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model after the demo's warm start on one prompt: emits the answer format some of
-    the time. Not the session's ``warm_tiny_model``: that one asks a well-formed question in none
-    of 24 samples on this prompt, so the format-reward test would have nothing to reinforce."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return warm_start(tiny_model_dir, tmp_path_factory.mktemp("format_policy"))
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.fixture

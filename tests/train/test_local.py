@@ -348,7 +348,11 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
         reward={"responder_max_tokens": 16, "verifier_max_steps": 1,
                 "attention": {"lambda": 0.1, "cost": "proxy"}},
     )
-    cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24})
+    # the tiny verifier's 4096 positions hold no verify prompt of this state (~5k tokens): its
+    # questions fail, which the step would stop on (train.max_failed_ask_fraction); this test
+    # reads the step's metrics, so it lets them fail
+    cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24},
+                 max_failed_ask_fraction=1.0)
     trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
     trainer.setup()
     seen = _spy_on_responder_chats(trainer._reward_fn.strict_user.llm)
@@ -374,6 +378,67 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
     assert trainer._reward_fn.question_cost is not None  # the recipe's attention term is on
     cost = logged["attention_cost_mean"]  # None when no clarify question was answered this step
     assert cost is None or cost >= 1.0  # a question asks at least one thing
+
+
+class _Down:
+    """An OpenAI-style server that answers every request with HTTP 500 (a responder that is
+    down), on a free loopback port, in a thread."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_responders_that_are_down_stop_the_step_before_its_update(format_policy_dir, fresh_dir):
+    """The strict user and the verifier answer 500 to every request: each question fails after
+    its retries, more than train.max_failed_ask_fraction of the step's questions fail, and the
+    step raises (naming the share, the states and the responder keys) before any update; the
+    weights are those it started with. The verl sampler applies the same check
+    (tests/train/verl/test_verl_harness.py)."""
+    from prour.train.metrics import FailedAsksError
+
+    down = _Down()
+    try:
+        served = ModelConfig(backend="openai", model="m", base_url=down.url, max_retries=1,
+                             timeout_s=5.0)
+        recipe = Recipe(
+            name="t", seed=3,
+            models={"generator": ModelConfig(backend="hf", path=str(format_policy_dir),
+                                             device="cpu", dtype="float32"),
+                    "strict_user": served, "verifier": served},
+            reward={"responder_max_tokens": 16, "verifier_max_steps": 1, "responder_retries": 0},
+        )
+        cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24})
+        trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
+        trainer.setup()
+        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+        with pytest.raises(FailedAsksError, match=r"^(\d+) of \1 sampled questions failed "
+                           r"\(responder or scoring errors\) over 2 states, more than "
+                           r"train\.max_failed_ask_fraction=0\.5; .*models\.strict_user"):
+            trainer.train_step()
+    finally:
+        down.close()
+    assert all(torch.equal(p.detach(), before[name])
+               for name, p in trainer.model.named_parameters())
+    assert trainer.step == 0
 
 
 def test_an_empty_train_file_saves_the_initial_policy_untrained(tiny_model_dir, fresh_dir):

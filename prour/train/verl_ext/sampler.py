@@ -29,7 +29,7 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
-from prour.train.metrics import failed_ask_fraction
+from prour.train.metrics import FailedAsksError, check_failed_asks
 from prour.train.verl_ext.logic import (
     SampleInfo,
     flat_groups,
@@ -41,9 +41,7 @@ from prour.train.verl_ext.logic import (
 
 logger = logging.getLogger(__name__)
 
-
-class FailedAsksError(RuntimeError):
-    """Too many of a step's questions could not be answered or scored."""
+__all__ = ["FailedAsksError", "KeepValidFirstReplayBuffer", "OneStepKeepValidFirstReplayBuffer"]
 
 
 class KeepValidFirstReplayBuffer(ReplayBuffer):
@@ -82,17 +80,8 @@ class KeepValidFirstReplayBuffer(ReplayBuffer):
 
     def _check_failed_asks(self) -> None:
         """Stop training when too many of this step's questions failed."""
-        seen = list(self._seen.values())
-        fraction = failed_ask_fraction(seen)
-        if fraction > self.max_failed_ask_fraction:
-            asks = sum(i.kind == "ask" for i in seen)
-            raise FailedAsksError(
-                f"{round(fraction * asks)} of {asks} sampled questions failed (responder or "
-                f"scoring errors) over {self._states_seen()} states, more than "
-                f"train.max_failed_ask_fraction={self.max_failed_ask_fraction}; stopping "
-                "training: check that the responder endpoints (models.strict_user, "
-                "models.verifier) are up"
-            )
+        check_failed_asks(list(self._seen.values()), self.max_failed_ask_fraction,
+                          self._states_seen())
 
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
         """Finished groups whose kept rewards are all equal (no signal after selection)."""
