@@ -246,14 +246,18 @@ def _dev_states(recipe: Recipe) -> list[Finding]:
 
 def shared_tasks(dataset_dir: str | Path) -> list[tuple[str, str]] | None:
     """(domain, task id) with rows in both train and validation parquet files of a dataset
-    folder; None when the folder lacks either file."""
+    folder; None when the folder lacks either file or one is not readable parquet (what reads
+    it names that file: train's path check; extract writes it again)."""
     from prour.data.dataset import read_rows, split_path
 
     paths = [split_path(dataset_dir, s) for s in ("train", "validation")]
     if not all(path.is_file() for path in paths):
         return None
-    keys = [{(r["extra_info"]["domain"], str(r["extra_info"]["task_id"])) for r in read_rows(p)}
-            for p in paths]
+    try:
+        keys = [{(r["extra_info"]["domain"], str(r["extra_info"]["task_id"]))
+                 for r in read_rows(p)} for p in paths]
+    except ValueError:
+        return None
     return sorted(keys[0] & keys[1])
 
 

@@ -39,6 +39,7 @@ from prour import interrupt
 from prour.files import write_atomic
 from prour.stages import (
     STAGES,
+    File,
     Stage,
     Step,
     served_elsewhere,
@@ -162,6 +163,21 @@ def _nonempty(path: Path) -> bool:
     return path.exists()
 
 
+def _unreadable(files: Sequence[File]) -> list[Path]:
+    """The parquet outputs among ``files`` that exist but whose footer cannot be read."""
+    broken = []
+    for file in files:
+        if file.path.suffix == ".parquet" and file.path.is_file():
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            try:
+                pq.read_metadata(file.path)
+            except (OSError, pa.ArrowException):
+                broken.append(file.path)
+    return broken
+
+
 def skip_reason(recipe: Recipe, step: Step) -> str | None:
     """Why a run of this recipe leaves ``step`` out, or None."""
     stage = stage_of(step)
@@ -198,6 +214,10 @@ def step_row(recipe: Recipe, step: Step, rows: dict[str, Row],
     if changed and any(_nonempty(f.path) for f in step.cleared(recipe)):
         # done or partial: what is there was made with other values
         return Row(step, stage, STALE, "made with other values: " + "; ".join(changed))
+    broken = _unreadable(step.writes(recipe))
+    if broken:  # there, but cut short (a crash, a copy): the step makes it again
+        return Row(step, stage, PARTIAL, f"{', '.join(str(p) for p in broken)} not a readable "
+                   "parquet file (cut short?): it runs again")
     failed = stamp is not None and stamp.get("failed") is not None
     if failed or not step.is_done(recipe):
         made = [f.path for f in step.cleared(recipe) if _nonempty(f.path)]

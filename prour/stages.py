@@ -741,8 +741,8 @@ def _heldout_roles(recipe: Recipe) -> tuple[str, ...]:
 
 def _train_modes(recipe: Recipe) -> set[str]:
     """The modes of the states in the train file that training keeps (``train.modes``): all
-    of ``train.modes`` while the file does not exist yet or cannot be read (the path check or the
-    trainer names that)."""
+    of ``train.modes`` while the file does not exist yet; none when it exists but cannot be read
+    (the path check names that file, the one cause: no guess at the roles it would need)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -754,7 +754,7 @@ def _train_modes(recipe: Recipe) -> set[str]:
         return wanted & set(pq.read_table(files[0].path, columns=["extra_info"])
                             .column("extra_info").combine_chunks().field("mode").to_pylist())
     except (IndexError, OSError, ValueError, KeyError, TypeError, pa.ArrowException):
-        return wanted
+        return set() if files and Path(files[0].path).is_file() else wanted
 
 
 def _train_roles(recipe: Recipe) -> tuple[str, ...]:

@@ -266,6 +266,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
                        "line_then_a_rerun_completes"),
         "torn last line": t("CI " + RS + "test_a_kill_of_the_run_mid_write_leaves_a_torn_line_"
                             "that_the_rerun_repairs"),
+        "corrupt parquet": t("CI " + RS + "test_prour_run_makes_a_parquet_output_that_is_cut_"
+                             "short_again"),
         "Slurm repeated SIGTERM": t(RUN),
         "SIGINT start-up": t(U),
         "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_prour_run_passes_sigterm_on_to_"

@@ -137,3 +137,33 @@ def test_a_kill_of_the_run_mid_write_leaves_a_torn_line_that_the_rerun_repairs(t
     text = _rerun_completes(recipe, tmp_path, tasks)
     assert out.read_text().startswith(kept)  # what was saved is kept, not run again
     assert "repaired" in text and "torn" in text, text
+
+
+def test_prour_run_makes_a_parquet_output_that_is_cut_short_again(tmp_path, tiny_model_dir):
+    """An extract whose train split was cut short after it finished (a disk fault, a copy): the
+    runner sees the file is no readable parquet and says so, runs extract again (its decisions
+    are reused: no decomposer call, so its scripted model need not be registered in the child)
+    and the split reads; a rerun then has nothing to do."""
+    from test_stage_faults import _extracted, _invoke, _prepared
+
+    from prour.data.dataset import read_rows, split_path
+    from prour.recipes import load_recipe
+
+    recipe = _prepared("extract", tmp_path, tiny_model_dir)
+    assert _invoke("extract", "--recipe", str(recipe), "--no-progress").exit_code == 0
+    train = split_path(load_recipe(recipe).data.dataset_dir, "train")
+    train.write_bytes(train.read_bytes()[:100])  # cut short
+    argv = [sys.executable, "-m", "prour.cli.main", "run", "--recipe", str(recipe), "--only",
+            "extract"]
+    plan = subprocess.run([*argv, "--dry-run"], check=False, capture_output=True, text=True,
+                          timeout=600)
+    assert f"{train} not a readable parquet file (cut short?): it runs again" in plan.stdout, (
+        plan.stdout + plan.stderr)
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    output = done.stdout + done.stderr
+    assert "== extract: start (resumes)" in output, output
+    _extracted(tmp_path / "run", output)
+    assert len(read_rows(train)) == 2
+    again = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "== extract: start" not in again.stdout, again.stdout

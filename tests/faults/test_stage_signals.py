@@ -194,3 +194,4 @@ def test_a_corrupt_split_left_by_an_earlier_run_is_replaced_by_extract(tmp_path,
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     _extracted(tmp_path / "run", result.output)
     assert len(read_rows(split_path(folder, "train"))) == 2
+
