@@ -268,6 +268,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
                             "that_the_rerun_repairs"),
         "corrupt parquet": t("CI " + RS + "test_prour_run_makes_a_parquet_output_that_is_cut_"
                              "short_again"),
+        "truncated checkpoint": t("CI " + RS + "test_a_truncated_final_checkpoint_is_trained_"
+                                  "again_by_prour_run"),
         "Slurm repeated SIGTERM": t(RUN),
         "SIGINT start-up": t(U),
         "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_prour_run_passes_sigterm_on_to_"

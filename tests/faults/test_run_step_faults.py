@@ -167,3 +167,39 @@ def test_prour_run_makes_a_parquet_output_that_is_cut_short_again(tmp_path, tiny
     assert len(read_rows(train)) == 2
     again = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "== extract: start" not in again.stdout, again.stdout
+
+
+def test_a_truncated_final_checkpoint_is_trained_again_by_prour_run(tmp_path, tiny_model_dir):
+    """The last checkpoint of a finished train step cut short (a disk fault after the save):
+    its file list (checkpoint_files.json) no longer matches, so the step is not done; prour run
+    resumes it from the newest complete checkpoint and saves the last step again, each step
+    once in metrics.jsonl, every checkpoint loadable."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+    from test_checkpoint import _recipe_file, _weights
+    from train_helpers import instance_rows
+
+    from prour.data.dataset import write_rows
+    from prour.train import checkpoint as ckpt
+
+    data = write_rows(instance_rows(5), tmp_path / "train.parquet")
+    recipe = _recipe_file(tmp_path, "cut", tiny_model_dir, data)
+    out = tmp_path / "ckpt" / "cut"
+    argv = [sys.executable, "-m", "prour.cli.main", "run", "--recipe", str(recipe), "--only",
+            "train"]
+    first = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=WAIT_S)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (weights,) = (out / "step_4").glob("*.safetensors")
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1, 2, 3]
+
+    rerun = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=WAIT_S)
+    output = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0 and "Traceback" not in output, output
+    assert "== train: start (resumes): prour train" in output and "--resume" in output, output
+    assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1, 2, 3, 4]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4], steps
+    assert _weights(out / "step_4")
+    _no_lock(out)
