@@ -68,6 +68,7 @@ class _Child:
 @dataclass
 class _State:
     installed: bool = False
+    sigint_ignored: bool = False  # ignored by whoever started us: install() left it so
     signals: int = 0
     first_at: float = 0.0
     signum: int = 0
@@ -89,9 +90,22 @@ def install() -> None:
         return
     for signum in HANDLED:
         if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+            _state.sigint_ignored = True
             continue  # ignored by whoever started us (nohup, a shell's background job): keep it
         signal.signal(signum, _on_signal)
     _state.installed = True
+
+
+def reclaim() -> None:
+    """Put this module's handlers back after a library replaced them (Ray's ``ray.init`` sets a
+    C-level SIGTERM handler that aborts the process with a stack dump and exit 134): only where
+    :func:`install` put them in place, and an ignored SIGINT stays ignored."""
+    if not _state.installed or threading.current_thread() is not threading.main_thread():
+        return
+    for signum in HANDLED:
+        if signum == signal.SIGINT and _state.sigint_ignored:
+            continue
+        signal.signal(signum, _on_signal)
 
 
 def install_for_command() -> None:

@@ -746,6 +746,7 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
+    from prour import interrupt
     from prour.train import checkpoint as ckpt
     from prour.train.config import actor_dp_size
     from prour.train.verl_backend import compose_verl_config, prepare_verl_run
@@ -768,6 +769,7 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
     address = os.environ.get("RAY_ADDRESS")
     ray.init(address=address or None, num_cpus=None if address else 2, include_dashboard=False,
              runtime_env=OmegaConf.to_container(runtime_env))
+    interrupt.reclaim()  # Ray's SIGTERM handler aborts (exit 134): SIGTERM saves and exits 130
     harness = None
     try:
         nodes = [n for n in ray.nodes() if n["Alive"]]
@@ -807,6 +809,7 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
         with contextlib.suppress(Exception):
             tq.close()
         ray.shutdown()
+        interrupt.reclaim()  # ray.shutdown puts SIGTERM's default action back
 
 
 class RankLostError(RuntimeError):
@@ -825,15 +828,17 @@ def rank_of(actors: list[Any], wheres: list[dict[str, Any]], exc: Exception) -> 
 
 def catch_up_metrics(output_dir: Path, newest: Path | None) -> None:
     """The newest checkpoint's metrics line appended when ``metrics.jsonl`` lacks it (the run
-    stopped between the save and the append): with it, every saved step has its line once."""
-    from prour.files import append_jsonl
+    stopped between the save and the append, or mid-append: the torn line is cut off first):
+    with it, every saved step has its line once."""
+    from prour.files import append_jsonl, repair_torn_tail
     from prour.train import checkpoint as ckpt
     from prour.train.metrics import METRICS_FILE
 
+    path = output_dir / METRICS_FILE
+    repair_torn_tail(path)  # a line cut by a kill mid-append: the step's line is written again
     if newest is None:
         return
     record = ckpt.load_trainer_state(newest).get("metrics")
-    path = output_dir / METRICS_FILE
     lines = path.read_text().splitlines() if path.is_file() else []
     logged = {json.loads(line).get("step") for line in lines if line.strip()}
     if record is not None and record["step"] not in logged:
