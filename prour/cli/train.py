@@ -216,12 +216,16 @@ def _rehearse(recipe: Recipe, cfg: TrainConfig, dry_run: bool) -> None:
         typer.echo(f"verl CPU rehearsal: {cfg.total_steps} steps, {actor_dp_size(cfg.verl)} policy "
                    f"rank(s) on Ray (one per node), checkpoints step_N in {out}")
         return
+    from prour.train.metrics import FailedAsksError
     from prour.train.verl_ext.rehearsal import RankLostError, rehearse
 
     try:
         last = rehearse(recipe, cfg)
     except RankLostError as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except FailedAsksError as exc:  # the responders are down: verl's sampler stopped the step
+        typer.echo(f"error: {exc}; {saved_checkpoint(out, 'local')}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"checkpoint: {last}\nmetrics: {out / 'metrics.jsonl'}")
 

@@ -211,6 +211,9 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "read-only run folder": t("full " + RHD),
         "full disk": t("full " + RHD),
         "torn last line": t("full " + RH),
+        **{fault: t("full tests/faults/test_rehearsal_faults.py::test_responders_that_fail_every_"
+                    "request_stop_the_rehearsal_in_one_line")
+           for fault in ("HTTP 500", "timeout", "closed mid-reply")},
         "kill -9 + rerun": t("slurm tests/cluster/test_multinode_train.py::test_a_rank_killed_"
                              "mid_run_fails_the_job_and_a_resubmission_resumes"),
         "truncated checkpoint": t("CI tests/train/test_checkpoint.py::test_a_truncated_newest_"

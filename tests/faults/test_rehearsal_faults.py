@@ -129,3 +129,51 @@ def test_a_read_only_or_full_output_folder_is_one_line_then_the_rehearsal_trains
         assert rerun.returncode == 0, log
         assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1]
         assert not (out / LOCK_FILE).exists()
+
+
+@pytest.mark.full  # ~55 s each: two rehearsals on Ray
+@pytest.mark.parametrize("kind", ["http-500", "timeout", "closed-mid-reply"])
+def test_responders_that_fail_every_request_stop_the_rehearsal_in_one_line(
+        format_policy_dir, tmp_path, kind):
+    """The strict user and the verifier are served (an OpenAI-style server) and fail every
+    request: verl's sampler stops the first step (train.max_failed_ask_fraction) and `prour
+    train` says so in one line naming the responders and that no checkpoint was saved (exit 1,
+    no traceback, the lock freed, Ray stopped); the server answering again, the same command
+    trains the step."""
+    from test_collect_faults import Faulty
+    from test_local import _tau2_rows  # tests/train: a clarify and a verify state of tau2
+
+    from prour.data.dataset import write_rows
+
+    run, out = tmp_path / "run", tmp_path / "ckpt"
+    sets = _prepared(run, format_policy_dir, out)
+    write_rows(_tau2_rows(), run / "data/dataset/train.parquet")
+    server = Faulty(kind, failures=None)
+    served = ["backend=openai", "model=m", f"base_url={server.url}", "max_retries=1",
+              "timeout_s=1.0", "script=null"]
+    sets += [part for role in ("strict_user", "verifier") for item in served
+             for part in ("--set", f"models.{role}.{item}")]
+    sets += [part for item in ("train.total_steps=1", "train.rollout.n=6", "train.rollout.keep=5",
+                               "train.rollout.max_response_tokens=24",
+                               "reward.responder_max_tokens=16", "reward.verifier_max_steps=1")
+             for part in ("--set", item)]
+    try:
+        proc = _train(sets)
+        log = proc.communicate(timeout=WAIT_S)[0]
+        assert proc.returncode == 1 and "Traceback" not in log, log
+        errors = [line for line in log.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, log
+        assert "sampled questions failed" in errors[0], errors[0]
+        assert "train.max_failed_ask_fraction=0.5" in errors[0], errors[0]
+        assert "models.strict_user" in errors[0], errors[0]
+        assert f"no checkpoint saved yet in {out}" in errors[0], errors[0]
+        assert not (out / LOCK_FILE).exists()
+
+        server.failures = server.posts  # answering again
+        rerun = _train(sets)
+        log = rerun.communicate(timeout=WAIT_S)[0]
+        assert rerun.returncode == 0, log
+    finally:
+        server.close()
+    assert [s for s, _ in ckpt.complete_checkpoints(out)] == [1]
+    assert _steps(out) == [1]
