@@ -58,6 +58,11 @@ D = ("tests/faults/test_stage_faults.py::test_a_read_only_or_full_run_folder_is_
      "a_rerun_writes_each_record_once")
 SG = "tests/faults/test_stage_signals.py::"
 RS = "tests/faults/test_run_step_faults.py::"
+VD = ("full tests/faults/test_vllm_dies.py::test_the_model_server_dies_mid_step_then_a_rerun_"
+      "completes")
+SERVED_GAP = ("not built with a real vLLM server: the client of the normalize, calibrate and "
+              "eval cells carries {}, and the row's backend cells (500, timeout, closed "
+              "mid-reply) hold what a dead server's refused connection does")
 RH = ("tests/faults/test_rehearsal_faults.py::test_a_signal_mid_rehearsal_names_the_checkpoint_"
       "and_resume_saves_every_step_once")
 RHD = ("tests/faults/test_rehearsal_faults.py::test_a_read_only_or_full_output_folder_is_one_"
@@ -129,6 +134,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (tau2 tasks come from the installed package)"),
     },
     "normalize": {
+        "vLLM dies mid-step": t(VD),
         "SIGINT start-up": t(U),
         "SIGINT mid-run": t("full " + SIG),
         "SIGTERM mid-run": t("CI " + SIG),
@@ -145,6 +151,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (trajectories and goals are JSONL)"),
     },
     "calibrate": {
+        "vLLM dies mid-step": t(VD),
         "SIGINT start-up": t(U),
         "SIGINT mid-run": t("CI " + SIG),
         "SIGTERM mid-run": t("full " + SIG),
@@ -162,6 +169,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (states and labels are JSONL)"),
     },
     "extract": {
+        "vLLM dies mid-step": Cell(gap=SERVED_GAP.format("its decomposer's requests (prompt logprobs)")),
         "SIGINT start-up": t(U),
         "SIGINT mid-run": t("full " + SIG),
         "SIGTERM mid-run": t("full " + SIG),
@@ -179,6 +187,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "truncated checkpoint": Cell(na="writes no checkpoint (a decision cache and parquet)"),
     },
     "train local": {
+        "vLLM dies mid-step": Cell(gap=SERVED_GAP.format("its reward's responder requests")),
         "read-only run folder": t("full tests/faults/test_train_faults.py::test_a_read_only_"
                                   "output_folder_is_one_line_then_a_rerun_trains"),
         "SIGINT mid-run": t(TR),
@@ -204,6 +213,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
                              "of_parquet_inputs"),
     },
     "train verl rehearsal": {
+        "vLLM dies mid-step": Cell(gap=SERVED_GAP.format("its reward's responder requests")),
         "SIGINT start-up": t(U),
         "SIGINT mid-run": t("full " + RH),
         "SIGTERM mid-run": t("full " + RH),
@@ -223,6 +233,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
                              "of_parquet_inputs"),
     },
     "eval": {
+        "vLLM dies mid-step": t(VD),
         "SIGINT start-up": t(U),
         "SIGTERM mid-run": t("CI " + E + "test_a_signal_mid_run_saves_reports_frees_the_lock_and_a_"
                              "rerun_completes"),
@@ -271,6 +282,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET),
     },
     "prour run": {
+        "vLLM dies mid-step": t(VD),
         "SIGINT mid-run": t(RUN),
         "HTTP 500": t("CI " + RS + "test_a_failing_backend_fails_the_step_and_the_run_then_a_"
                       "rerun_completes"),
