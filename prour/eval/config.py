@@ -164,7 +164,7 @@ class EvalConfig(Section):
     # queue (prour.eval.queue) keeps each model it calls at its own limit besides this one.
     concurrency: int = Field(4, ge=1)
     # In-flight limits per model: a role (generator, agent, ...) or a model id (served or
-    # models.<role>.model) -> the most episodes calling it at once; a served model is also held
+    # models.<role>.model) -> the most requests to it in flight at once; a served model is held
     # at its serve.models.<id>.max_num_seqs. An in-process (hf) model has only this limit.
     max_in_flight: dict[str, int] = Field(default_factory=dict)
     # Where a trained (or hf) query generator runs: hf loads it in process (CPU, tests); vllm
