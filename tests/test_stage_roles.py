@@ -209,8 +209,10 @@ def _run_stages(name: str, tmp: Path, policy: Path, loads: list[tuple[str, Path]
     """(stage, the recipe as written, what the stage called) for every stage of a whole run of
     recipe ``name`` that calls models (serve starts servers of ``serve.models``: no role)."""
     path = RECIPES / f"{name}.yaml"
-    recipe = load_recipe(path)
     run = tmp / name
+    # its own run folder: the table reads the train file's modes, and `make demo` leaves a
+    # clarify-only one in runs/smoke
+    recipe = load_recipe(path, [f"run_dir={run}"])
     runner = CliRunner()
     for stage in [s for s in run_stages(recipe) if s != "serve"]:
         calls = Calls(policy)

@@ -78,8 +78,10 @@ SMOKE_ROLES = {  # no models.router; methods base and prour only
     (ATTENTION, {**PAPER_ROLES, "train": {"generator", "strict_user", "verifier", "judge"}}),
     (SMOKE, SMOKE_ROLES),
 ], ids=["paper", "paper-attention", "smoke"])
-def test_roles_each_stage_calls(path: Path, expected: dict[str, set[str]]) -> None:
-    recipe = load_recipe(path)
+def test_roles_each_stage_calls(path: Path, expected: dict[str, set[str]], tmp_path: Path) -> None:
+    # a run folder of its own: the train roles follow the train file's modes, and `make demo`
+    # leaves a clarify-only train file in runs/smoke
+    recipe = load_recipe(path, [f"run_dir={tmp_path}"])
     assert {name: set(stage_roles(recipe, name)) for name in stage_names()} == expected
     # extract reads the policy's tokenizer from models.generator without calling it
     assert set(required_roles(recipe, "extract")) == {"decomposer", "generator"}
