@@ -60,9 +60,10 @@ SG = "tests/faults/test_stage_signals.py::"
 RS = "tests/faults/test_run_step_faults.py::"
 VD = ("full tests/faults/test_vllm_dies.py::test_the_model_server_dies_mid_step_then_a_rerun_"
       "completes")
-SERVED_GAP = ("not built with a real vLLM server: the client of the normalize, calibrate and "
-              "eval cells carries {}, and the row's backend cells (500, timeout, closed "
-              "mid-reply) hold what a dead server's refused connection does")
+SERVED_GAP = ("not built with a real vLLM server: the tiny model served as the strict user "
+              "answers with empty replies, so every question fails while the server is up; the "
+              "client of the other rows' cells carries {}, and the row's backend cells (500, "
+              "timeout, closed mid-reply) hold what a dead server's refused connection does")
 RH = ("tests/faults/test_rehearsal_faults.py::test_a_signal_mid_rehearsal_names_the_checkpoint_"
       "and_resume_saves_every_step_once")
 RHD = ("tests/faults/test_rehearsal_faults.py::test_a_read_only_or_full_output_folder_is_one_"
@@ -169,7 +170,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "corrupt parquet": Cell(na=NO_PARQUET + " (states and labels are JSONL)"),
     },
     "extract": {
-        "vLLM dies mid-step": Cell(gap=SERVED_GAP.format("its decomposer's requests (prompt logprobs)")),
+        "vLLM dies mid-step": t(VD),
         "SIGINT start-up": t(U),
         "SIGINT mid-run": t("full " + SIG),
         "SIGTERM mid-run": t("full " + SIG),

@@ -1,7 +1,8 @@
-"""The "vLLM dies mid-step" cells of normalize, calibrate --stage label, eval and ``prour run``
-(tests/faults/matrix.py lists every cell; collect's is tests/data/test_collect_vllm.py): the
-command's model is the tiny model on a real vLLM CPU server, which is killed (SIGKILL to its
-process group: no goodbye) once the first records are on disk. The command exits 1 with one
+"""The "vLLM dies mid-step" cells of normalize, calibrate --stage label, extract, eval and
+``prour run`` (tests/faults/matrix.py lists every cell; collect's is
+tests/data/test_collect_vllm.py): the command's model is the tiny model on a real vLLM CPU
+server, which is killed (SIGKILL to its process group: no goodbye) once the first records are
+on disk. The command exits 1 with one
 error line naming the server and no traceback, no lock is left; with the server back on the same
 address a rerun completes and holds every record exactly once, counted by key against what the
 command was asked for."""
@@ -50,9 +51,23 @@ class Case:
     """A command on the served tiny model: its argv, the file its records go to, their keys and
     the keys a whole run stores."""
 
-    def __init__(self, command: str, tmp_path: Path, base_url: str):
+    def __init__(self, command: str, tmp_path: Path, base_url: str, tiny_model_dir: Path):
         self.command, self.run = command, tmp_path / "run"
-        if command == "normalize":  # 12 tasks: two of the normalizer's batches of 8
+        if command == "extract":  # collected and normalized (scripted), then decomposed
+            from test_stage_faults import _prepared
+
+            self.recipe = _prepared("extract", tmp_path, tiny_model_dir)
+            data = yaml.safe_load(self.recipe.read_text())
+            data["models"]["decomposer"] = _served(base_url)
+            data["router"].update(n_interpretations=2, n_actions=2, goal_max_tokens=16,
+                                  action_max_tokens=32)
+            data["data"]["concurrency"] = 1
+            self.recipe.write_text(yaml.safe_dump(data))
+            self.argv = ["extract", "--recipe", str(self.recipe), "--no-progress"]
+            self.file = self.run / "data" / "decisions.jsonl"
+            self.key = lambda r: r["key"]
+            self.planned = None
+        elif command == "normalize":  # 12 tasks: two of the normalizer's batches of 8
             from prour.env.domains import select_tasks
 
             self.recipe = self._write(tmp_path, {
@@ -121,6 +136,9 @@ class Case:
                 assert Counter(r["state_id"] for r in rows) == Counter(ids), (split, rows)
             return
         rows = _rows(self.file)
+        if self.command == "extract":  # each decision once
+            assert rows and max(Counter(self.key(r) for r in rows).values()) == 1
+            return
         if self.planned is not None:  # normalize: a goal is written again only if it was empty
             assert set(Counter(self.key(r) for r in rows)) == set(self.planned)
             earlier: dict = {}
@@ -135,7 +153,7 @@ class Case:
             assert len(rows) == 4
 
 
-@pytest.mark.parametrize("command", ["normalize", "calibrate", "eval", "prour run"])
+@pytest.mark.parametrize("command", ["normalize", "calibrate", "extract", "eval", "prour run"])
 def test_the_model_server_dies_mid_step_then_a_rerun_completes(tmp_path, vllm_python,
                                                                tiny_model_dir, command):
     model = _servable(tiny_model_dir, tmp_path / "model")
@@ -146,7 +164,7 @@ def test_the_model_server_dies_mid_step_then_a_rerun_completes(tmp_path, vllm_py
                           max_model_len=16384, extra_args=SERVER_ARGS)
 
     first = server().start(timeout_s=START_TIMEOUT_S)
-    case = Case(command, tmp_path, first.base_url)
+    case = Case(command, tmp_path, first.base_url, tiny_model_dir)
     try:
         proc = case.start()
         deadline = time.monotonic() + WAIT_S
