@@ -175,8 +175,8 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "SIGINT mid-run": t("full " + SIG),
         "SIGTERM mid-run": t("full " + SIG),
         "Slurm repeated SIGTERM": t("full " + SIG),
-        "kill -9 + rerun": t("CI " + SIG),
-        "torn last line": t("CI " + SIG),
+        "kill -9 + rerun": t("full " + SIG),
+        "torn last line": t("full " + SIG),
         "corrupt parquet": t("CI " + SG + "test_a_corrupt_split_left_by_an_earlier_run_is_"
                              "replaced_by_extract"),
         "read-only run folder": t("CI " + D),
@@ -299,7 +299,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
                             "that_the_rerun_repairs"),
         "corrupt parquet": t("CI " + RS + "test_prour_run_makes_a_parquet_output_that_is_cut_"
                              "short_again"),
-        "truncated checkpoint": t("CI " + RS + "test_a_truncated_final_checkpoint_is_trained_"
+        "truncated checkpoint": t("full " + RS + "test_a_truncated_final_checkpoint_is_trained_"
                                   "again_by_prour_run"),
         "Slurm repeated SIGTERM": t(RUN),
         "SIGINT start-up": t(U),

@@ -169,6 +169,7 @@ def test_prour_run_makes_a_parquet_output_that_is_cut_short_again(tmp_path, tiny
     assert again.returncode == 0 and "== extract: start" not in again.stdout, again.stdout
 
 
+@pytest.mark.full  # ~17 s: two trainings (train local's truncated-checkpoint cell is in CI)
 def test_a_truncated_final_checkpoint_is_trained_again_by_prour_run(tmp_path, tiny_model_dir):
     """The last checkpoint of a finished train step cut short (a disk fault after the save):
     its file list (checkpoint_files.json) no longer matches, so the step is not done; prour run

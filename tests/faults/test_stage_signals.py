@@ -137,7 +137,7 @@ def _rerun_completes(stage: Stage, tmp_path: Path) -> None:
 
 CELLS = [pytest.param(command, how, marks=FULL) if (command, how) not in {
     ("normalize", "SIGTERM"), ("calibrate", "slurm-repeated-SIGTERM"), ("calibrate", "SIGINT"),
-    ("normalize", "kill -9"), ("calibrate", "kill -9"), ("extract", "kill -9")} else (command, how)
+    ("normalize", "kill -9"), ("calibrate", "kill -9")} else (command, how)
     for command in ("normalize", "calibrate", "extract")
     for how in ("SIGINT", "SIGTERM", "slurm-repeated-SIGTERM", "kill -9")]
 
