@@ -9,7 +9,6 @@ command was asked for."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,22 +23,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
 from test_collect_vllm import SERVED, SERVER_ARGS, START_TIMEOUT_S, _servable
+from test_stage_signals import _rows
 
 from prour.cluster.vllm_server import VLLMServer, free_port
 from prour.runlock import LOCK_FILE
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.full]  # ~2 server starts each
 WAIT_S = 600
-
-
-def _rows(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
 
 
 def _served(base_url: str, **more) -> dict:
