@@ -13,11 +13,14 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 # Read once at import (os.umask can only be read by setting it): a replaced file gets the mode a
 # plain open() would give it, not mkstemp's owner-only 0600.
@@ -97,11 +100,11 @@ def append_jsonl(path: str | Path, record: Any) -> None:
             os.close(fd)
 
 
-def repair_torn_tail(path: str | Path) -> int:
+def repair_torn_tail(path: str | Path, redone: str = "its record is written again") -> int:
     """Before a rerun appends to a JSONL log again: a last line left without its newline by a
-    crash mid-append, and not a JSON object, is cut off (its record is written again); a
-    complete object without its newline (an editor's last line) gets one. Returns the bytes
-    cut (0: nothing torn, or no file)."""
+    crash mid-append, and not a JSON object, is cut off, with a warning that ends in ``redone``
+    (what the rerun does instead); a complete object without its newline (an editor's last line)
+    gets one. Returns the bytes cut (0: nothing torn, or no file)."""
     path = Path(path)
     if not path.is_file():
         return 0
@@ -122,6 +125,8 @@ def repair_torn_tail(path: str | Path) -> int:
             else:
                 handle.truncate(start)
                 cut = len(data) - start
+                logger.warning("repaired %s: cut off a last line torn by a crash (%d bytes); %s",
+                               path, cut, redone)
             handle.flush()
             os.fsync(handle.fileno())
             return cut

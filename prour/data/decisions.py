@@ -56,9 +56,7 @@ class DecisionCache:
         self.path = Path(path)
         self.records: dict[str, dict[str, Any]] = {}
         self.skipped_lines: list[int] = []
-        if cut := repair_torn_tail(self.path):
-            log.warning("repaired %s: cut off a last line torn by a crash (%d bytes); its "
-                           "decision is made again", self.path, cut)
+        repair_torn_tail(self.path, "its decision is made again")
         if self.path.is_file():
             rows = read_jsonl(self.path, on_error="raise" if on_bad_line == "error" else "skip")
             self.skipped_lines = list(rows.skipped)

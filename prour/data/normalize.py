@@ -226,9 +226,7 @@ def normalize_tasks(tasks: Sequence[Task], domain: str, llm: LLM, path: str | Pa
     from prour.files import append_jsonl, repair_torn_tail
 
     max_tokens = cfg.normalizer_max_tokens
-    if cut := repair_torn_tail(path):
-        log.warning("repaired %s: cut off a last line torn by a crash (%d bytes); its goal is "
-                       "normalized again", path, cut)
+    repair_torn_tail(path, "its goal is normalized again")
     stored = load_goals(path, cfg.on_bad_line)
     by_sha = _reusable(stored.values(), model)
     out: list[Goal] = []

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from prour.env.history import render_history
 from prour.env.trajectory import read_jsonl
-from prour.files import append_jsonl, repair_torn_tail
+from prour.files import append_jsonl
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
 from prour.router.candidates import answer_text
 from prour.router.routing import ROUTES
@@ -135,9 +135,6 @@ def annotate(
 ) -> list[dict[str, Any]]:
     """Label the states not yet in ``out_path`` (batched chunks, appended as each finishes); the
     ``router.calibration`` section sets the annotator's decoding and the history excerpt."""
-    if out_path and (cut := repair_torn_tail(out_path)):
-        logger.warning("repaired %s: cut off a last line torn by a crash (%d bytes); its state "
-                       "is labelled again", out_path, cut)
     done = _existing_ids(Path(out_path)) if out_path else set()
     todo = [state for state in states if state.state_id not in done]
     sampling = SamplingParams(n=1, temperature=cfg.annotator_temperature,

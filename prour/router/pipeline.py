@@ -173,9 +173,7 @@ def label_split(builder: Builder, split: str, chunk_size: int = 64) -> list[dict
     recipe = builder.recipe
     states = read_states(states_path(recipe, split))
     cfg, out = recipe.router.calibration, labels_path(recipe, split)
-    if cut := repair_torn_tail(out):  # before the mix reads the labels
-        logger.warning("repaired %s: cut off a last line torn by a crash (%d bytes); its state "
-                       "is labelled again", out, cut)
+    repair_torn_tail(out, "its state is labelled again")  # before the mix reads the labels
     if split != "dev" or cfg.dev_mix is None:
         return annotate(builder.llm("annotator"), states, cfg, out_path=out)
     before = dev_mix(recipe)

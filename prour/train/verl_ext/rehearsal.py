@@ -835,7 +835,7 @@ def catch_up_metrics(output_dir: Path, newest: Path | None) -> None:
     from prour.train.metrics import METRICS_FILE
 
     path = output_dir / METRICS_FILE
-    repair_torn_tail(path)  # a line cut by a kill mid-append: the step's line is written again
+    repair_torn_tail(path, "the step's metrics line is written again")
     if newest is None:
         return
     record = ckpt.load_trainer_state(newest).get("metrics")
