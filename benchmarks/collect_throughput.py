@@ -21,8 +21,8 @@ from pathlib import Path
 
 from prour.cluster.vllm_server import VLLMServer
 from prour.config import EnvConfig, ModelConfig
+from prour.config.data import DataConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories
-from prour.data.config import DataConfig
 from prour.demo.tiny import build_tiny_model
 from prour.env.agents import LLMAgent
 from prour.env.domains import load_tasks

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "tests" / "data"))  # the scripted world
 
 import recompute_world as world
 
+from prour.config.data import DataConfig
 from prour.data.collect import load_trajectories
-from prour.data.config import DataConfig
 from prour.data.extract import decision_hashes, decision_states
 from prour.data.schema import tool_traffic_hash
 

@@ -115,8 +115,8 @@ def prour_policy_loss() -> LossFn | None:
         import verl.trainer.ppo.core_algos  # noqa: F401
     except ImportError:
         return None
+    from prour.config.train import PPOSettings
     from prour.train.algorithm import policy_loss
-    from prour.train.config import PPOSettings
 
     def call(old, new, adv, mask, entropy, batch_num_tokens):
         return policy_loss(

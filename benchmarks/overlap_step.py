@@ -24,12 +24,12 @@ from typing import Any
 import torch
 
 from prour.config import ModelConfig, Recipe
+from prour.config.train import TrainConfig
 from prour.demo.corpus import SFTExample
 from prour.demo.tiny import default_tiny_dir
 from prour.llm.scripted import ScriptedLLM
 from prour.rewards import InfoGainReward, RewardState
 from prour.rollout import StrictUserSimulator
-from prour.train.config import TrainConfig
 from prour.train.local import LocalTrainer
 
 PROMPT = "Ask the customer one question about the return."

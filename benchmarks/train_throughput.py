@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from prour.config import ModelConfig, Recipe
+from prour.config.train import TrainConfig
 from prour.demo.tiny import default_tiny_dir
 from prour.llm.base import ScoreRequest
 from prour.rewards.belief import belief_prompt
 from prour.rollout.query import clarify_prompt
-from prour.train.config import TrainConfig
 from prour.train.local import LocalTrainer
 from prour.train.reward import VerifiableFormatReward
 

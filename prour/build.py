@@ -25,21 +25,21 @@ from typing import TYPE_CHECKING
 from prour.config import ModelConfig, Recipe
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prour.config.attention import AttentionConfig
+    from prour.config.router import RouterConfig
+    from prour.config.train import RolloutSettings
     from prour.env.agents import Agent, LLMAgent
     from prour.env.users import LLMUser
     from prour.eval.agent import ProactiveAgent, QueryGenerator
     from prour.eval.attention.agent import AttentiveAgent
     from prour.eval.attention.classifier import RequestClassifier
-    from prour.eval.attention.config import AttentionConfig
     from prour.eval.attention.judge import RequestJudge
     from prour.eval.attention.strict_json import JsonCache
     from prour.llm.base import LLM, SamplingParams
     from prour.rollout.strict_user import StrictUserSimulator
     from prour.rollout.verifier import Verifier
-    from prour.router.config import RouterConfig
     from prour.router.decomposer import Decomposer
     from prour.router.llm_router import LLMRouter
-    from prour.train.config import RolloutSettings
 
 Wrap = Callable[[str, "LLM"], "LLM"]
 """``wrap(role, shared_llm)``: how a metered view sees a role's backend (e.g. a call counter)."""
@@ -235,7 +235,7 @@ class Builder:
         """The judge's strict-JSON attempts per request: ``eval.attention.judge_attempts``, that
         section's own value when the recipe sets no ``eval.attention`` (paper-attention's training
         prices questions with the judge without evaluating under the attention protocol)."""
-        from prour.eval.attention.config import AttentionConfig
+        from prour.config.attention import AttentionConfig
 
         return (self.recipe.eval.attention or AttentionConfig()).judge_attempts
 
@@ -244,7 +244,7 @@ class Builder:
     def generator_rollout(self) -> RolloutSettings:
         """The query generator's training decoding (``train.rollout``; its defaults without
         ``train``), which evaluation keeps except for ``eval.generator_temperature``."""
-        from prour.train.config import RolloutSettings
+        from prour.config.train import RolloutSettings
 
         return self.recipe.train.rollout if self.recipe.train is not None else RolloutSettings()
 
@@ -290,8 +290,8 @@ class Builder:
                         classifier_cache: JsonCache | None = None) -> AttentiveAgent:
         """``agent`` under the attention policy of ``attention``; a policy that reviews drafts
         does so with the agent's model (``models.agent``)."""
+        from prour.config.attention import policy_spec
         from prour.eval.attention.agent import AttentiveAgent
-        from prour.eval.attention.config import policy_spec
         from prour.eval.attention.policies import configured_policy
 
         classifier = self.request_classifier(domain, attention, classifier_cache)

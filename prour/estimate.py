@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
-    from prour.train.config import TrainConfig
+    from prour.config.train import TrainConfig
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 RATES_FILE = RESULTS_DIR / "rates.json"

@@ -327,19 +327,19 @@ def _eval_dir(recipe: Recipe) -> Path:
     return _run_dir(recipe) / "eval"
 
 
-TRADEOFF_NAMES = ("budget", "every_n")  # prour.eval.config.TRADEOFF_SWEEPS, in step order
+TRADEOFF_NAMES = ("budget", "every_n")  # prour.config.eval.TRADEOFF_SWEEPS, in step order
 
 
 def _tradeoff_dir(recipe: Recipe, name: str) -> Path:
     """The run folder of a trade-off sweep (``eval-budget``, ``eval-every-n`` under run_dir)."""
-    from prour.eval.config import TRADEOFF_FOLDERS
+    from prour.config.eval import TRADEOFF_FOLDERS
 
     return _run_dir(recipe) / TRADEOFF_FOLDERS[name]
 
 
 def _tradeoff_sweep(recipe: Recipe, name: str) -> dict[str, list[int | None]]:
     """The ``eval.sweep`` a trade-off step runs: its router key over eval.tradeoff.<name>."""
-    from prour.eval.config import TRADEOFF_SWEEPS
+    from prour.config.eval import TRADEOFF_SWEEPS
 
     return {TRADEOFF_SWEEPS[name]: list(getattr(recipe.eval.tradeoff, name))}
 

@@ -48,8 +48,13 @@ def parsed(path: Path) -> ast.Module:
 def is_config_leaf(name: str) -> bool:
     """A module ``import prour.config`` may load: the recipe, the section base, stage sections,
     and the package ``__init__`` files above them."""
-    return name in ("prour", "prour.config", "prour.section", *LEAF_TABLES) or name.endswith(
-        ".config") or (PACKAGE.parent / name.replace(".", "/") / "__init__.py").is_file()
+    return name in ("prour", "prour.section", *LEAF_TABLES) or is_config(name) or (
+        PACKAGE.parent / name.replace(".", "/") / "__init__.py").is_file()
+
+
+def is_config(name: str) -> bool:
+    """The recipe's package: the root (``prour.config``) and one leaf per section."""
+    return name == "prour.config" or name.startswith("prour.config.")
 
 
 # ---- config modules are leaves ---------------------------------------------------------------
@@ -64,8 +69,8 @@ def test_loading_a_recipe_imports_only_config_leaves() -> None:
     assert not runtime, f"import prour.config loads runtime modules: {runtime}"
     heavy = [m for m in loaded if m.split(".")[0] in HEAVY]
     assert not heavy, f"import prour.config loads heavy libraries: {sorted(heavy)[:10]}"
-    stage_configs = {m for m in loaded if m.endswith(".config") and m != "prour.config"}
-    assert {"prour.router.config", "prour.train.config", "prour.eval.config"} <= stage_configs
+    stage_configs = {m for m in loaded if is_config(m) and m != "prour.config"}
+    assert {"prour.config.router", "prour.config.train", "prour.config.eval"} <= stage_configs
 
 
 def test_config_modules_import_only_pydantic_stdlib_yaml_and_other_config_leaves() -> None:
@@ -73,7 +78,7 @@ def test_config_modules_import_only_pydantic_stdlib_yaml_and_other_config_leaves
     allowed_external = {"pydantic", "yaml", "typing_extensions"}
     found = {}
     for name, path in modules().items():
-        if not (name.endswith(".config") or name in ("prour.section", *LEAF_TABLES)):
+        if not (is_config(name) or name in ("prour.section", *LEAF_TABLES)):
             continue
         for target in imported_names(name, path, module_level_only=name in LEAF_TABLES):
             top = target.split(".")[0]
@@ -177,7 +182,7 @@ def test_find_cycle_reports_the_loop() -> None:
 
 def test_relative_and_submodule_imports_are_resolved(tmp_path: Path) -> None:
     graph = import_graph()
-    assert "prour.router.config" in graph["prour.router.thresholds"]
+    assert "prour.config.router" in graph["prour.router.thresholds"]
     assert "prour.section" in graph["prour.config"]
     assert "prour.llm.base" in graph["prour.llm"]  # package __init__ -> submodule
     assert "prour.router.uncertainty" in graph["prour.router"]  # a lazy re-export counts too
@@ -426,20 +431,20 @@ def test_the_loss_takes_its_settings_from_train_ppo() -> None:
     """``policy_loss`` reads the recipe's PPO section; no second settings class repeats it."""
     import inspect
 
+    from prour.config.train import PPOSettings
     from prour.train import algorithm
-    from prour.train.config import PPOSettings
 
     assert inspect.signature(algorithm.policy_loss).parameters["settings"].annotation in (
         "PPOSettings | None", PPOSettings | None)
     assert not hasattr(algorithm, "LossSettings")
     ppo_fields = set(PPOSettings.model_fields)
     repeats = [place for field, places in hyperparameter_defaults().items() if field in ppo_fields
-               for place, _ in places if not place.startswith("prour.train.config.")]
+               for place, _ in places if not place.startswith("prour.config.train.")]
     assert repeats == []
 
 
 def test_method_names_in_the_config_leaf_match_the_registry() -> None:
-    from prour.eval.config import METHOD_NAMES, ROUTED_METHODS
+    from prour.config.eval import METHOD_NAMES, ROUTED_METHODS
     from prour.eval.methods import METHODS
 
     assert tuple(METHODS) == METHOD_NAMES

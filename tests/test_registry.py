@@ -62,9 +62,9 @@ def test_did_you_mean_can_name_several() -> None:
 
 
 def test_every_named_choice_uses_the_one_registry() -> None:
+    from prour.config.attention import POLICIES
     from prour.env.agents import AGENTS
     from prour.env.users import USERS
-    from prour.eval.attention.config import POLICIES
     from prour.eval.methods import METHODS
     from prour.llm.registry import BACKENDS
     from prour.llm.scripted import SCRIPTS

@@ -199,7 +199,7 @@ def test_paper_attention_train_plan_counts_the_judge_server() -> None:
 
 
 def test_slurm_has_one_resources_field_per_stage() -> None:
-    from prour.cluster.config import SlurmConfig, SlurmResources
+    from prour.config.cluster import SlurmConfig, SlurmResources
 
     fields = [name for name, info in SlurmConfig.model_fields.items()
               if info.annotation is SlurmResources and name != "defaults"]

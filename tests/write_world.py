@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prour.config import EnvConfig
+from prour.config.data import DataConfig
+from prour.config.router import RouterConfig
 from prour.data.collect import (
     EpisodeFactories,
     collect_trajectories,
     load_trajectories,
     trajectory_id,
 )
-from prour.data.config import DataConfig
 from prour.data.decisions import DecisionCache, decomposer_fingerprint
 from prour.data.extract import Router, decision_states, extract_instances, write_dataset
 from prour.data.normalize import load_goals, normalize_tasks
@@ -41,7 +42,6 @@ from prour.env.trajectory import Trajectory
 from prour.env.users import LLMUser
 from prour.llm.scripted import ScriptedLLM
 from prour.rollout.query import query_prompt
-from prour.router.config import RouterConfig
 from prour.router.decomposer import Decomposer
 
 ORDER = "#W2378156"

@@ -13,7 +13,7 @@ from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
-    from prour.train.config import TrainConfig
+    from prour.config.train import TrainConfig
 
 train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1).")
 
@@ -209,7 +209,7 @@ def _rehearse(recipe: Recipe, cfg: TrainConfig, dry_run: bool) -> None:
     """``train.verl.engine: cpu_rehearsal``: verl's trainer code on CPU, one policy rank per
     Ray node, resuming from the newest ``step_N`` (:func:`prour.train.verl_ext.rehearsal.
     rehearse`)."""
-    from prour.train.config import actor_dp_size
+    from prour.config.train import actor_dp_size
 
     out = Path(cfg.output_dir)
     if dry_run:

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.config import VLLM_DEFAULT_GPU_SHARE, ServedModel, share_overflow
 from prour.cluster.recipe import EXPORTED_GENERATOR, served_models, served_roles
 from prour.config import Recipe
+from prour.config.cluster import VLLM_DEFAULT_GPU_SHARE, ServedModel, share_overflow
 from prour.stages import Step, get_stage, stage_roles, supplied_model
 
 GIB = 1024**3

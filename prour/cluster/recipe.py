@@ -3,14 +3,14 @@ read them (``load_recipe(..., cluster=True)`` runs :func:`check_served_roles`).
 
 ``serve.models`` lists the servers when given, and then every such role must name one of them.
 When it is empty, each distinct model id of those roles gets one server with the defaults of
-:class:`~prour.cluster.config.ServedModel` (roles that share a model id share a server)."""
+:class:`~prour.config.cluster.ServedModel` (roles that share a model id share a server)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from prour.cluster.config import ServedModel
 from prour.config import ConfigError, Recipe
+from prour.config.cluster import ServedModel
 from prour.registry import did_you_mean
 
 

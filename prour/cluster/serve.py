@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.config import ServedModel
 from prour.cluster.endpoints import (
     endpoints_path,
     process_alive,
@@ -32,6 +31,7 @@ from prour.cluster.recipe import nothing_to_serve, served_models, served_roles
 from prour.cluster.run_key import KEY_ENV, ensure_run_key, read_run_key
 from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
 from prour.config import MODEL_ROLES, Recipe
+from prour.config.cluster import ServedModel
 
 logger = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prour.cluster.config import SlurmResources
 from prour.cluster.submission import StagePlan, Submission, SubmitRequest
 from prour.config import ConfigError, Recipe
+from prour.config.cluster import SlurmResources
+from prour.config.train import TrainConfig
 from prour.stages import STAGES, File, Step, get_stage, stage_names, stage_of, steps
-from prour.train.config import TrainConfig
 from prour.train.recipe import output_dir
 
 logger = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prour.config.data import DataConfig
 from prour.data.collect import load_trajectories
-from prour.data.config import DataConfig
 from prour.data.extract import decision_states
 from prour.data.schema import decision_id_of
 from prour.env.trajectory import Trajectory

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prour.config import EnvConfig
-from prour.data.config import DataConfig
+from prour.config.data import DataConfig
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.runner import EpisodeJob, check_error_share, run_episodes
 from prour.env.trajectory import JsonlRecords, Trajectory, read_trajectories

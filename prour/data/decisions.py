@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from prour.config.router import RouterConfig
 from prour.env.trajectory import read_jsonl
 from prour.files import append_jsonl, repair_torn_tail
 from prour.llm.base import Message
-from prour.router.config import RouterConfig
 
 log = logging.getLogger(__name__)
 

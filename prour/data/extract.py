@@ -57,9 +57,9 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from prour.config.data import DataConfig
 from prour.data.card import EXTRACT_SUMMARY, write_card
 from prour.data.collect import stable_seed, trajectory_id
-from prour.data.config import DataConfig
 from prour.data.dataset import SPLITS, split_path, write_rows
 from prour.data.decisions import DecisionCache, decision_key, decomposer_calls
 from prour.data.normalize import Goal

@@ -22,7 +22,7 @@ from prour.llm.base import LLM, ChatRequest, SamplingParams
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
 
-    from prour.data.config import DataConfig
+    from prour.config.data import DataConfig
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from prour.data.config import DataConfig
+from prour.config.data import DataConfig
 
 
 def reserve_task_ids(cfg: DataConfig) -> list[str]:

@@ -59,8 +59,8 @@ class DomainContext:
 
 def domain_context(domain: str, points: Sequence[DecisionPoint]) -> DomainContext:
     """Tools, their tau2 types, rendered tool lists and the value pool of a domain's transcripts."""
+    from prour.config.rewards import RewardConfig
     from prour.env.environment import tool_schemas, tool_types, user_tool_schemas
-    from prour.rewards.config import RewardConfig
     from prour.rollout.strict_user import StrictUserSimulator
     from prour.rollout.verifier import Verifier
     from prour.router.candidates import ToolCatalog, render_tools

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from prour.config.router import RouterConfig
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.prompts import AGENT_STOP
 from prour.llm.base import (
@@ -43,7 +44,6 @@ from prour.llm.base import (
     ScoreResult,
 )
 from prour.rollout.query import ParsedQuery, parse_query, query_prompt
-from prour.router.config import RouterConfig
 from prour.router.routing import ROUTES, DecomposerBudget, episode_budget
 
 if TYPE_CHECKING:  # pragma: no cover

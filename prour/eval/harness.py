@@ -37,9 +37,10 @@ from typing import Any
 
 from prour.build import Builder
 from prour.config import ModelConfig, Recipe, run_path
+from prour.config.eval import sweep_label
+from prour.config.router import RouterConfig
 from prour.env import runner as episode_runner
 from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
-from prour.eval.config import sweep_label
 from prour.eval.methods import (
     MethodKit,
     check_method,
@@ -48,7 +49,6 @@ from prour.eval.methods import (
     variant_name,
 )
 from prour.files import append_jsonl, write_atomic
-from prour.router.config import RouterConfig
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ result line as ``prour eval`` writes them: the system is the tau2 agent implemen
 model; its turns are all Act in the Act/Clarify/Verify split (no router took them, as for prour's
 ``base``); their inferred tags (:mod:`prour.eval.tags`) go to ``inferred_turns``, shown in their
 own table; model calls are not recorded by tau2 (None). :func:`imported_header` names the sources
-and the tau2 split(s) and evaluation protocols (:data:`prour.eval.config.PROTOCOLS`) the task ids
+and the tau2 split(s) and evaluation protocols (:data:`prour.config.eval.PROTOCOLS`) the task ids
 fall in.
 """
 
@@ -90,8 +90,8 @@ def split_line(lines: list[dict[str, Any]]) -> str:
     """``task ids in: retail test (1 of 40), ...; protocols: tau2-test (3 of 120 tasks)``:
     per domain the smallest tau2 split holding all its ids, and every evaluation protocol whose
     domains and split hold them all, with how much of it the run covers."""
+    from prour.config.eval import PROTOCOLS
     from prour.env.domains import DOMAINS, domain_spec, split_task_ids
-    from prour.eval.config import PROTOCOLS
 
     ids: dict[str, set[str]] = {}
     for line in lines:

@@ -39,19 +39,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prour.config import ModelConfig
-from prour.eval.config import EvalConfig
+from prour.config.eval import EvalConfig
 from prour.registry import Registry
 from prour.router.routing import ROUTES
 from prour.train.checkpoint import resolve_checkpoint
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
+    from prour.config.attention import AttentionConfig
+    from prour.config.router import RouterConfig
     from prour.env.agents import Agent
     from prour.env.users import UserSimulator
     from prour.eval.agent import CallCounts
-    from prour.eval.attention.config import AttentionConfig
     from prour.eval.attention.strict_json import JsonCache
-    from prour.router.config import RouterConfig
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class MethodKit:
 
     def check(self, method: str, attention: AttentionConfig | None) -> None:
         """Raise before any episode when a method lacks a model role or thresholds."""
-        from prour.eval.attention.config import policy_spec
+        from prour.config.attention import policy_spec
 
         spec = check_method(method)
         roles = method_roles(self.cfg, method, attention)

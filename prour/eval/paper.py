@@ -11,7 +11,7 @@ The evidence beyond the eval folder comes from the run folder its saved recipe n
 (``EVAL_DIR/recipe.resolved.yaml`` → ``run_dir``, or ``--run-dir``): training metrics
 (``train.output_dir``), the router evidence of calibration
 (:func:`prour.router.pipeline.router_evidence_path`) and the trade-off sweep folders
-(:data:`prour.eval.config.TRADEOFF_FOLDERS`). What the run lacks for an item is said in its
+(:data:`prour.config.eval.TRADEOFF_FOLDERS`). What the run lacks for an item is said in its
 file and section, with the step or recipe key that makes it; nothing unmeasured reads 0.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from prour.config import Recipe
+from prour.config.eval import TRADEOFF_FOLDERS, TRADEOFF_SWEEPS
 from prour.env.domains import DOMAINS
-from prour.eval.config import TRADEOFF_FOLDERS, TRADEOFF_SWEEPS
 from prour.eval.markdown import pct
 from prour.eval.metrics import AVERAGE, STEP_KINDS
 from prour.eval.report import (
@@ -152,7 +152,7 @@ class RunEvidence:
         section: an eval-only recipe)."""
         if self.recipe.train is None:
             from prour.config import run_path
-            from prour.train.config import TrainConfig
+            from prour.config.train import TrainConfig
 
             default = TrainConfig.model_fields["output_dir"].default
             return Path(run_path(default, self.run_dir, self.recipe.name))

@@ -40,9 +40,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prour.config.eval import sweep_label
 from prour.env.domains import DOMAINS
 from prour.env.trajectory import is_cut
-from prour.eval.config import sweep_label
 from prour.eval.harness import RESULTS_FILE, load_result_lines, result_key
 from prour.eval.markdown import jsonable, pct, table
 from prour.eval.metrics import AVERAGE, STEP_KINDS, compare_runs, domain_pass_at_1, pass_hat_k
@@ -824,7 +824,7 @@ def _user_views(system: System) -> dict[tuple, list[dict[str, Any]]]:
 def _cost_settings(systems: Sequence[System], accounting: str | None,
                    lam: float | None) -> tuple[str, float, Any]:
     """Accounting, λ and weights: the arguments, else those the runs were made with."""
-    from prour.eval.attention.config import DEFAULT_LAMBDA, CostWeights
+    from prour.config.attention import DEFAULT_LAMBDA, CostWeights
 
     block = next((line["attention"] for s in systems for line in s.lines
                   if line.get("attention")), {})

@@ -175,7 +175,7 @@ def turn_answer(traj: Trajectory, message_index: int, meta: dict[str, Any]) -> s
 def request_costs(line: dict[str, Any] | None) -> dict[int, float | None]:
     """Attention cost of each delivered request by message index, under the run's accounting
     (None where the judge scores it needs are missing)."""
-    from prour.eval.attention.config import CostWeights
+    from prour.config.attention import CostWeights
     from prour.eval.attention.cost import request_cost
 
     attention = (line or {}).get("attention")

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 from prour.llm.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prour.config.rewards import AttentionRewardConfig
     from prour.eval.attention.judge import Judgment, RequestJudge
-    from prour.rewards.config import AttentionRewardConfig
 
 
 def _discretionary_cost(accounting: str, **scores: float) -> float:
     """The cost of one discretionary request under ``accounting`` with the default weights."""
-    from prour.eval.attention.config import CostWeights
+    from prour.config.attention import CostWeights
     from prour.eval.attention.cost import request_cost
 
     return request_cost({"discretionary": True, **scores}, accounting, CostWeights())

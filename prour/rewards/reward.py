@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from prour.config.rewards import RewardConfig
 from prour.data.schema import EnvironmentMismatch, RewardState, decision_environment
 from prour.eval.attention.cost import utility
 from prour.llm.base import LLM, Completion, ScoreRequest, ScoreResult
 from prour.llm.meter import metering
 from prour.rewards.attention import QuestionCost
 from prour.rewards.belief import belief_prompt
-from prour.rewards.config import RewardConfig
 from prour.rollout.query import ParsedQuery, parse_query
 from prour.rollout.strict_user import StrictUserSimulator
 from prour.rollout.verifier import Verifier

@@ -16,7 +16,7 @@ from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
 from prour.llm.meter import record
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.rewards.config import RewardConfig
+    from prour.config.rewards import RewardConfig
 
 logger = logging.getLogger(__name__)
 

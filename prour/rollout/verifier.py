@@ -26,7 +26,7 @@ from prour.rollout.grounding import INSUFFICIENT, Evidence, ToolEvidence, ground
 from prour.rollout.strict_user import responder_sampling
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.rewards.config import RewardConfig
+    from prour.config.rewards import RewardConfig
 
 logger = logging.getLogger(__name__)
 

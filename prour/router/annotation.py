@@ -23,7 +23,7 @@ from prour.router.candidates import answer_text
 from prour.router.routing import ROUTES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.router.config import CalibrationConfig
+    from prour.config.router import CalibrationConfig
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from prour.router.config import CalibrationConfig
+from prour.config.router import CalibrationConfig
 from prour.router.routing import ROUTES, route_many
 
 TIE_TOL = 1e-12

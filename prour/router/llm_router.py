@@ -18,7 +18,7 @@ from prour.router.candidates import answer_text
 from prour.router.routing import ROUTES, check_route
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.router.config import RouterConfig
+    from prour.config.router import RouterConfig
 
 logger = logging.getLogger(__name__)
 

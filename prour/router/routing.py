@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.router.config import RouterConfig
+    from prour.config.router import RouterConfig
 
 Route = Literal["act", "clarify", "verify"]
 ROUTES: tuple[str, ...] = ("act", "clarify", "verify")

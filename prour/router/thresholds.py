@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from prour.config import ModelConfig, Recipe
+from prour.config.router import RouterConfig
 from prour.files import write_atomic
 from prour.router.calibration import Calibration
-from prour.router.config import RouterConfig
 
 
 class ThresholdsNotFound(LookupError, ValueError):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from prour.train.config import PPOSettings
+from prour.config.train import PPOSettings
 
 ASK = "ask"
 

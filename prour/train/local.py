@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from prour.config import ConfigError, Recipe
+from prour.config.train import TrainConfig
 from prour.rewards.reward import SampleReward
 from prour.train import checkpoint as ckpt
 from prour.train.algorithm import (
@@ -30,7 +31,6 @@ from prour.train.algorithm import (
     policy_loss,
     select_kept,
 )
-from prour.train.config import TrainConfig
 from prour.train.data import DataOrder, keep_modes, read_instances, row_mode
 from prour.train.layout import token_micro_batches
 from prour.train.metrics import (

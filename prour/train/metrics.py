@@ -19,8 +19,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
+from prour.config.train import WandbSettings
 from prour.files import append_jsonl, write_atomic
-from prour.train.config import WandbSettings
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
+from prour.config.train import RolloutSettings
 from prour.llm.base import ChatRequest, Completion, Message, SamplingParams
-from prour.train.config import RolloutSettings
 from prour.train.layout import packed_response_logits, padded_response_logits
 
 logger = logging.getLogger(__name__)

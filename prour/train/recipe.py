@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.config import ConfigError, Recipe, run_path
-from prour.train.config import TrainConfig
+from prour.config.train import TrainConfig
 
 
 def train_section(recipe: Recipe) -> TrainConfig:

@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 
 from prour.config import ConfigError, Recipe
+from prour.config.train import TrainConfig
 from prour.files import write_atomic
 from prour.train.checkpoint import latest_verl_step, untrained_verl_step
-from prour.train.config import TrainConfig
 from prour.train.recipe import train_section
 
 logger = logging.getLogger(__name__)

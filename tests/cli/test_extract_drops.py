@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.config import EnvConfig
+from prour.config.data import DataConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories
-from prour.data.config import DataConfig
 from prour.data.normalize import normalize_tasks
 from prour.env.agents import OracleAgent
 from prour.env.domains import get_task, load_tasks

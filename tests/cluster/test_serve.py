@@ -369,8 +369,8 @@ def test_a_second_serve_on_the_same_endpoints_is_refused(
 def test_server_flags_merge_what_the_sharing_roles_need(tmp_path: Path) -> None:
     """A server with a tool-calling role gets tool choice and its parser; every server gets the
     reasoning parser and prefix caching unless its spec says otherwise."""
-    from prour.cluster.config import ServedModel
     from prour.cluster.serve import server_flags
+    from prour.config.cluster import ServedModel
 
     spec = ServedModel()
     assert server_flags(spec, ["decomposer", "agent"]) == [
@@ -561,8 +561,8 @@ def test_servers_sharing_a_gpu_start_one_after_another(
 def test_start_chains_join_servers_through_shared_gpus() -> None:
     """GPU sets {0}, {1}, {1, 2}, {3}: the 2nd and 3rd share GPU 1; a server without ``gpus``
     shares every GPU of a GPU node and none on a node without GPUs."""
-    from prour.cluster.config import ServedModel
     from prour.cluster.serve import ServerPlan, start_chains
+    from prour.config.cluster import ServedModel
 
     def plan(name: str, gpus: list[int] | None) -> ServerPlan:
         return ServerPlan(name, ServedModel(gpus=gpus), (), "127.0.0.1", Path(f"{name}.log"))

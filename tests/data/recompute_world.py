@@ -28,8 +28,9 @@ import data_scripts
 from loguru import logger as tau2_logger
 
 from prour.config import EnvConfig
+from prour.config.data import DataConfig
+from prour.config.router import RouterConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories, load_trajectories
-from prour.data.config import DataConfig
 from prour.data.decisions import DecisionCache, decomposer_fingerprint
 from prour.data.extract import Router, extract_instances, write_dataset
 from prour.data.normalize import load_goals, normalize_tasks
@@ -39,7 +40,6 @@ from prour.env.domains import load_tasks
 from prour.env.environment import tool_schemas
 from prour.env.users import OracleUser, UserTurn
 from prour.llm.scripted import ScriptedLLM, render_prompt
-from prour.router.config import RouterConfig
 from prour.router.decomposer import Decomposer
 
 tau2_logger.disable("tau2")

@@ -15,6 +15,7 @@ import data_scripts as scripts
 import pytest
 import yaml
 
+from prour.config.data import DataConfig
 from prour.data.collect import (
     AGENT_NAME,
     TeacherAgent,
@@ -24,7 +25,6 @@ from prour.data.collect import (
     plan_episodes,
     teacher_exchanges,
 )
-from prour.data.config import DataConfig
 from prour.env.agents import AgentTurn, TaskView
 from prour.env.domains import load_tasks
 from prour.env.trajectory import StepRecord, Trajectory

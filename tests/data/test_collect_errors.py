@@ -19,16 +19,16 @@ import yaml
 from typer.testing import CliRunner
 
 from prour.cli.main import app
+from prour.config.data import DataConfig
+from prour.config.eval import EvalConfig
 from prour.data.collect import (
     AGENT_NAME,
     check_collection,
     compact_trajectories,
     load_trajectories,
 )
-from prour.data.config import DataConfig
 from prour.env.runner import TooManyErrors
 from prour.env.trajectory import Trajectory
-from prour.eval.config import EvalConfig
 from prour.files import append_jsonl
 
 SERVED = "tiny"

@@ -14,8 +14,8 @@ import pytest
 from loguru import logger
 
 from prour.config import EnvConfig
+from prour.config.data import DataConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories, load_trajectories
-from prour.data.config import DataConfig
 from prour.data.extract import decision_states, target_of
 from prour.env.agents import LLMAgent
 from prour.env.domains import get_task, load_tasks

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prour.data.config import DataConfig
+from prour.config.data import DataConfig
 from prour.data.normalize import (
     GOAL_PROMPT_VERSION,
     concrete_values,

@@ -11,13 +11,14 @@ import data_scripts as scripts
 import pytest
 
 from prour.config import EnvConfig
+from prour.config.data import DataConfig
+from prour.config.router import RouterConfig
 from prour.data.collect import (
     EpisodeFactories,
     collect_trajectories,
     load_trajectories,
     teacher_exchanges,
 )
-from prour.data.config import DataConfig
 from prour.data.dataset import check_dataset, load_split, read_rows, split_path
 from prour.data.decisions import DecisionCache, decomposer_fingerprint
 from prour.data.extract import (
@@ -37,7 +38,6 @@ from prour.env.users import LLMUser
 from prour.llm.scripted import ScriptedLLM, render_prompt
 from prour.protocol import protocol_findings, shared_tasks
 from prour.recipes import load_recipe
-from prour.router.config import RouterConfig
 from prour.router.decomposer import Decomposer
 
 CANARY_INSTRUCTION = "CANARY-INSTR-7731"

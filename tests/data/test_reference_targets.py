@@ -18,9 +18,10 @@ import recompute_world as world
 from loguru import logger
 
 from prour.config import EnvConfig
+from prour.config.data import DataConfig
+from prour.config.router import RouterConfig
 from prour.data.card import card_markdown, dataset_card
 from prour.data.collect import EpisodeFactories, collect_trajectories, load_trajectories
-from prour.data.config import DataConfig
 from prour.data.decisions import DecisionCache, decomposer_fingerprint
 from prour.data.extract import Router, decision_states, extract_instances, target_of, write_dataset
 from prour.data.truncate import PolicyTokens
@@ -29,7 +30,6 @@ from prour.env.domains import get_task, load_tasks
 from prour.env.environment import tool_schemas
 from prour.env.users import LLMUser
 from prour.llm.scripted import ScriptedLLM
-from prour.router.config import RouterConfig
 from prour.router.decomposer import Decomposer
 
 logger.disable("tau2")

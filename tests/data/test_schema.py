@@ -122,8 +122,8 @@ def test_writer_and_reader_agree_on_a_rewritten_split(world, tmp_path) -> None:
 def test_a_malformed_call_never_reached_tau2_and_is_not_replayed(tmp_path) -> None:
     """The agent's first call is unreadable (recorded, answered with an error, not executed);
     the tool traffic of a later decision holds only the call that reached the environment."""
+    from prour.config.data import DataConfig
     from prour.data.collect import EpisodeFactories, collect_trajectories
-    from prour.data.config import DataConfig
     from prour.data.extract import decision_hash, decision_states
     from prour.env.agents import LLMAgent
     from prour.env.domains import load_tasks

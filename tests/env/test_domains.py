@@ -69,9 +69,9 @@ def test_missing_tau2_names_the_install_command(monkeypatch: pytest.MonkeyPatch)
 def test_domain_types_come_from_the_table() -> None:
     from typing import get_args
 
-    from prour.data.config import DataConfig
+    from prour.config.data import DataConfig
+    from prour.config.eval import EvalConfig
     from prour.env.domains import DOMAIN_SPECS, DomainName
-    from prour.eval.config import EvalConfig
 
     assert DOMAINS == tuple(DOMAIN_SPECS) == get_args(DomainName)
     for domain in DOMAINS:

@@ -13,6 +13,7 @@ import pytest
 from tau2.data_model.tasks import Task
 
 from prour.config import Recipe
+from prour.config.eval import EvalConfig
 from prour.env.data import convert_tau_bench_v1 as converter
 from prour.env.domains import (
     excluded_tasks,
@@ -22,7 +23,6 @@ from prour.env.domains import (
     split_sizes,
     task_split,
 )
-from prour.eval.config import EvalConfig
 from prour.eval.harness import Evaluation
 
 # The shared checkout (../shared beside the repository, in CI too) holds the v1 source file.

@@ -24,6 +24,7 @@ from eval_world import (
 
 from prour.build import Builder
 from prour.config import EnvConfig, Recipe
+from prour.config.router import RouterConfig
 from prour.env.domains import get_task
 from prour.env.runner import run_episode
 from prour.env.scoring import to_tau2_messages
@@ -36,7 +37,6 @@ from prour.eval.agent import (
     turn_labels,
 )
 from prour.eval.methods import MethodKit
-from prour.router.config import RouterConfig
 from prour.router.routing import DecomposerBudget
 
 RETAIL_OK = SOLVABLE["retail"][1]

@@ -25,14 +25,14 @@ from eval_world import (
 
 from prour.build import Builder
 from prour.config import Recipe
+from prour.config.attention import AttentionConfig
+from prour.config.eval import EvalConfig
+from prour.config.router import RouterConfig
 from prour.env.trajectory import read_trajectories
 from prour.eval.attention.agent import budget_respected, delivered_messages
 from prour.eval.attention.budget import FALLBACK_MESSAGE
-from prour.eval.attention.config import AttentionConfig
-from prour.eval.config import EvalConfig
 from prour.eval.harness import EPISODES_FILE, Evaluation
 from prour.llm.scripted import ScriptedLLM
-from prour.router.config import RouterConfig
 
 Message = dict
 IDENTITY = "To verify your identity, please provide your user id."

@@ -26,12 +26,12 @@ from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.config import Recipe
+from prour.config.eval import EvalConfig
+from prour.config.router import RouterConfig
 from prour.env.domains import split_sizes
 from prour.env.trajectory import read_jsonl, read_trajectories
-from prour.eval.config import EvalConfig
 from prour.eval.harness import EPISODES_FILE, RESULTS_FILE, Evaluation
 from prour.eval.methods import METHODS
-from prour.router.config import RouterConfig
 from prour.train.checkpoint import resolve_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]

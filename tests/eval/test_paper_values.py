@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prour.eval.config import METHOD_NAMES
+from prour.config.eval import METHOD_NAMES
 from prour.eval.paper import (
     FILES,
     VALUES_FILE,

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.config import Recipe
+from prour.config.eval import EvalConfig
 from prour.env.domains import split_task_ids
-from prour.eval.config import EvalConfig
 from prour.eval.harness import RESULTS_FILE, Evaluation, load_result_lines
 from prour.eval.report import write_report
 

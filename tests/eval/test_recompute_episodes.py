@@ -40,10 +40,10 @@ from typer.testing import CliRunner
 from prour.build import Builder
 from prour.cli.main import app
 from prour.config import Recipe
-from prour.eval.config import EvalConfig
+from prour.config.eval import EvalConfig
+from prour.config.router import RouterConfig
 from prour.eval.harness import Evaluation
 from prour.eval.methods import METHODS as ALL_METHODS
-from prour.router.config import RouterConfig
 
 TASKS = {"retail": "33", "airline": "32"}  # 6 and 5 reference actions, DB + COMMUNICATE
 PLAN = {"retail": ["clarify", "act", "verify", "act", "clarify", "verify"],

@@ -15,12 +15,12 @@ from eval_world import TAU_AU, TAU_EU, replay_llms
 
 from prour.build import Builder
 from prour.config import Recipe
+from prour.config.eval import EvalConfig
+from prour.config.router import RouterConfig
 from prour.env.trajectory import read_jsonl, read_trajectories
 from prour.eval.agent import is_agent_turn
-from prour.eval.config import EvalConfig
 from prour.eval.harness import EPISODES_FILE, RESULTS_FILE, Evaluation
 from prour.eval.report import write_report
-from prour.router.config import RouterConfig
 
 TASKS = [("retail", "55"), ("airline", "44")]
 ASK_ALWAYS = tuple(range(1, 64))  # the decomposer routes clarify after any tool result

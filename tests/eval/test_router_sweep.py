@@ -16,11 +16,11 @@ from plot_check import read_plot
 
 from prour.build import Builder
 from prour.config import Recipe
+from prour.config.eval import EvalConfig
+from prour.config.router import RouterConfig
 from prour.env.trajectory import read_jsonl
-from prour.eval.config import EvalConfig
 from prour.eval.harness import RESULTS_FILE, Evaluation
 from prour.eval.report import write_report
-from prour.router.config import RouterConfig
 
 BUDGETS, EVERY = [1, 2], [1, 2]
 ASK_ALWAYS = tuple(range(1, 64))

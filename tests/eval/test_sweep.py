@@ -29,7 +29,7 @@ def training_run(tiny_model_dir, tmp_path_factory) -> Path:
     import torch
 
     from prour.config import ModelConfig, Recipe
-    from prour.train.config import TrainConfig
+    from prour.config.train import TrainConfig
     from prour.train.local import LocalTrainer
     from prour.train.reward import VerifiableFormatReward
 

@@ -15,11 +15,11 @@ from eval_world import TAU_AU, TAU_EU, counted_steps, replay_llms
 
 from prour.build import Builder
 from prour.config import TAU2_MAX_STEPS, Recipe
+from prour.config.eval import EvalConfig
+from prour.config.router import RouterConfig
 from prour.env.trajectory import read_jsonl, read_trajectories
-from prour.eval.config import EvalConfig
 from prour.eval.harness import EPISODES_FILE, RESULTS_FILE, Evaluation
 from prour.eval.report import write_report
-from prour.router.config import RouterConfig
 
 TASK = ("airline", "44")
 ASK_AFTER = (2, 4, 6, 8)  # four clarify questions, each costs two steps (question, answer)

@@ -56,8 +56,8 @@ def _recipe(tmp_path: Path, domains: tuple[str, ...] = DOMAINS, tasks: int = TAS
 def _planned(domains: tuple[str, ...] = DOMAINS, tasks: int = TASKS) -> Counter:
     """The keys an uninterrupted evaluation stores, each once (the plan: the eval split's first
     ``tasks`` tasks of each domain times the seeds, not the code under test)."""
+    from prour.config.eval import EvalConfig
     from prour.env.domains import select_tasks
-    from prour.eval.config import EvalConfig
 
     split = EvalConfig().split
     return Counter({(d, t.id, s): 1 for d in domains

@@ -188,7 +188,7 @@ def test_the_paper_attention_reward_builds_its_judge_without_an_eval_attention_s
     from pathlib import Path
 
     from prour.build import Builder
-    from prour.eval.attention.config import AttentionConfig
+    from prour.config.attention import AttentionConfig
     from prour.train.reward import question_cost
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"

@@ -8,10 +8,10 @@ import json
 import pytest
 from loguru import logger
 
+from prour.config.rewards import RewardConfig
 from prour.env.domains import get_task
 from prour.env.environment import db_hash, execute_tool_call, make_env
 from prour.llm.scripted import ScriptedLLM
-from prour.rewards.config import RewardConfig
 from prour.rollout.grounding import INSUFFICIENT
 from prour.rollout.verifier import ReadOnlyViolation, Verifier, environment_at
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from prour.config.router import CalibrationConfig
 from prour.llm.scripted import ScriptedLLM
 from prour.router.annotation import DecisionState, annotate, parse_label, read_labels, read_states
-from prour.router.config import CalibrationConfig
 
 
 def _states(*ids: str) -> list[DecisionState]:

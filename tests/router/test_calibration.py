@@ -8,9 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
+from prour.config.router import CalibrationConfig
 from prour.router import Uncertainty, calibrate, evaluate_thresholds, route
 from prour.router.calibration import score_routes, threshold_grid
-from prour.router.config import CalibrationConfig
 
 
 def test_grid_has_no_float_drift() -> None:

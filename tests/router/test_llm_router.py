@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from prour.config.router import RouterConfig
 from prour.llm.scripted import ScriptedLLM
 from prour.router import LLMRouter
-from prour.router.config import RouterConfig
 from prour.router.llm_router import parse_router_reply
 
 MESSAGES = [{"role": "user", "content": "I want to change my order."}]

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from prour.config.train import PPOSettings
 from prour.train.algorithm import (
     drop_zero_variance,
     group_advantages,
@@ -14,7 +15,6 @@ from prour.train.algorithm import (
     select_kept,
     token_entropy,
 )
-from prour.train.config import PPOSettings
 
 
 @pytest.mark.parametrize(

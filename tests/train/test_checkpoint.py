@@ -279,7 +279,7 @@ def test_a_second_trainer_refuses_then_resume_takes_over_the_dead_ones_lock(tiny
 
 def _local_trainer(model_dir: Path, out: Path, steps: int):
     from prour.config import ModelConfig, Recipe
-    from prour.train.config import TrainConfig
+    from prour.config.train import TrainConfig
     from prour.train.local import LocalTrainer
     from prour.train.reward import VerifiableFormatReward
 

@@ -12,10 +12,10 @@ import torch
 from train_helpers import instance_rows
 
 from prour.config import ModelConfig, Recipe
+from prour.config.train import TrainConfig
 from prour.llm.base import Completion
 from prour.rewards.reward import SampleReward
 from prour.rollout.query import parse_query
-from prour.train.config import TrainConfig
 from prour.train.data import DataOrder
 from prour.train.local import LocalTrainer
 from prour.train.metrics import CALL_KEYS, PHASE_KEYS, STEP_TIME_KEY

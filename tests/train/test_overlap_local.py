@@ -11,7 +11,7 @@ from train_helpers import instance_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prour.config import ModelConfig, Recipe
-from prour.train.config import TrainConfig
+from prour.config.train import TrainConfig
 from prour.train.local import LocalTrainer
 from prour.train.policy import Policy
 from prour.train.reward import VerifiableFormatReward

@@ -11,9 +11,9 @@ import torch
 from pydantic import ValidationError
 from train_helpers import instance_rows
 
+from prour.config.train import PPOSettings, RolloutSettings, TrainConfig
 from prour.llm.base import Completion
 from prour.train.algorithm import policy_loss, token_entropy
-from prour.train.config import PPOSettings, RolloutSettings, TrainConfig
 from prour.train.layout import token_micro_batches
 from prour.train.policy import Policy, Rollout
 

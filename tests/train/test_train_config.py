@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from prour.config import ConfigError
-from prour.data.config import DataConfig
+from prour.config.data import DataConfig
+from prour.config.train import TrainConfig
 from prour.recipes import load_recipe
-from prour.train.config import TrainConfig
 from prour.train.recipe import train_section
 
 REPO = Path(__file__).resolve().parents[2]

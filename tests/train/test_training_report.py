@@ -16,10 +16,10 @@ from plot_check import read_plot
 from train_helpers import instance_rows
 
 from prour.config import ModelConfig, Recipe
+from prour.config.train import TrainConfig
 from prour.llm.base import Completion
 from prour.rewards.reward import SampleReward
 from prour.rollout.query import parse_query
-from prour.train.config import TrainConfig
 from prour.train.local import LocalTrainer
 from prour.train.metrics import PHASES
 from prour.train.report import (
@@ -249,7 +249,7 @@ def test_verl_runs_log_to_metrics_jsonl_and_a_segment_per_resume(tmp_path):
 
 def test_wandb_gets_the_report_keys(tiny_run, tmp_path, monkeypatch):
     """The local trainer's step metrics reach wandb (offline) under the names the report reads."""
-    from prour.train.config import WandbSettings
+    from prour.config.train import WandbSettings
     from prour.train.metrics import MetricsLog
 
     for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):

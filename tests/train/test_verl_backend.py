@@ -12,8 +12,8 @@ import pytest
 import torch
 from train_helpers import paper_like
 
+from prour.config.train import TrainConfig
 from prour.llm.base import ChatRequest, SamplingParams, ScoreRequest
-from prour.train.config import TrainConfig
 from prour.train.verl_backend import (
     check_verl_config,
     compose_verl_config,

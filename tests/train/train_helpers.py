@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prour.config import Recipe
-    from prour.train.config import TrainConfig
+    from prour.config.train import TrainConfig
 
 GOOD = (
     "YES [QUESTION]Which size do you want?[/QUESTION]",
@@ -29,7 +29,7 @@ def paper_like(tmp_path: Path, model_dir: Path, **train: Any) -> tuple[Recipe, T
     """A paper-named recipe with ``model_dir`` as generator and a verl ``TrainConfig`` (``train``
     holds extra ``train.*`` values)."""
     from prour.config import ModelConfig, Recipe
-    from prour.train.config import TrainConfig
+    from prour.config.train import TrainConfig
 
     recipe = Recipe(
         name="paper",

@@ -8,7 +8,7 @@ task agent and is imported from there, not re-exported: it depends on the eval a
 :mod:`analysis` builds tables, equal-cost comparisons and plots.
 
 Names load on first use (``from prour.eval.attention import conversation_cost``), so that the
-``eval.attention`` recipe section (:mod:`prour.eval.attention.config`) loads alone.
+``eval.attention`` recipe section (:mod:`prour.config.attention`) loads alone.
 """
 
 from prour.registry import lazy_exports
@@ -19,7 +19,7 @@ _EXPORTS = {
                "InterruptionBudget"),
     "prour.eval.attention.classifier": ("LABELS", "RequestClass", "RequestClassifier", "count_atomic_questions",
                    "heuristic_classify"),
-    "prour.eval.attention.config": ("POLICIES", "CostWeights"),
+    "prour.config.attention": ("POLICIES", "CostWeights"),
     "prour.eval.attention.cost": ("ACCOUNTINGS", "asking_efficiency", "conversation_cost", "judged_value", "utility"),
     "prour.eval.attention.judge": ("Judgment", "RequestJudge", "reading_effort_from_ratings"),
     "prour.eval.attention.mgr": ("SelfReviewer",),

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prour.config.attention import AttentionConfig
 from prour.env.agents import Agent, AgentTurn, TaskView
 from prour.env.history import render_history
 from prour.env.trajectory import Trajectory, agent_view
@@ -31,7 +32,6 @@ from prour.eval.attention.budget import (
     DeliveredRequest,
     GateOutcome,
 )
-from prour.eval.attention.config import AttentionConfig
 from prour.eval.attention.cost import ACCOUNTINGS, conversation_cost, judged_value, utility
 from prour.eval.attention.judge import Judgment, RequestJudge
 from prour.eval.attention.policies import AttentionPolicy

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prour.eval.attention.config import CostWeights
+from prour.config.attention import CostWeights
 
 ACCOUNTINGS = ("messages", "atomic", "effort", "full", "full+exempt")
 READING_EFFORT_MAX = 20.0

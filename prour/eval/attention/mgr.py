@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prour.config.attention import EVIDENCE_WINDOW_TOKENS, MEMORY_WINDOW_TOKENS
 from prour.env.history import render_message
-from prour.eval.attention.config import EVIDENCE_WINDOW_TOKENS, MEMORY_WINDOW_TOKENS
 from prour.eval.attention.strict_json import (
     JUDGE_SAMPLING,
     JsonCache,

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from prour.config.attention import AttentionConfig, check_policy_options, policy_spec
 from prour.eval.attention.budget import (
     ConversationState,
     GateAction,
@@ -33,7 +34,6 @@ from prour.eval.attention.budget import (
     InterruptionBudget,
 )
 from prour.eval.attention.classifier import RequestClass, RequestClassifier
-from prour.eval.attention.config import AttentionConfig, check_policy_options, policy_spec
 from prour.eval.attention.mgr import SelfReviewer
 from prour.eval.attention.strict_json import ask_json, require_keys
 from prour.llm.base import LLM, Message

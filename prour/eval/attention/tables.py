@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from prour.config.eval import parse_variant
 from prour.env.trajectory import read_jsonl
 from prour.eval.attention.analysis import (
     NO_ASK,
@@ -34,7 +35,6 @@ from prour.eval.attention.analysis import (
     scorable,
 )
 from prour.eval.attention.cost import CostWeights, conversation_cost
-from prour.eval.config import parse_variant
 from prour.eval.markdown import jsonable, pct, table
 from prour.eval.stats import holm_table
 

@@ -47,9 +47,9 @@ from prour.llm.base import ToolCall
 from prour.router.candidates import canonical_json
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prour.config.eval import SaberConfig
     from prour.env.agents import Agent
     from prour.eval.baselines import BaselineContext
-    from prour.eval.config import SaberConfig
     from prour.llm.base import LLM, Message, SamplingParams
 
 NAME = "saber"

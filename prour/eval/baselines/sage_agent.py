@@ -44,9 +44,9 @@ from prour.llm.base import LLM, Message, ToolCall
 from prour.router.candidates import canonical_json
 
 if TYPE_CHECKING:  # pragma: no cover
+    from prour.config.eval import SageAgentConfig
     from prour.env.agents import Agent, LLMAgent
     from prour.eval.baselines import BaselineContext
-    from prour.eval.config import SageAgentConfig
 
 NAME = "sage-agent"
 

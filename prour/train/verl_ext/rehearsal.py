@@ -569,8 +569,8 @@ class PolicyRank:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from verl.utils.torch_functional import get_constant_schedule_with_warmup
 
+        from prour.config.train import TrainConfig
         from prour.train import checkpoint as ckpt
-        from prour.train.config import TrainConfig
 
         torch.set_num_threads(1)
         self.rank, self.dp, self.output_dir = rank, dp, output_dir
@@ -747,8 +747,8 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     from prour import interrupt
+    from prour.config.train import actor_dp_size
     from prour.train import checkpoint as ckpt
-    from prour.train.config import actor_dp_size
     from prour.train.verl_backend import compose_verl_config, prepare_verl_run
 
     newest = ckpt.latest_checkpoint(cfg.output_dir)

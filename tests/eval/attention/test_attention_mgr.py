@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from prour.config.attention import AttentionConfig
 from prour.eval.attention import AttentionGate, RequestClassifier, build_policy
 from prour.eval.attention.classifier import count_atomic_questions
-from prour.eval.attention.config import AttentionConfig
 from prour.eval.attention.mgr import (
     SelfReviewer,
     answer_memory,

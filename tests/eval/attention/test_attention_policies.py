@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prour.config.attention import AttentionConfig
 from prour.eval.attention import (
     FALLBACK_MESSAGE,
     AttentionGate,
@@ -19,7 +20,6 @@ from prour.eval.attention import (
     RequestClassifier,
     build_policy,
 )
-from prour.eval.attention.config import AttentionConfig
 from prour.eval.attention.policies import configured_policy
 from prour.llm.scripted import ScriptedLLM
 

@@ -18,10 +18,10 @@ from prour.llm.base import SamplingParams, ToolCall
 
 
 def _saber(replies: list[str], **settings: bool):
+    from prour.config.eval import SaberConfig
     from prour.env.agents import LLMAgent, TaskView
     from prour.env.domains import domain_policy
     from prour.eval.baselines.saber import SaberAgent
-    from prour.eval.config import SaberConfig
     from prour.llm.scripted import ScriptedLLM
 
     llm = ScriptedLLM(replies=replies)

@@ -70,9 +70,9 @@ def scripted_responders() -> Iterator:
     """Our agent loops answer with a scripted strict user instead of the Qwen3-8B endpoint."""
     from verl_harness import StrictUser
 
+    from prour.config.rewards import RewardConfig
     from prour.llm.scripted import ScriptedLLM
     from prour.recipes import load_recipe
-    from prour.rewards.config import RewardConfig
     from prour.rollout import StrictUserSimulator
     from prour.train.reward import Responders
     from prour.train.verl_ext import agent_loop

@@ -16,14 +16,14 @@ import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 # Stage sections live next to the code that uses them; they import their base from prour.section.
-from prour.cluster.config import ServeConfig, SlurmConfig
-from prour.data.config import DataConfig
-from prour.eval.config import EvalConfig
+from prour.config.cluster import ServeConfig, SlurmConfig
+from prour.config.data import DataConfig
+from prour.config.eval import EvalConfig
+from prour.config.rewards import RewardConfig
+from prour.config.router import RouterConfig
+from prour.config.train import TrainConfig
 from prour.registry import unknown_name
-from prour.rewards.config import RewardConfig
-from prour.router.config import RouterConfig
 from prour.section import ConfigError, Section
-from prour.train.config import TrainConfig
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "Recipe", "Section", "parse_recipe"]
 
