@@ -199,8 +199,8 @@ def main() -> None:
     import torch
 
     from prour.demo.tiny import build_tiny_model
-    from prour.env.history import render_history
     from prour.llm.hf import HFLLM
+    from prour.llm.history import render_history
 
     torch.set_num_threads(args.threads)
     model_dir = build_tiny_model(

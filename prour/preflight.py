@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prour.cluster.devices import visible_gpus
 from prour.config import Recipe
 from prour.stages import EXTERNAL, get_stage, required_roles, served_ids, stage_of, writer_of
 
@@ -275,22 +276,6 @@ def check_thresholds(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> 
 
 
 # ---- GPUs ----------------------------------------------------------------------------------------
-
-
-def visible_gpus() -> int:
-    """GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        ids = [item for item in listed.split(",") if item.strip()]
-        return 0 if not ids or ids[0].strip() == "-1" else len(ids)
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
 
 
 def _cuda_count(device: str) -> int:

@@ -333,8 +333,8 @@ class StepServers:
 
     def ensure(self, step: Step) -> None:
         """Serve exactly what ``step`` calls; raises ServeError when a server cannot start."""
-        from prour.cluster.run_key import ensure_run_key
         from prour.cluster.serve import ServeError, ServerGroup, check_memory, plan_servers
+        from prour.llm.run_key import ensure_run_key
         from prour.llm.weights import ModelNotFound
 
         wanted = served_models_of(self.recipe, step)
@@ -409,7 +409,7 @@ class StepServers:
     def publish(self, status: str, error: str | None = None) -> None:
         """Write the endpoints file for the live servers (what children read)."""
         from prour.cluster.endpoints import write_endpoints
-        from prour.cluster.run_key import run_key_path
+        from prour.llm.run_key import run_key_path
 
         servers: dict[str, Any] = {}
         for model_id, group in self.groups.items():

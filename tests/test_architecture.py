@@ -186,7 +186,7 @@ def test_relative_and_submodule_imports_are_resolved(tmp_path: Path) -> None:
     assert "prour.section" in graph["prour.config"]
     assert "prour.llm.base" in graph["prour.llm"]  # package __init__ -> submodule
     assert "prour.router.uncertainty" in graph["prour.router"]  # a lazy re-export counts too
-    assert "prour.build" in graph["prour.router.pipeline"]  # only under `if TYPE_CHECKING:`
+    assert "prour.router.llm_router" in graph["prour.router.pipeline"]  # only under TYPE_CHECKING
 
 
 def test_type_checking_imports_count_only_when_asked() -> None:
@@ -941,8 +941,8 @@ WRITER_EXCEPTIONS = {
         ("prour/runlock.py", "_create", "json.dump")],
     "the run's key is born 0600 (O_CREAT|O_EXCL with its mode: never readable by others, not even "
     "for a moment) and linked into place, so the first of two racing writers wins": [
-        ("prour/cluster/run_key.py", "ensure_run_key", "os.open"),
-        ("prour/cluster/run_key.py", "ensure_run_key", "os.fdopen")],
+        ("prour/llm/run_key.py", "ensure_run_key", "os.open"),
+        ("prour/llm/run_key.py", "ensure_run_key", "os.fdopen")],
     "the log a server or daemon subprocess appends to while it runs": [
         ("prour/cluster/vllm_server.py", "VLLMServer._open_log", "open"),
         ("prour/cluster/local.py", "LocalSlurm._spawn", "open"),

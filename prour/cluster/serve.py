@@ -28,10 +28,10 @@ from prour.cluster.endpoints import (
 )
 from prour.cluster.gpu_plan import GpuPlan, GpuPlanError, gpu_plan
 from prour.cluster.recipe import nothing_to_serve, served_models, served_roles
-from prour.cluster.run_key import KEY_ENV, ensure_run_key, read_run_key
 from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
 from prour.config import MODEL_ROLES, Recipe
 from prour.config.cluster import ServedModel
+from prour.llm.run_key import KEY_ENV, ensure_run_key, read_run_key
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def start_chains(plans: Sequence[ServerPlan], gpu_node: bool | None = None) -> l
     sees every GPU of its job, so on a node with GPUs (``gpu_node``; default: any visible) it
     shares with every server; on a node without, nothing is shared."""
     if gpu_node is None:
-        from prour.preflight import visible_gpus
+        from prour.cluster.devices import visible_gpus
 
         gpu_node = visible_gpus() > 0
     order = {plan.model_id: i for i, plan in enumerate(plans)}

@@ -61,7 +61,7 @@ class ModelConfig(Section):
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     # File holding the key (wins over api_key_env; relative to run_dir); filled from the endpoints
-    # file for served roles (prour.cluster.run_key), so a recipe rarely sets it.
+    # file for served roles (prour.llm.run_key), so a recipe rarely sets it.
     api_key_file: str | None = None
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
     device: str = "auto"

@@ -150,7 +150,7 @@ def decomposer_examples(
     point: DecisionPoint, ctx: DomainContext, text: TaskText, rng: random.Random
 ) -> list[SFTExample]:
     """A goal reading, a candidate action (the next one or a valid variant) and a scoring pair."""
-    from prour.env.history import render_history
+    from prour.llm.history import render_history
     from prour.router.prompts import action_prompt, goal_prompt, score_prompt
 
     history = render_history(point.history)
@@ -240,7 +240,7 @@ def verifier_examples(
 
 def annotation_example(point: DecisionPoint, ctx: DomainContext) -> SFTExample:
     """The annotator's label of a state: READ next → epistemic, WRITE → aleatoric, else none."""
-    from prour.env.history import render_history
+    from prour.llm.history import render_history
     from prour.router.annotation import ANNOTATION_PROMPT
 
     call = point.call

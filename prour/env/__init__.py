@@ -2,7 +2,7 @@
 agents, user simulators, the episode runner, trajectory records and scoring with tau2's evaluator.
 
 Names are re-exported lazily (``from prour.env import run_episode``), so importing one submodule
-such as :mod:`prour.env.history` does not pull in the rest.
+such as :mod:`prour.env.domains` does not pull in the rest.
 """
 
 from __future__ import annotations

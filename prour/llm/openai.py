@@ -201,7 +201,7 @@ def prompt_logprobs_of(entries: list[Any], token_ids: list[int], start: int) -> 
 def request_key(api_key_env: str, api_key_file: str | None) -> str:
     """The key a request sends: the file's when one is named (the run's key), else the variable's."""
     if api_key_file:
-        from prour.cluster.run_key import read_run_key
+        from prour.llm.run_key import read_run_key
 
         return read_run_key(api_key_file)
     return os.environ.get(api_key_env) or ""

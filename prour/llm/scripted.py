@@ -1,7 +1,7 @@
 """A deterministic model double for tests: replies from rules or a queue, scores from a function.
 
 How a chat prompt is seen by the rules: the request's messages are rendered with
-:func:`prour.env.history.render_history` (system prompt included: one ``role: text`` line per
+:func:`prour.llm.history.render_history` (system prompt included: one ``role: text`` line per
 utterance, ``role calls tool: name({...})`` per call, ``tool NAME returned: ...`` per result).
 The same rendering is used whatever backend a stage would otherwise run, so a rule written
 against it matches the same prompts everywhere. Rules are regular expressions searched in that
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from prour.files import write_atomic
 from prour.llm.base import BackendError, ChatRequest, Completion, Message, ScoreRequest, ScoreResult
+from prour.llm.history import render_history
 from prour.registry import Registry, unknown_name
 
 Reply = str | Sequence[str] | Callable[[list[Message]], str]
@@ -69,8 +70,6 @@ class Rule:
 
 def render_prompt(messages: Sequence[Message]) -> str:
     """The text rules are matched against (see the module docstring)."""
-    from prour.env.history import render_history  # here, so prour.env may import this module
-
     return render_history(messages, include_system=True)
 
 

@@ -72,7 +72,7 @@ class QuestionCost:
         """The cost of each question asked after ``history``, or (None, why it failed)."""
         if self.config.cost == "proxy":
             return [(proxy_cost(q), None) for q in questions]
-        from prour.env.history import render_history
+        from prour.llm.history import render_history
 
         context = render_history(list(history))
         distinct = list(dict.fromkeys(questions))  # a group's repeated question is judged once

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from prour.env.history import render_history
 from prour.llm.base import Message
+from prour.llm.history import render_history
 
 BELIEF_VERSION = "belief-v1"
 

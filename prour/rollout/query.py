@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prour.env.history import render_history
 from prour.llm.base import Message
+from prour.llm.history import render_history
 
 PROMPTS_VERSION = "qg-v1"
 """Bumped whenever the wording of a query-generator prompt changes (stored with datasets/runs)."""

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prour.env.history import render_history
 from prour.llm.base import LLM, ChatRequest, Completion, Message, ToolCall
+from prour.llm.history import render_history
 from prour.llm.meter import record
 from prour.rollout.grounding import INSUFFICIENT, Evidence, ToolEvidence, grounding, is_insufficient
 from prour.rollout.strict_user import responder_sampling

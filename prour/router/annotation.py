@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prour.env.history import render_history
 from prour.env.trajectory import read_jsonl
 from prour.files import append_jsonl
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
+from prour.llm.history import render_history
 from prour.router.candidates import answer_text
 from prour.router.routing import ROUTES
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from prour.config.router import RouterConfig
-from prour.env.history import render_history
 from prour.llm.base import LLM, ChatRequest, Completion, Message, SamplingParams, ScoreRequest
+from prour.llm.history import render_history
 from prour.router.candidates import ToolCatalog, answer_text, collect_candidates, render_tools
 from prour.router.prompts import action_prompt, goal_prompt, score_prompt
 from prour.router.routing import route as route_of

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from prour.env.history import render_history
 from prour.llm.base import LLM, ChatRequest, Message, SamplingParams
+from prour.llm.history import render_history
 from prour.router.candidates import answer_text
 from prour.router.routing import ROUTES, check_route
 

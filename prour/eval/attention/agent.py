@@ -22,7 +22,6 @@ from typing import Any
 
 from prour.config.attention import AttentionConfig
 from prour.env.agents import Agent, AgentTurn, TaskView
-from prour.env.history import render_history
 from prour.env.trajectory import Trajectory, agent_view
 from prour.eval.agent import AgentWrapper, is_agent_turn, is_stop_only
 from prour.eval.attention.analysis import cost_requests
@@ -36,6 +35,7 @@ from prour.eval.attention.cost import ACCOUNTINGS, conversation_cost, judged_val
 from prour.eval.attention.judge import Judgment, RequestJudge
 from prour.eval.attention.policies import AttentionPolicy
 from prour.llm.base import Message
+from prour.llm.history import render_history
 
 logger = logging.getLogger(__name__)
 

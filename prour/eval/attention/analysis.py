@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from prour.env.history import render_history
 from prour.eval.attention.budget import DeliveredRequest
 from prour.eval.attention.cost import (
     ACCOUNTINGS,
@@ -46,6 +45,7 @@ from prour.eval.stats import (
     task_means,
 )
 from prour.files import write_atomic
+from prour.llm.history import render_history
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from prour.env.history import render_history
 from prour.eval.attention.classifier import RequestClass
 from prour.llm.base import Message
+from prour.llm.history import render_history
 
 log = logging.getLogger(__name__)
 

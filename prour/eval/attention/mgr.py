@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from prour.config.attention import EVIDENCE_WINDOW_TOKENS, MEMORY_WINDOW_TOKENS
-from prour.env.history import render_message
 from prour.eval.attention.strict_json import (
     JUDGE_SAMPLING,
     JsonCache,
@@ -31,6 +30,7 @@ from prour.eval.attention.strict_json import (
     require_keys,
 )
 from prour.llm.base import LLM, ChatRequest, Message
+from prour.llm.history import render_message
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from prour.env.history import render_history
 from prour.eval.agent import ProactiveAgent, RouteChoice
 from prour.eval.baselines import ask_strict_json, history_mutated, text_fields
 from prour.llm.base import Message
+from prour.llm.history import render_history
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent

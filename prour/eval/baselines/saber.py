@@ -40,10 +40,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from prour.env.agents import AgentTurn, TaskView
-from prour.env.history import render_history
 from prour.eval.agent import AgentWrapper
 from prour.eval.baselines import ask_strict_json, tagged, text_fields, write_tools
 from prour.llm.base import ToolCall
+from prour.llm.history import render_history
 from prour.router.candidates import canonical_json
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -34,11 +34,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from prour.env.agents import AgentTurn, TaskView
-from prour.env.history import render_history, render_message
 from prour.eval import agent as proactive
 from prour.eval.agent import EVIDENCE_PREFIX, AgentWrapper, evidence_note, is_stop_only
 from prour.eval.baselines import ask_strict_json, tagged, text_fields
 from prour.llm.base import Message
+from prour.llm.history import render_history, render_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent

@@ -1,4 +1,4 @@
-"""The run's API key file (prour.cluster.run_key) and how a served role's client picks it up."""
+"""The run's API key file (prour.llm.run_key) and how a served role's client picks it up."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from prour.cluster.endpoints import apply_endpoints
-from prour.cluster.run_key import RunKeyError, ensure_run_key, read_run_key
 from prour.config import Recipe
 from prour.llm.openai import request_key
+from prour.llm.run_key import RunKeyError, ensure_run_key, read_run_key
 
 
 def test_the_key_is_made_once_and_only_its_owner_reads_it(tmp_path: Path) -> None:
