@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from prour.config.domains import DomainName, SplitName
 from prour.config.eval import MAX_ERROR_FRACTION
-from prour.env.domains import DomainName, SplitName
 from prour.section import Section
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prour.config.attention import AttentionConfig, check_policy_options
-from prour.env.domains import DomainName, SplitName
+from prour.config.domains import DomainName, SplitName
 from prour.registry import unknown_name
 from prour.section import Section
 

