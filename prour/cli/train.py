@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
     from prour.config.train import TrainConfig
+    from prour.llm.base import LLM
+    from prour.train.reward import RewardFn
 
 train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1).")
 
@@ -122,6 +125,19 @@ def saved_checkpoint(out: Path, backend: str) -> str:
             "--resume to continue from it")
 
 
+def recipe_reward(recipe: Recipe) -> Callable[[LLM], RewardFn]:
+    """The recipe's information-gain reward around a given belief scorer (the local trainer's
+    live policy, or its sampler): the components' builder makes the responders."""
+
+    def build(policy_llm: LLM) -> RewardFn:
+        from prour.build import Builder
+        from prour.train.reward import info_gain_reward
+
+        return info_gain_reward(Builder(recipe, {"generator": policy_llm}))
+
+    return build
+
+
 def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:
 
     out = Path(cfg.output_dir)
@@ -136,7 +152,7 @@ def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) ->
     from prour.train.metrics import FailedAsksError
 
     try:
-        trainer = LocalTrainer(recipe)
+        trainer = LocalTrainer(recipe, reward_factory=recipe_reward(recipe))
         last = trainer.run(resume=resume)
     except (FileExistsError, FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,30 +22,34 @@ import torch
 
 from prour.config import ConfigError, Recipe
 from prour.config.train import TrainConfig
-from prour.rewards.reward import SampleReward
 from prour.train import checkpoint as ckpt
-from prour.train.algorithm import (
-    drop_zero_variance,
-    group_advantages,
-    policy_loss,
-    select_kept,
-)
 from prour.train.data import DataOrder, keep_modes, read_instances, row_mode
-from prour.train.layout import token_micro_batches
 from prour.train.metrics import (
     MetricsLog,
     PhaseClock,
+    ScoredSample,
     check_failed_asks,
     phase_metrics,
     sample_diagnostics,
 )
-from prour.train.policy import Policy, Rollout
+from prour.train.policy import Policy, Rollout, load_policy, policy_weights
 from prour.train.recipe import recipe_dict, train_section
 from prour.train.reward import RewardFn, score_groups
+from prour.train.step import (
+    Kept,
+    constant_schedule_with_warmup,
+    mean_or_none,
+    select_groups,
+    update,
+)
 
 logger = logging.getLogger(__name__)
 
 StateFn = Callable[[dict[str, Any]], Any]
+RewardFactory = Callable[[Any], RewardFn]
+"""Builds the step's reward around the LLM that scores beliefs (the live policy, or the sampler)."""
+
+__all__ = ["Batch", "Kept", "LocalTrainer", "RewardFactory", "sample_metrics"]
 
 
 @dataclass
@@ -55,23 +58,18 @@ class Batch:
 
     rows: list[dict[str, Any]]
     rollouts: list[list[Rollout]]
-    rewards: list[list[SampleReward]]
+    rewards: list[list[ScoredSample]]
     version: int
     time_rollout_s: float
     time_reward_s: float
 
 
-@dataclass
-class Kept:
-    """A sample that reaches the update: its rollout, reward and state (group) index."""
-
-    rollout: Rollout
-    reward: float
-    group: int
-
-
 class LocalTrainer:
-    """Trains ``models.generator`` with ``train`` settings; see :meth:`run`."""
+    """Trains ``models.generator`` with ``train`` settings; see :meth:`run`.
+
+    The reward is ``reward_fn`` when given, else ``reward_factory(policy_llm)`` (the entry hands
+    down the recipe's information-gain reward: :func:`prour.cli.train.recipe_reward`).
+    """
 
     def __init__(
         self,
@@ -80,7 +78,9 @@ class LocalTrainer:
         reward_fn: RewardFn | None = None,
         make_state: StateFn | None = None,
         rows: Sequence[dict[str, Any]] | None = None,
+        reward_factory: RewardFactory | None = None,
     ):
+
         if train is not None:  # a train section given apart: the run's recipe holds it, its
             # paths taken from run_dir like the rest (validation applies the path rule)
             recipe = Recipe.model_validate({**recipe.model_dump(), "train": train.model_dump()})
@@ -89,6 +89,7 @@ class LocalTrainer:
         self.output_dir = Path(self.cfg.output_dir)
         self._reward_fn = reward_fn
         self._given_reward = reward_fn
+        self._reward_factory = reward_factory
         self._make_state = make_state
         self._rows = list(rows) if rows is not None else None
         self.step = 0
@@ -96,42 +97,15 @@ class LocalTrainer:
     # ---- setup ---------------------------------------------------------------------------
 
     def _policy_path(self) -> str:
-        model = self.recipe.models.get("generator")
-        if model is None or model.backend != "hf" or not model.path:
-            raise ConfigError(
-                "models.generator",
-                "the local trainer needs the policy with backend 'hf' and a path",
-            )
-        from prour.llm.weights import local_weights
-
-        return local_weights(model.path, self.recipe.models_dir, "models.generator.path")
+        return policy_weights(self.recipe)
 
     def _setup_model(self, path: str | Path) -> None:
         """Load the policy in float32 (master weights); bf16 autocast on a GPU when asked."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from prour.llm.hf import resolve_device, resolve_dtype
-
-        device = resolve_device(self.cfg.device)
-        self.compute_dtype = resolve_dtype(self.cfg.dtype, device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
-        if self.cfg.gradient_checkpointing and getattr(
-            model, "supports_gradient_checkpointing", False
-        ):
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        model.config.use_cache = False
-        self.model = model
-        self.policy = Policy(model, self.tokenizer, self.cfg.rollout,
-                             self.recipe.data.max_prompt_tokens, seed=self.recipe.seed)
-        logger.info("policy %s on %s (compute %s)", path, device, self.compute_dtype)
+        self.policy, self.compute_dtype = load_policy(path, self.cfg, self.recipe)
+        self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
 
     def _setup_optimizer(self) -> None:
-        """AdamW and verl's constant schedule with linear warmup (one scheduler step per step)."""
-        from verl.utils.torch_functional import get_constant_schedule_with_warmup
-
+        """AdamW and a constant schedule with linear warmup (one scheduler step per step)."""
         o = self.cfg.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
         fused = {"fused": True} if self.cfg.update.fused_optimizer else {}
@@ -144,9 +118,7 @@ class LocalTrainer:
                 "train.update.fused_optimizer",
                 f"torch's fused AdamW does not run here ({error}); set it to false",
             ) from error
-        self.scheduler = get_constant_schedule_with_warmup(
-            self.optimizer, num_warmup_steps=o.warmup_steps
-        )
+        self.scheduler = constant_schedule_with_warmup(self.optimizer, o.warmup_steps)
 
     def _setup_data(self) -> None:
         """Seeded order over the rows; every prompt is checked against the token budget."""
@@ -167,11 +139,13 @@ class LocalTrainer:
             self._reward_fn = self._reward_for(self.policy.llm)
 
     def _reward_for(self, policy_llm: Any) -> RewardFn:
-        """The recipe's information-gain reward whose belief scorer is ``policy_llm``."""
-        from prour.build import Builder
-        from prour.train.reward import info_gain_reward
-
-        return info_gain_reward(Builder(self.recipe, {"generator": policy_llm}))
+        """The factory's reward whose belief scorer is ``policy_llm``."""
+        if self._reward_factory is None:
+            raise ValueError(
+                "LocalTrainer needs a reward_fn or a reward_factory (the recipe's reward: "
+                "prour.cli.train.recipe_reward(recipe))"
+            )
+        return self._reward_factory(policy_llm)
 
     def _setup_metrics(self) -> None:
         self.metrics = MetricsLog(
@@ -218,7 +192,7 @@ class LocalTrainer:
                                self.recipe.data.max_prompt_tokens, seed=self.recipe.seed)
         self._sampler_version = self.step
         self._sampler_reward = self._reward_fn
-        if self._given_reward is None:  # the paper's reward scores beliefs with the sampler
+        if self._given_reward is None:  # the factory's reward scores beliefs with the sampler
             self._sampler_reward = self._reward_for(self._sampler.llm)
         elif getattr(self._given_reward, "policy_llm", None) is self.policy.llm:
             raise ValueError(
@@ -439,11 +413,10 @@ class LocalTrainer:
     def _rollout(
         self, rows: list[dict[str, Any]], step: int, policy: Policy
     ) -> list[list[Rollout]]:
-        from prour.llm.hf import sample_seed
-
-        base = step * self.cfg.states_per_step
-        seeds = [sample_seed(self.recipe.seed, base + i) for i in range(len(rows))]
-        return policy.sample([row["prompt"] for row in rows], self.cfg.rollout.n, seeds)
+        """``rollout.n`` samples per row; row i of ``step`` draws from the stream of state
+        ``step * states_per_step + i`` (the same samples whatever the overlap)."""
+        return policy.sample_states([row["prompt"] for row in rows], self.cfg.rollout.n,
+                                    self.recipe.seed, step * self.cfg.states_per_step)
 
     @torch.no_grad()
     def _score(
@@ -452,7 +425,7 @@ class LocalTrainer:
         rollouts: list[list[Rollout]],
         model: Any,
         reward_fn: RewardFn,
-    ) -> list[list[SampleReward]]:
+    ) -> list[list[ScoredSample]]:
         was_training = model.training
         model.eval()
         try:
@@ -463,170 +436,26 @@ class LocalTrainer:
             model.train(was_training)
 
     def _select(
-        self, rollouts: list[list[Rollout]], rewards: list[list[SampleReward]]
+        self, rollouts: list[list[Rollout]], rewards: list[list[ScoredSample]]
     ) -> tuple[list[list[Kept]], dict[str, Any]]:
         """Keep ``keep`` per state (failed never), then drop groups without a usable signal."""
-        groups: list[list[Kept]] = []
-        for g, (group, scored) in enumerate(zip(rollouts, rewards)):
-            failed = [s.failed or s.reward is None for s in scored]
-            kept = select_kept([s.kind for s in scored], self.cfg.rollout.keep, failed)
-            groups.append([Kept(group[i], float(scored[i].reward), g) for i in kept])
-        n_kept = sum(len(g) for g in groups)
-        if self.cfg.ppo.drop_zero_variance:
-            usable = drop_zero_variance([[k.reward for k in g] for g in groups])
-        else:
-            usable = [i for i, g in enumerate(groups) if len(g) >= 2]
-        stats = {
-            "n_kept": n_kept,
-            "groups_used": len(usable),
-            "groups_dropped": len(groups) - len(usable),
-            "reward_kept_mean": _mean([k.reward for g in groups for k in g]),
-        }
-        return [groups[i] for i in usable], stats
+        return select_groups(rollouts, rewards, self.cfg.rollout.keep,
+                             self.cfg.ppo.drop_zero_variance)
 
     # ---- the update ----------------------------------------------------------------------
 
     def _update(self, groups: list[list[Kept]]) -> dict[str, Any]:
-        """``ppo.epochs`` passes of the clipped surrogate over mini-batches of whole states."""
-        if not groups:
-            logger.warning("step %d: no group with a usable signal; no update", self.step)
-            return _Tally().summary() | {"update_tokens_per_s": None}
-        t0 = time.perf_counter()
-        flat = [k for g in groups for k in g]
-        mask = _lengths_mask([len(k.rollout.response_ids) for k in flat], self.policy.device)
-        rewards = torch.tensor([k.reward for k in flat], device=self.policy.device)
-        advantages = group_advantages(
-            rewards, [k.group for k in flat], mask, self.cfg.ppo.adv_epsilon
-        )
-        old = self._old_log_probs(flat)
-        tally = _Tally()
-        self.model.train()
-        for epoch in range(self.cfg.ppo.epochs):
-            for members in self._mini_batches(groups, epoch):
-                self._optimizer_step(flat, members, old, advantages, tally)
-        self._reward_fn.policy_updated()
-        tokens = int(mask.sum()) * self.cfg.ppo.epochs
-        return tally.summary() | {
-            "update_tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)
-        }
-
-    @torch.no_grad()
-    def _old_log_probs(self, flat: list[Kept]) -> list[torch.Tensor]:
-        """Log-probs under the policy that sampled (before any update), a 1-D tensor per sample."""
-        self.model.eval()
-        out = []
-        for micro in self._micro_batches(flat, list(range(len(flat)))):
-            scores = self.policy.token_scores(
-                [flat[i].rollout for i in micro], packed=self.cfg.update.packing
-            )
-            for row, i in enumerate(micro):
-                out.append(scores.log_probs[row, : len(flat[i].rollout.response_ids)].detach())
-        return out
-
-    def _micro_batches(self, flat: list[Kept], members: list[int]) -> list[list[int]]:
-        """``members`` split into micro-batches: ``ppo.micro_batch_size`` samples each, or as
-        many as fit ``update.micro_batch_tokens`` (see :func:`token_micro_batches`)."""
-        budget = self.cfg.update.micro_batch_tokens
-        if budget is None:
-            return list(_chunks(members, self.cfg.ppo.micro_batch_size))
-        lengths = [len(flat[i].rollout.prompt_ids) + len(flat[i].rollout.response_ids)
-                   for i in members]
-        groups = token_micro_batches(lengths, budget, self.cfg.update.packing)
-        return [[members[j] for j in group] for group in groups]
-
-    def _mini_batches(self, groups: list[list[Kept]], epoch: int) -> Iterator[list[int]]:
-        """Sample indices per mini-batch: ``mini_batch_states`` whole groups, shuffled per epoch."""
-        starts, offset = [], 0
-        for g in groups:
-            starts.append(list(range(offset, offset + len(g))))
-            offset += len(g)
-        order = list(range(len(groups)))
-        if self.cfg.ppo.shuffle:
-            gen = torch.Generator().manual_seed(
-                self.recipe.seed * 1_000_003 + self.step * 131 + epoch
-            )
-            order = torch.randperm(len(groups), generator=gen).tolist()
-        for chunk in _chunks(order, self.cfg.ppo.mini_batch_states):
-            yield [i for g in chunk for i in starts[g]]
-
-    def _optimizer_step(
-        self,
-        flat: list[Kept],
-        members: list[int],
-        old: list[torch.Tensor],
-        advantages: torch.Tensor,
-        tally: _Tally,
-    ) -> None:
-        """Accumulate micro-batch gradients of one mini-batch (token-mean over it), clip, step."""
-        p = self.cfg.ppo
-        n_tokens = sum(len(flat[i].rollout.response_ids) for i in members)
-        self.optimizer.zero_grad(set_to_none=True)
-        for micro in self._micro_batches(flat, members):
-            scores = self.policy.token_scores(
-                [flat[i].rollout for i in micro], with_entropy=True,
-                packed=self.cfg.update.packing,
-            )
-            width = scores.log_probs.shape[1]
-            loss, metrics = policy_loss(
-                _pad_rows([old[i] for i in micro], width),
-                scores.log_probs,
-                advantages[micro, :width],
-                scores.mask,
-                p,
-                entropy=scores.entropy,
-                batch_num_tokens=n_tokens,
-            )
-            loss.backward()
-            tally.add_micro(metrics, int(scores.mask.sum()), n_tokens)
-        params = [q for q in self.model.parameters() if q.requires_grad]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip))
-        if math.isfinite(grad_norm):
-            self.optimizer.step()
-        tally.add_step(grad_norm)
-
-
-class _Tally:
-    """Token-weighted means of loss metrics and grad-norm statistics over a step's update."""
-
-    KEYS = ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy")
-    # Aggregated over the whole mini-batch's tokens (policy_loss's batch_num_tokens): a
-    # micro-batch's value is its token sum over the mini-batch's count, not its own mean.
-    BATCH_SHARES = ("pg_loss", "entropy")
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.tokens = 0
-        self.grad_norms: list[float] = []
-
-    def add_micro(self, metrics: dict[str, float], tokens: int, batch_tokens: int) -> None:
-        """One micro-batch's metrics: ``tokens`` its response tokens, ``batch_tokens`` those of
-        its mini-batch. Each value goes in as a token sum, so the means do not depend on how a
-        mini-batch is split into micro-batches."""
-        for key, value in metrics.items():
-            weight = batch_tokens if key in self.BATCH_SHARES else tokens
-            self.sums[key] = self.sums.get(key, 0.0) + value * weight
-        self.tokens += tokens
-
-    def add_step(self, grad_norm: float) -> None:
-        self.grad_norms.append(grad_norm)
-
-    def summary(self) -> dict[str, Any]:
-        finite = [g for g in self.grad_norms if math.isfinite(g)]
-        out: dict[str, Any] = {
-            key: self.sums[key] / self.tokens if self.tokens else None for key in self.KEYS
-        }
-        out.update(
-            optimizer_steps=len(finite),
-            skipped_steps=len(self.grad_norms) - len(finite),
-            grad_norm=_mean(finite),
-            grad_norm_max=max(finite) if finite else None,
-        )
-        return out
+        """One DAPO update (:func:`prour.train.step.update`); cached priors are then stale."""
+        summary = update(groups, self.policy, self.optimizer, self.cfg, self.recipe.seed,
+                         self.step)
+        if groups:
+            self._reward_fn.policy_updated()
+        return summary
 
 
 def sample_metrics(
     rollouts: list[list[Rollout]],
-    rewards: list[list[SampleReward]],
+    rewards: list[list[ScoredSample]],
     modes: Sequence[str | None] | None = None,
 ) -> dict[str, Any]:
     """Counts by kind, the shared diagnostics (fractions, reward by mode — ``modes[g]`` is state
@@ -646,26 +475,6 @@ def sample_metrics(
         "n_failed": sum(s.failed for s in samples),
         **sample_diagnostics(samples, sample_modes),
         "reward_std": statistics.pstdev(values) if len(values) > 1 else 0.0,
-        "response_length_mean": _mean(lengths),
-        "truncated_fraction": _mean([r.finish_reason == "length" for g in rollouts for r in g]),
+        "response_length_mean": mean_or_none(lengths),
+        "truncated_fraction": mean_or_none([r.finish_reason == "length" for g in rollouts for r in g]),
     }
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return float(statistics.fmean(values)) if values else None
-
-
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _lengths_mask(lengths: list[int], device: torch.device) -> torch.Tensor:
-    width = max(lengths)
-    return (
-        torch.arange(width, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
-    ).float()
-
-
-def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    return torch.stack([torch.nn.functional.pad(r, (0, width - r.shape[0])) for r in rows])

@@ -11,13 +11,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from prour.config.train import RolloutSettings
 from prour.llm.base import ChatRequest, Completion, Message, SamplingParams
 from prour.train.layout import packed_response_logits, padded_response_logits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
+    from prour.config.train import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +119,16 @@ class Policy:
             rollouts.append([Rollout(i, prompt, list(c.token_ids or []), c) for c in completions])
         return rollouts
 
+    def sample_states(
+        self, prompts: Sequence[Sequence[Message]], n: int, seed: int, first_state: int
+    ) -> list[list[Rollout]]:
+        """:meth:`sample` with prompt ``i`` drawing from the stream of state ``first_state + i``
+        under the run's ``seed`` (a state's samples do not depend on what else is sampled)."""
+        from prour.llm.hf import sample_seed
+
+        seeds = [sample_seed(seed, first_state + i) for i in range(len(prompts))]
+        return self.sample(prompts, n, seeds)
+
     def token_scores(
         self, rollouts: Sequence[Rollout], with_entropy: bool = False, *, packed: bool
     ) -> TokenScores:
@@ -130,6 +145,40 @@ class Policy:
         return response_scores(rows, targets, self.settings.temperature, with_entropy)
 
 
+def policy_weights(recipe: Recipe) -> str:
+    """The local folder of ``models.generator``'s weights (the policy the local trainer starts
+    from); it must use the ``hf`` backend and have a path."""
+    from prour.config import ConfigError
+    from prour.llm.weights import local_weights
+
+    model = recipe.models.get("generator")
+    if model is None or model.backend != "hf" or not model.path:
+        raise ConfigError(
+            "models.generator",
+            "the local trainer needs the policy with backend 'hf' and a path",
+        )
+    return local_weights(model.path, recipe.models_dir, "models.generator.path")
+
+
+def load_policy(path: str | Path, cfg: TrainConfig, recipe: Recipe) -> tuple[Policy, torch.dtype]:
+    """The policy at ``path`` in float32 (master weights) on ``train.device``, and the dtype
+    its forwards run in (bf16 autocast on a GPU when ``train.dtype`` asks)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prour.llm.hf import resolve_device, resolve_dtype
+
+    device = resolve_device(cfg.device)
+    compute_dtype = resolve_dtype(cfg.dtype, device)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
+    if cfg.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    policy = Policy(model, tokenizer, cfg.rollout, recipe.data.max_prompt_tokens, seed=recipe.seed)
+    logger.info("policy %s on %s (compute %s)", path, device, compute_dtype)
+    return policy, compute_dtype
+
+
 def response_scores(
     rows: Sequence[torch.Tensor],
     targets: Sequence[Sequence[int]],
@@ -137,7 +186,7 @@ def response_scores(
     with_entropy: bool,
 ) -> TokenScores:
     """(B, R) response-token log-probs (and entropies) from each sample's logits (R_i, V)."""
-    from prour.train.algorithm import token_entropy
+    from prour.core.policy_gradient import token_entropy
 
     device = rows[0].device
     width = max(len(t) for t in targets)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from prour.cli.train import recipe_reward
 from prour.data.dataset import read_rows
 from prour.data.schema import state_from_row
 from prour.demo import learning
@@ -80,7 +81,7 @@ def test_the_demos_training_raises_the_information_gain_reward(
     recipe = load_recipe(SMOKE, sets)
     assert recipe.models["generator"].path == str(prepared["policy"].resolve())
     assert recipe.models["strict_user"].path == str(warm_tiny_model)  # the frozen tiny model
-    LocalTrainer(recipe).run()
+    LocalTrainer(recipe, reward_factory=recipe_reward(recipe)).run()
 
     records = read_metrics(tmp_path / "ckpt")
     rise = learning.reward_rise(records)

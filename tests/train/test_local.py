@@ -11,6 +11,7 @@ import pytest
 import torch
 from train_helpers import instance_rows
 
+from prour.cli.train import recipe_reward
 from prour.config import ModelConfig, Recipe
 from prour.config.train import TrainConfig
 from prour.llm.base import Completion
@@ -353,7 +354,8 @@ def test_one_step_with_the_information_gain_reward_on_tau2_states(format_policy_
     # reads the step's metrics, so it lets them fail
     cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24},
                  max_failed_ask_fraction=1.0)
-    trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
+    trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows(),
+                           reward_factory=recipe_reward(recipe))
     trainer.setup()
     seen = _spy_on_responder_chats(trainer._reward_fn.strict_user.llm)
     assert _unchanged_after_one_step(trainer) == []
@@ -427,7 +429,8 @@ def test_responders_that_are_down_stop_the_step_before_its_update(format_policy_
             reward={"responder_max_tokens": 16, "verifier_max_steps": 1, "responder_retries": 0},
         )
         cfg = _train(fresh_dir, rollout={"n": 6, "keep": 5, "max_response_tokens": 24})
-        trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows())
+        trainer = LocalTrainer(recipe, cfg, rows=_tau2_rows(),
+                               reward_factory=recipe_reward(recipe))
         trainer.setup()
         before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
         with pytest.raises(FailedAsksError, match=r"^(\d+) of \1 sampled questions failed "

@@ -10,6 +10,7 @@ import torch
 from train_helpers import instance_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from prour.cli.train import recipe_reward
 from prour.config import ModelConfig, Recipe
 from prour.config.train import TrainConfig
 from prour.train.local import LocalTrainer
@@ -93,7 +94,7 @@ def test_a_sampler_resync_scores_priors_with_the_new_weights_not_the_cached_ones
                     models={r: model for r in ("generator", "strict_user", "verifier")},
                     reward={"responder_max_tokens": 8, "verifier_max_steps": 1})
     trainer = LocalTrainer(recipe, _train(fresh_dir, overlap="one_step", max_staleness=1),
-                           rows=_tau2_rows())
+                           rows=_tau2_rows(), reward_factory=recipe_reward(recipe))
     trainer.setup()
     sampler_reward = trainer._sampler_reward
     assert sampler_reward is not trainer._reward_fn  # the sampler scores with its own weights
