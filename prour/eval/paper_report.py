@@ -22,7 +22,6 @@ from prour.eval.paper import (
     figure4_item,
     figure6_item,
     figure7_item,
-    locate,
     paper_note,
     read_router_evidence,
     sweep_item,
@@ -30,6 +29,7 @@ from prour.eval.paper import (
     table6_item,
 )
 from prour.eval.report import load_systems, summarize
+from prour.eval.run_evidence import locate
 from prour.eval.viewer import STYLE, esc
 from prour.eval.viewer import table as html_table
 from prour.files import write_atomic
