@@ -6,7 +6,7 @@ attention-aware reward charges each clarify question its own share of A, so that
 on it learns to ask only what pays for the user's attention. A training question is a
 discretionary request by construction (it asks the user something the policy chose to ask), and
 ``reward.attention.cost`` picks how it is priced, with the accountings of
-:mod:`prour.eval.attention.cost` and default weights:
+:mod:`prour.core.cost` and default weights:
 
 * ``proxy``: the ``atomic`` accounting, i.e. the number of separate asks in the question as
   :func:`prour.eval.attention.classifier.count_atomic_questions` counts them by rule (at least 1:
@@ -22,19 +22,33 @@ Verify questions go to the verifier, which reads tools, not the user: they cost 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prour.llm.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config.rewards import AttentionRewardConfig
-    from prour.eval.attention.judge import Judgment, RequestJudge
+
+
+class Verdict(Protocol):
+    """A judge's scores of one request (:class:`prour.eval.attention.judge.Judgment`)."""
+
+    reading_effort: float | None
+    value: float | None
+    failed: bool
+    error: str | None
+
+
+class Judge(Protocol):
+    """Scores (request, context) pairs (:class:`prour.eval.attention.judge.RequestJudge`)."""
+
+    def judge(self, items: Sequence[tuple[str, str]]) -> Sequence[Verdict]: ...
 
 
 def _discretionary_cost(accounting: str, **scores: float) -> float:
     """The cost of one discretionary request under ``accounting`` with the default weights."""
     from prour.config.attention import CostWeights
-    from prour.eval.attention.cost import request_cost
+    from prour.core.cost import request_cost
 
     return request_cost({"discretionary": True, **scores}, accounting, CostWeights())
 
@@ -46,7 +60,7 @@ def proxy_cost(question: str) -> float:
     return _discretionary_cost("atomic", atomic_questions=max(1, count_atomic_questions(question)))
 
 
-def judged_cost(judgment: Judgment) -> float:
+def judged_cost(judgment: Verdict) -> float:
     """The ``full`` cost of one discretionary request from the judge's r and v."""
     return _discretionary_cost(
         "full", reading_effort=judgment.reading_effort, value=judgment.value
@@ -56,7 +70,7 @@ def judged_cost(judgment: Judgment) -> float:
 class QuestionCost:
     """Prices the clarify questions of one state: ``(cost, error)`` per question."""
 
-    def __init__(self, config: AttentionRewardConfig, judge: RequestJudge | None = None):
+    def __init__(self, config: AttentionRewardConfig, judge: Judge | None = None):
         if config.cost == "judge" and judge is None:
             raise ValueError("reward.attention.cost 'judge' needs a RequestJudge (models.judge)")
         self.config = config

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from prour.config.rewards import RewardConfig
+from prour.core.clock import PhaseClock
+from prour.core.reward import info_gain, target_logprob, utility
 from prour.data.schema import EnvironmentMismatch, RewardState, decision_environment
-from prour.eval.attention.cost import utility
 from prour.llm.base import LLM, Completion, ScoreRequest, ScoreResult
 from prour.llm.meter import metering
 from prour.rewards.attention import QuestionCost
@@ -35,14 +36,8 @@ from prour.rewards.belief import belief_prompt
 from prour.rollout.query import ParsedQuery, parse_query
 from prour.rollout.strict_user import StrictUserSimulator
 from prour.rollout.verifier import Verifier
-from prour.train.metrics import PhaseClock, current_clock
 
 logger = logging.getLogger(__name__)
-
-
-def info_gain(prior_logprob: float, post_logprob: float) -> float:
-    """R = ℓ_post − ℓ_prior in nats: how much the answer raised the policy's log-belief in Y."""
-    return float(post_logprob) - float(prior_logprob)
 
 
 @dataclass
@@ -72,9 +67,10 @@ class InfoGainReward:
     ``verifier_factory(domain)`` builds the verifier of a domain (once). ``question_cost`` prices
     clarify questions when ``config.attention.lam`` > 0 (built from the config when not given;
     the ``judge`` cost needs it given). Call :meth:`policy_updated` after every optimizer step:
-    cached priors belong to the old policy. :attr:`clock` (or the one
-    :func:`~prour.train.metrics.clocking` sets) records its prior and posterior scoring and its
-    responder calls, with their counts and tokens (the trainer takes them every step).
+    cached priors belong to the old policy. ``clock`` (its own when not given; in a block of
+    :func:`~prour.core.clock.clocking`, the clock that sets) records its prior and posterior
+    scoring and its responder calls, with their counts and tokens (the trainer takes them every
+    step). The arithmetic (information gain, aggregation, utility) is :mod:`prour.core.reward`.
     """
 
     def __init__(
@@ -84,6 +80,7 @@ class InfoGainReward:
         verifier_factory: Callable[[str], Verifier] | None,
         config: RewardConfig | None = None,
         question_cost: QuestionCost | None = None,
+        clock: PhaseClock | None = None,
     ):
         self.policy_llm = policy_llm
         self.strict_user = strict_user
@@ -99,7 +96,7 @@ class InfoGainReward:
         self._env_cache: tuple[str, Any] | None = None
         self._cache_lock = threading.Lock()  # verifiers and the environment, built once each
         self._in_flight = threading.BoundedSemaphore(self.config.responder_concurrency)
-        self.clock = PhaseClock()
+        self.clock = clock if clock is not None else PhaseClock()
 
     def policy_updated(self) -> None:
         """Forget cached priors: they were scored by the policy before its latest update."""
@@ -191,9 +188,9 @@ class InfoGainReward:
         request = ScoreRequest(
             context=belief_prompt(state.mode, state.history), target=state.target
         )
-        with current_clock(self.clock).timed("prior"):
+        with self.clock.current().timed("prior"):
             result = self._score([request], state)[0]
-        current_clock(self.clock).count("prior_requests", 1)
+        self.clock.current().count("prior_requests", 1)
         self._priors[key] = result
         while len(self._priors) > self.config.prior_cache_size:
             self._priors.popitem(last=False)
@@ -211,9 +208,9 @@ class InfoGainReward:
             )
             for q, a in unique
         ]
-        with current_clock(self.clock).timed("posterior"):
+        with self.clock.current().timed("posterior"):
             results = self._score(requests, state)
-        current_clock(self.clock).count("posterior_requests", len(requests))
+        self.clock.current().count("posterior_requests", len(requests))
         for s in samples:
             result = results[unique[(s.question or "", s.answer or "")]]
             s.prior, s.post = prior, self._logprob(result)
@@ -230,7 +227,7 @@ class InfoGainReward:
         return results
 
     def _logprob(self, result: ScoreResult) -> float:
-        return result.mean if self.config.aggregation == "mean" else result.sum
+        return target_logprob(result.token_logprobs, self.config.aggregation)
 
     def respond(
         self, state: RewardState, questions: list[str]
@@ -238,7 +235,7 @@ class InfoGainReward:
         """(answer, error) per question from the mode's responder, retrying failed items; its
         seconds, chat requests and tokens go to :attr:`clock` under the responder's role."""
         role = "strict_user" if state.mode == "clarify" else "verifier"
-        clock = current_clock(self.clock)
+        clock = self.clock.current()
 
         def counted(requests: int, tokens: int) -> None:
             clock.count(f"{role}_calls", requests)

@@ -98,3 +98,24 @@ def test_token_entropy_equals_verl():
 
     logits = torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(2)) * 3
     torch.testing.assert_close(token_entropy(logits), entropy_from_logits(logits), rtol=0, atol=0)
+
+
+def test_warmup_schedule_equals_verl():
+    from verl.utils.torch_functional import get_constant_schedule_with_warmup
+
+    from prour.train.step import constant_schedule_with_warmup
+
+    def rates(make) -> list[float]:
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+        scheduler = make(optimizer)
+        out = []
+        for _ in range(8):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return out
+
+    for warmup in (0, 1, 5):
+        ours = rates(lambda o, w=warmup: constant_schedule_with_warmup(o, w))
+        assert ours == rates(lambda o, w=warmup: get_constant_schedule_with_warmup(o, w))
+        assert ours[warmup:] == [0.5] * (8 - warmup)

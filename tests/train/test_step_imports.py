@@ -37,14 +37,25 @@ def test_the_step_loads_three_prour_modules_and_no_verl() -> None:
 
 def test_the_trainer_loads_no_verl_and_no_builder() -> None:
     """The single-process trainer's module imports neither verl nor the components' builder
-    (the CLI hands the reward down); the core imports no stage package."""
+    (the CLI hands the reward down)."""
     loaded = loaded_by("prour.train.local")
     assert [m for m in loaded if m.split(".")[0] == "verl"] == []
     assert "prour.build" not in loaded
-    stages = ("prour.train.", "prour.eval.", "prour.cluster.", "prour.rewards.", "prour.build")
-    core = [m for m in own_modules(loaded_by("prour.core.policy_gradient"))
-            if m.startswith(stages)]
-    assert core == []
+
+
+CORE = ["prour.core.clock", "prour.core.cost", "prour.core.policy_gradient", "prour.core.reward"]
+STAGES = ("prour.train.", "prour.eval.", "prour.cluster.", "prour.rewards.", "prour.build")
+
+
+def test_the_core_imports_no_stage_package() -> None:
+    loaded = loaded_by(", ".join(CORE))
+    assert [m for m in own_modules(loaded) if m.startswith("prour.core.")] == CORE
+    assert [m for m in loaded if m.startswith(STAGES)] == []
+
+
+def test_the_reward_imports_neither_evaluation_nor_training() -> None:
+    loaded = loaded_by("prour.rewards.reward")
+    assert [m for m in loaded if m.startswith(("prour.eval.", "prour.train."))] == []
 
 
 def test_own_modules_leaves_out_package_inits() -> None:

@@ -25,61 +25,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prour.config.attention import CostWeights
-
-ACCOUNTINGS = ("messages", "atomic", "effort", "full", "full+exempt")
-READING_EFFORT_MAX = 20.0
-VALUE_MAX = 10.0
-
-
-def _number(request: Mapping[str, Any], field: str, index: int, high: float) -> float:
-    """The field as a float in [0, high]; raise naming field, value and request index."""
-    if field not in request or request[field] is None:
-        raise ValueError(f"request {index}: missing {field!r} (needed by this accounting)")
-    value = request[field]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"request {index}: {field}={value!r} is not a number")  # noqa: TRY004
-    if not (math.isfinite(value) and 0.0 <= value <= high):
-        raise ValueError(f"request {index}: {field}={value!r} is outside [0, {high:g}]")
-    return float(value)
-
-
-def _atomic(request: Mapping[str, Any], index: int) -> int:
-    value = request.get("atomic_questions")
-    if value is None:
-        raise ValueError(f"request {index}: missing 'atomic_questions' (needed by this accounting)")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"request {index}: atomic_questions={value!r} must be an integer >= 0")
-    return value
-
-
-def _check_present(request: Mapping[str, Any], index: int) -> None:
-    """Range-check every score present, whether or not this accounting uses it."""
-    flag = request.get("discretionary")
-    if not isinstance(flag, bool):
-        raise ValueError(f"request {index}: discretionary={flag!r} must be a bool")  # noqa: TRY004
-    if request.get("reading_effort") is not None:
-        _number(request, "reading_effort", index, READING_EFFORT_MAX)
-    if request.get("value") is not None:
-        _number(request, "value", index, VALUE_MAX)
-    if request.get("atomic_questions") is not None:
-        _atomic(request, index)
-
-
-def request_cost(request: Mapping[str, Any], accounting: str, weights: CostWeights,
-                 index: int = 0) -> float:
-    """Cost of one request under ``accounting`` (0 for exempt requests unless full+exempt)."""
-    _check_present(request, index)
-    if not request["discretionary"] and accounting != "full+exempt":
-        return 0.0
-    if accounting == "messages":
-        return weights.message
-    if accounting == "atomic":
-        return weights.atomic * _atomic(request, index)
-    effort = weights.effort * _number(request, "reading_effort", index, READING_EFFORT_MAX) / 20
-    if accounting == "effort":
-        return weights.message + effort
-    avoid = weights.avoidability * (1.0 - _number(request, "value", index, VALUE_MAX) / 10)
-    return weights.message + effort + avoid
+from prour.core.cost import (  # noqa: F401 - a request's cost, importable from here as before
+    ACCOUNTINGS,
+    READING_EFFORT_MAX,
+    VALUE_MAX,
+    check_scores,
+    request_cost,
+    score_in_range,
+)
+from prour.core.reward import utility  # noqa: F401 - U = R − λ·A, importable from here as before
 
 
 def conversation_cost(
@@ -91,15 +45,6 @@ def conversation_cost(
         raise ValueError(f"unknown accounting {accounting!r}; valid: {', '.join(ACCOUNTINGS)}")
     weights = weights or CostWeights()
     return float(sum(request_cost(r, accounting, weights, i) for i, r in enumerate(requests)))
-
-
-def utility(reward: float, cost: float, lam: float) -> float:
-    """U = R − λ·A: task reward minus the priced attention cost."""
-    if not (math.isfinite(lam) and lam >= 0):
-        raise ValueError(f"lam must be a finite number >= 0, got {lam}")
-    if cost < 0:
-        raise ValueError(f"cost must be >= 0, got {cost}")
-    return float(reward - lam * cost)
 
 
 def asking_efficiency(reward: float, reward_no_ask: float, cost: float) -> float:
@@ -119,9 +64,9 @@ def judged_values(requests: Sequence[Mapping[str, Any]]) -> list[float]:
     """The judged values v ∈ [0, 10] of the delivered discretionary requests."""
     values = []
     for i, request in enumerate(requests):
-        _check_present(request, i)
+        check_scores(request, i)
         if request["discretionary"]:
-            values.append(_number(request, "value", i, VALUE_MAX))
+            values.append(score_in_range(request, "value", i, VALUE_MAX))
     return values
 
 
