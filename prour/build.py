@@ -3,9 +3,10 @@
 A :class:`Builder` owns the backends of one process. Roles whose ``models.<role>`` configs load
 the same weights the same way (backend, path or served name, dtype, device, ...) share ONE
 instance, so the smoke recipe's nine roles on one tiny model load it once. Components (decomposer,
-verifier, strict user, task agent, user simulator, judge, prompted router, and evaluation's query
-generator, proactive agent, request classifier and attentive agent) are built on top of those
-shared backends, with the settings of the recipe section that owns them.
+verifier, strict user, task agent, user simulator, judge, prompted router) are built on top of
+those shared backends, with the settings of the recipe section that owns them. Evaluation's own
+components (query generator, proactive and attentive agents, request classifier) are built on a
+builder by :mod:`prour.eval.components`.
 
 Whether the roles a stage, a method or a component needs are in the recipe is decided by
 :func:`missing_roles` alone; preflight, the CLI commands, evaluation and the builder itself ask it.
@@ -25,14 +26,8 @@ from typing import TYPE_CHECKING
 from prour.config import ModelConfig, Recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config.attention import AttentionConfig
-    from prour.config.router import RouterConfig
-    from prour.config.train import RolloutSettings
-    from prour.env.agents import Agent, LLMAgent
+    from prour.env.agents import LLMAgent
     from prour.env.users import LLMUser
-    from prour.eval.agent import ProactiveAgent, QueryGenerator
-    from prour.eval.attention.agent import AttentiveAgent
-    from prour.eval.attention.classifier import RequestClassifier
     from prour.eval.attention.judge import RequestJudge
     from prour.eval.attention.strict_json import JsonCache
     from prour.llm.base import LLM, SamplingParams
@@ -238,63 +233,3 @@ class Builder:
         from prour.config.attention import AttentionConfig
 
         return (self.recipe.eval.attention or AttentionConfig()).judge_attempts
-
-    # ---- evaluation (``eval``; the generator decodes as in training) -------------------------
-
-    def generator_rollout(self) -> RolloutSettings:
-        """The query generator's training decoding (``train.rollout``; its defaults without
-        ``train``), which evaluation keeps except for ``eval.generator_temperature``."""
-        from prour.config.train import RolloutSettings
-
-        return self.recipe.train.rollout if self.recipe.train is not None else RolloutSettings()
-
-    def query_generator(self, llm: LLM | None = None) -> QueryGenerator:
-        """The query generator on ``models.generator`` (an evaluation's clarify/verify writer),
-        or the same prompts and decoding on ``llm`` (a baseline's own question writer)."""
-        from prour.eval.agent import QueryGenerator
-
-        rollout, temperature = self.generator_rollout(), self.recipe.eval.generator_temperature
-        return QueryGenerator(llm if llm is not None else self.llm("generator"),
-                              temperature=rollout.temperature if temperature is None
-                              else temperature,
-                              max_tokens=rollout.max_response_tokens,
-                              enable_thinking=rollout.enable_thinking)
-
-    def proactive_agent(self, task_agent: Agent, domain: str, routes: tuple[str, ...],
-                        router: str, budget: RouterConfig | None = None) -> ProactiveAgent:
-        """``task_agent`` with prour's proactive module: ``router`` ``decomposer`` (AU/EU on
-        ``models.decomposer``) or ``llm`` (the prompted router), the query generator, and the
-        verifier when ``routes`` has ``verify``; a fresh ``router.budget`` per episode (of
-        ``budget``'s budget and every_n when given: an eval.sweep point)."""
-        from prour.eval.agent import DecomposerRouter, ProactiveAgent, PromptedRouter
-        from prour.router.routing import episode_budget
-
-        chooser = PromptedRouter(self.llm_router(domain)) if router == "llm" \
-            else DecomposerRouter(self.decomposer(domain))
-        verifier = self.verifier(domain) if "verify" in routes else None
-        return ProactiveAgent(task_agent, chooser, self.query_generator(), verifier, routes,
-                              lambda: episode_budget(budget or self.recipe.router))
-
-    def request_classifier(self, domain: str, attention: AttentionConfig,
-                           cache: JsonCache | None = None) -> RequestClassifier:
-        """The request classifier of ``eval.attention``: labels from ``models.judge`` when
-        ``eval.classifier`` is ``judge``, else from the heuristic rules."""
-        from prour.env.domains import domain_policy
-        from prour.eval.attention.classifier import RequestClassifier
-
-        labeller = self.llm("judge") if self.recipe.eval.classifier == "judge" else None
-        return RequestClassifier(labeller, domain_policy(domain), attention.classifier_attempts,
-                                 cache=cache)
-
-    def attentive_agent(self, agent: Agent, domain: str, attention: AttentionConfig,
-                        classifier_cache: JsonCache | None = None) -> AttentiveAgent:
-        """``agent`` under the attention policy of ``attention``; a policy that reviews drafts
-        does so with the agent's model (``models.agent``)."""
-        from prour.config.attention import policy_spec
-        from prour.eval.attention.agent import AttentiveAgent
-        from prour.eval.attention.policies import configured_policy
-
-        classifier = self.request_classifier(domain, attention, classifier_cache)
-        reviewer = self.llm("agent") if policy_spec(attention.policy).needs_llm else None
-        policy = configured_policy(attention, classifier, reviewer)
-        return AttentiveAgent(agent, policy, attention.max_redrafts)

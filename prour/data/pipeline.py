@@ -7,7 +7,7 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prour.data.collect import load_trajectories
 from prour.data.dataset import check_dataset
@@ -23,8 +23,8 @@ from prour.data.truncate import PolicyTokens
 from prour.llm.weights import local_weights
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.build import Builder
-    from prour.config import Recipe
+    from prour.config import ModelConfig, Recipe
+    from prour.router.decomposer import Decomposer
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,20 @@ class ExtractResult:
     skipped_lines: list[int] = field(default_factory=list)
 
 
-def build_router(builder: Builder) -> Router:
+class DecomposerParts(Protocol):
+    """What extract asks of the components' builder (:class:`prour.build.Builder` has it; the
+    ``prour extract`` command makes one and hands it down)."""
+
+    recipe: Recipe
+
+    def decomposer(self, domain: str) -> Decomposer: ...
+
+    def model_config(self, role: str) -> ModelConfig: ...
+
+    def thresholds(self) -> tuple[float, float]: ...
+
+
+def build_router(builder: DecomposerParts) -> Router:
     """The decomposer of ``models.decomposer`` with the recipe's router settings and thresholds."""
     from prour.router.thresholds import decomposer_model_id
 
@@ -61,11 +74,12 @@ def policy_tokenizer(recipe: Recipe) -> tuple[str, str]:
     return str(generator.model or generator.script), "models.generator.model"  # served: its hub id
 
 
-def run_extract(recipe: Recipe, builder: Builder | None = None,
+def run_extract(recipe: Recipe, builder: DecomposerParts | None = None,
                 progress: bool = True) -> ExtractResult:
     """Extract the dataset of a recipe's run directory and check it: the decomposer's clarify and
-    verify states (``data.states: routed``), or every decision state as a clarify row with no
-    decomposer (``every``: the IG-Clarifier baseline's own data)."""
+    verify states (``data.states: routed``, whose decomposer ``builder`` makes), or every
+    decision state as a clarify row with no decomposer (``every``: the IG-Clarifier baseline's
+    own data)."""
     cfg = recipe.data
     source = Path(cfg.trajectories)
     trajectories = load_trajectories(source, cfg.on_bad_line)
@@ -77,9 +91,10 @@ def run_extract(recipe: Recipe, builder: Builder | None = None,
         instances, summary = every_state_instances(trajectories, goals, tokens, cfg)
         routing: dict[str, Any] = {"decomposer_model": None, "thresholds": None}
     else:
-        from prour.build import Builder
-
-        router = build_router(builder or Builder(recipe))
+        if builder is None:
+            raise ValueError("data.states: routed routes the states with models.decomposer: "
+                             "give run_extract the builder of the recipe's components")
+        router = build_router(builder)
         cache = DecisionCache(cfg.decisions, cfg.on_bad_line)
         instances, summary = extract_instances(trajectories, goals, router, cache, tokens, cfg,
                                                progress=progress)

@@ -267,8 +267,8 @@ class PromptedRouter:
 
 class QueryGenerator:
     """Writes one clarify or verify query with the generator model; decoding as the recipe says
-    (:meth:`prour.build.Builder.query_generator` reads it: paper temperature 0.0, training's length and
-    thinking)."""
+    (:func:`prour.eval.components.query_generator` reads it: paper temperature 0.0, training's
+    length and thinking)."""
 
     def __init__(self, llm: LLM, temperature: float, max_tokens: int, enable_thinking: bool):
         self.llm = llm

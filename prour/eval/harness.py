@@ -44,7 +44,6 @@ from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
 from prour.eval.methods import (
     MethodKit,
     check_method,
-    checkpoint_model,
     question_writer,
     variant_name,
 )
@@ -119,6 +118,17 @@ class Arm:
         if self.checkpoint is not None and self.checkpoint.step is not None:
             key += f" [step {self.checkpoint.step}]"
         return key
+
+
+def checkpoint_model(path: str | Path, base: ModelConfig | None = None) -> ModelConfig:
+    """An ``hf`` model config for a checkpoint, keeping dtype/device of an ``hf`` base config."""
+    from prour.train.checkpoint import resolve_checkpoint
+
+    folder = resolve_checkpoint(path)
+    keep = base if base is not None and base.backend == "hf" else None
+    return ModelConfig(backend="hf", path=str(folder.resolve()),
+                       dtype=keep.dtype if keep else "auto", device=keep.device if keep else "auto",
+                       max_model_len=keep.max_model_len if keep else None)
 
 
 def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:

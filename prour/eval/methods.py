@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING
 
 from prour.config import ModelConfig
 from prour.config.eval import EvalConfig
+from prour.eval.components import attentive_agent, generator_rollout, proactive_agent
 from prour.registry import Registry
 from prour.router.routing import ROUTES
-from prour.train.checkpoint import resolve_checkpoint
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
@@ -138,18 +138,6 @@ def variant_name(attention: AttentionConfig | None) -> str | None:
     return method_name(attention.policy, attention.budget)
 
 
-# ---- checkpoints ---------------------------------------------------------------------------
-
-
-def checkpoint_model(path: str | Path, base: ModelConfig | None = None) -> ModelConfig:
-    """An ``hf`` model config for a checkpoint, keeping dtype/device of an ``hf`` base config."""
-    folder = resolve_checkpoint(path)
-    keep = base if base is not None and base.backend == "hf" else None
-    return ModelConfig(backend="hf", path=str(folder.resolve()),
-                       dtype=keep.dtype if keep else "auto", device=keep.device if keep else "auto",
-                       max_model_len=keep.max_model_len if keep else None)
-
-
 # ---- per-episode builders ------------------------------------------------------------------
 
 
@@ -178,7 +166,7 @@ class MethodKit:
     def __init__(self, builder: Builder, caches: dict[str, JsonCache] | None = None):
         self.builder = builder
         self.cfg: EvalConfig = builder.recipe.eval
-        self.rollout = builder.generator_rollout()
+        self.rollout = generator_rollout(builder.recipe)
         self.caches = caches or {}
 
     def close(self) -> None:
@@ -233,8 +221,8 @@ class MethodKit:
             episode = self._episode(counts, seed)
             agent = self._core_agent(spec, domain, episode, router)
             if attention is not None:
-                agent = episode.attentive_agent(agent, domain, attention,
-                                                self.caches.get("classifier"))
+                agent = attentive_agent(episode, agent, domain, attention,
+                                        self.caches.get("classifier"))
             return MeteredAgent(agent, counts, name=method)
 
         return build
@@ -267,5 +255,5 @@ class MethodKit:
             return build_baseline(spec.baseline, BaselineContext(domain, task_agent, episode))
         if not spec.proactive:
             return task_agent
-        return episode.proactive_agent(task_agent, domain, spec.routes, spec.router or "",
-                                       budget=router)
+        return proactive_agent(episode, task_agent, domain, spec.routes, spec.router or "",
+                               budget=router)

@@ -23,9 +23,8 @@ from prour.files import write_atomic
 from prour.router.routing import ROUTES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.build import Builder
     from prour.router.calibration import RoutingScores
-    from prour.router.pipeline import Joined
+    from prour.router.pipeline import CalibrationParts, Joined
     from prour.router.thresholds import Thresholds
 
 SCHEMA = "prour.router-evidence/1"
@@ -68,7 +67,7 @@ def _split_scores(recipe: Any, split: str, scored: Scored | None, why: str) -> d
     return scores_record(scores, _notes(recipe, split, joined))
 
 
-def _dev(builder: Builder) -> dict[str, Any]:
+def _dev(builder: CalibrationParts) -> dict[str, Any]:
     """The stored thresholds on the dev states (the cached AU/EU; no model call)."""
     from prour.router.pipeline import evaluate_split
 
@@ -83,7 +82,7 @@ def _dev(builder: Builder) -> dict[str, Any]:
                          "no dev state has a usable label")
 
 
-def _llm_router(builder: Builder, heldout: Scored,
+def _llm_router(builder: CalibrationParts, heldout: Scored,
                 llm: tuple[RoutingScores | None, int] | None) -> dict[str, Any]:
     if "router" not in builder.recipe.models:
         return {"lacking": "the recipe has no models.router (the prompted LLM router)"}
@@ -108,7 +107,7 @@ def mix_record(recipe: Any) -> dict[str, Any] | None:
             "policy": cfg.short_mix, "complete": mix.pending is None}
 
 
-def router_evidence(builder: Builder, stored: Thresholds, heldout: Scored,
+def router_evidence(builder: CalibrationParts, stored: Thresholds, heldout: Scored,
                     llm: tuple[RoutingScores | None, int] | None) -> dict[str, Any]:
     """The evidence record: ``heldout`` is the thresholds' held-out scores with their joined
     states, ``llm`` the prompted router's scores and invalid count (None: not run)."""

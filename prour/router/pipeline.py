@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prour.config import Recipe
 from prour.env.trajectory import read_jsonl
@@ -38,7 +38,10 @@ from prour.router.thresholds import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.build import Builder
+    from prour.config import ModelConfig
+    from prour.llm.base import LLM
+    from prour.router.decomposer import Decomposer
+    from prour.router.llm_router import LLMRouter
     from prour.router.thresholds import Thresholds
 
 logger = logging.getLogger(__name__)
@@ -46,7 +49,22 @@ logger = logging.getLogger(__name__)
 SPLITS = ("dev", "test")
 
 
-def _model_id(builder: Builder) -> str:
+class CalibrationParts(Protocol):
+    """What the calibrate stages ask of the components' builder (:class:`prour.build.Builder`
+    has it; the ``prour calibrate`` command makes one and hands it down)."""
+
+    recipe: Recipe
+
+    def llm(self, role: str) -> LLM: ...
+
+    def model_config(self, role: str) -> ModelConfig: ...
+
+    def decomposer(self, domain: str, need_thresholds: bool = True) -> Decomposer: ...
+
+    def llm_router(self, domain: str) -> LLMRouter: ...
+
+
+def _model_id(builder: CalibrationParts) -> str:
     """The decomposer's threshold key (``models.decomposer`` must be set)."""
     return decomposer_model_id(builder.model_config("decomposer"))
 
@@ -166,7 +184,7 @@ def split_states(recipe: Recipe, split: str) -> list[DecisionState]:
     return [s for s in states if s.state_id in kept]
 
 
-def label_split(builder: Builder, split: str, chunk_size: int = 64) -> list[dict[str, Any]]:
+def label_split(builder: CalibrationParts, split: str, chunk_size: int = 64) -> list[dict[str, Any]]:
     """Annotate the split's states not yet labelled; returns the new records. Dev with
     ``dev_mix``: candidates in order, a chunk at a time, until every quota is met or they run
     out; the mix reached is written to :func:`mix_path`."""
@@ -205,7 +223,7 @@ def read_cache(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def measure_split(
-    builder: Builder, split: str, progress: Callable[[Iterable], Iterable] = iter
+    builder: CalibrationParts, split: str, progress: Callable[[Iterable], Iterable] = iter
 ) -> int:
     """Run the decomposer on every uncached state of the split, appending each result; count.
 
@@ -291,7 +309,7 @@ def join_split(recipe: Recipe, split: str) -> Joined:
     return joined
 
 
-def search_thresholds(builder: Builder) -> tuple[Calibration, Thresholds, Joined]:
+def search_thresholds(builder: CalibrationParts) -> tuple[Calibration, Thresholds, Joined]:
     """Grid-search (τ_AU, τ_EU) on the dev split and store them under the decomposer's model id,
     with the digest of the dev labels read; the dev mix record is rewritten as the walk the
     search used.
@@ -331,7 +349,7 @@ def unfitted(cfg: Any) -> Calibration:
 
 
 def evaluate_split(
-    builder: Builder, split: str = "test"
+    builder: CalibrationParts, split: str = "test"
 ) -> tuple[RoutingScores | None, Thresholds, Joined]:
     """Score the stored thresholds on a split; empty decisions take ``router.empty_route``.
     No state with a usable label: no scores (None)."""
@@ -345,7 +363,7 @@ def evaluate_split(
 
 
 def evaluate_llm_router(
-    builder: Builder, split: str = "test"
+    builder: CalibrationParts, split: str = "test"
 ) -> tuple[RoutingScores | None, int]:
     """The prompted LLM router (ablation) on the same labelled states (None: none has a usable
     label); also its invalid count."""

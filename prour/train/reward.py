@@ -17,8 +17,8 @@ from prour.rewards.reward import SampleReward
 from prour.rollout.query import parse_query
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.build import Builder
     from prour.config import Recipe
+    from prour.llm.base import LLM
     from prour.rewards.attention import QuestionCost
     from prour.rollout import StrictUserSimulator, Verifier
 
@@ -91,7 +91,26 @@ def reward_roles(recipe: Recipe, modes: Collection[str]) -> tuple[str, ...]:
     return (*(RESPONDERS[mode] for mode in RESPONDERS if mode in modes), *judged)
 
 
-def build_responders(builder: Builder) -> Responders:
+class RewardParts(Protocol):
+    """What the reward asks of the components' builder (:class:`prour.build.Builder` has it; the
+    entry that runs training makes one and hands it down)."""
+
+    recipe: Recipe
+
+    def require(self, user: str, roles: Collection[str]) -> None: ...
+
+    def llm(self, role: str) -> LLM: ...
+
+    def strict_user(self) -> StrictUserSimulator: ...
+
+    def verifier(self, domain: str, module: str | None = None) -> Verifier: ...
+
+    def judge(self, attempts: int) -> Any: ...
+
+    def judge_attempts(self) -> int: ...
+
+
+def build_responders(builder: RewardParts) -> Responders:
     """Clarify queries go to ``models.strict_user``, verify queries to a read-only verifier on
     ``models.verifier`` (one per domain, built once); both decode as ``reward`` says."""
     builder.require("the information-gain reward (clarify answers)", ["strict_user"])
@@ -99,7 +118,7 @@ def build_responders(builder: Builder) -> Responders:
     return Responders(builder.strict_user(), verifier_factory, question_cost(builder))
 
 
-def question_cost(builder: Builder) -> QuestionCost | None:
+def question_cost(builder: RewardParts) -> QuestionCost | None:
     """The attention pricing of ``reward.attention`` (the ``judge`` cost on ``models.judge``)."""
     from prour.rewards.attention import QuestionCost
 
@@ -112,7 +131,7 @@ def question_cost(builder: Builder) -> QuestionCost | None:
     return QuestionCost(attention, builder.judge(builder.judge_attempts()))
 
 
-def info_gain_reward(builder: Builder, responders: Responders | None = None) -> RewardFn:
+def info_gain_reward(builder: RewardParts, responders: Responders | None = None) -> RewardFn:
     """The paper's reward: the builder's ``generator`` (the live policy, given to the builder by
     the trainer) scores beliefs, the frozen responders answer; settings from ``reward``."""
     from prour.rewards import InfoGainReward

@@ -269,13 +269,19 @@ def verl_overrides(
     )
 
 
+COMPONENTS_BUILDER = "prour.build:Builder"
+"""What makes a recipe's components in verl's workers, named as verl names custom functions."""
+
+
 def agent_loops(recipe_file: Path) -> list[dict[str, Any]]:
-    """verl's agent-loop registry entries: our loop, told where the resolved recipe lies."""
+    """verl's agent-loop registry entries: our loop, told where the resolved recipe lies and
+    which builder makes its responders."""
     return [
         {
             "name": "prour_query",
             "_target_": "prour.train.verl_ext.agent_loop.QueryAgentLoop",
             "recipe_path": str(recipe_file),
+            "builder": COMPONENTS_BUILDER,
         }
     ]
 

@@ -86,6 +86,14 @@ def test_overrides_carry_the_paper_numbers(tmp_path, tiny_model_dir):
     assert (
         "prour.train.verl_ext.agent_loop.QueryAgentLoop" in loops and str(run.recipe_file) in loops
     )
+    # the workers make the responders with the builder the entry names (train never imports it)
+    import yaml
+
+    from prour.build import Builder
+    from prour.registry import load_target
+
+    [entry] = yaml.safe_load(loops)
+    assert load_target(entry["builder"]) is Builder
     assert "verl.trainer.main_ppo" in run.shell()
     # the workers read the run's one resolved recipe, the provenance beside it; no second copy
     assert run.recipe_file == run.output_dir / "recipe.resolved.yaml"

@@ -69,7 +69,9 @@ class BaselineContext:
         baseline writes with ``models.generator``, which ``--checkpoint`` sets to prour's
         trained generator) or a baseline's own role (``ig_clarifier``)."""
         llm = self.episode.backbone(QUESTION_WRITER) if role == "agent" else self.episode.llm(role)
-        return self.episode.query_generator(llm)
+        from prour.eval.components import query_generator
+
+        return query_generator(self.episode, llm)
 
     def budget(self) -> DecomposerBudget:
         """A fresh per-episode budget of ``router.budget`` / ``router.every_n``."""

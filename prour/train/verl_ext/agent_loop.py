@@ -1,5 +1,9 @@
 """verl agent loop of the query generator (loaded by verl through ``agent_loop_config_path``).
 
+verl starts this loop in its own Ray workers, so the loop is an entry of its own: its registry
+entry (:func:`prour.train.verl_backend.agent_loops`) names the recipe file and, as verl names
+custom functions, the ``"module:attr"`` of the builder that makes the recipe's components.
+
 One session = one sampled query for one state: generate with the rollout server (thinking on),
 then score it with the information-gain reward, where the responders are the frozen models of
 the recipe (vLLM endpoints) and the belief scorer is the rollout server itself, i.e. the policy
@@ -45,14 +49,15 @@ AGENT_NAME = "prour_query"
 
 
 @lru_cache(maxsize=2)
-def _run_context(recipe_path: str) -> tuple[Any, Any]:
-    """The run's recipe and frozen responders (clients), built once per worker process."""
-    from prour.build import Builder
+def _run_context(recipe_path: str, builder: str) -> tuple[Any, Any]:
+    """The run's recipe and frozen responders (clients), built once per worker process by the
+    components' builder that ``builder`` names (``"module:attr"``, called with the recipe)."""
     from prour.recipes import load_recipe
+    from prour.registry import load_target
     from prour.train.reward import build_responders
 
     recipe = load_recipe(recipe_path, endpoints=True)
-    return recipe, build_responders(Builder(recipe))
+    return recipe, build_responders(load_target(builder)(recipe))
 
 
 class StepPriorReward(InfoGainReward):
@@ -110,10 +115,10 @@ def _step_reward(loop: QueryAgentLoop, step: int) -> StepPriorReward:
 class QueryAgentLoop(AgentLoopBase):
     """Sample a query, answer it with the frozen responder, reward it by information gain."""
 
-    def __init__(self, *args: Any, recipe_path: str, **kwargs: Any):
+    def __init__(self, *args: Any, recipe_path: str, builder: str, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.recipe_path = recipe_path
-        self.recipe, self.responders = _run_context(recipe_path)
+        self.recipe, self.responders = _run_context(recipe_path, builder)
         self.response_length = self.rollout_config.response_length
 
     async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Any:

@@ -84,7 +84,8 @@ def scripted_responders() -> Iterator:
         patch.setattr(
             agent_loop,
             "_run_context",
-            lambda path: (load_recipe(path, endpoints=True), Responders(responder, None)),
+            lambda path, _builder: (load_recipe(path, endpoints=True),
+                                    Responders(responder, None)),
         )
         yield user
 
