@@ -34,6 +34,7 @@ from typing import Any
 
 from prour.demo.corpus import DEFAULT_TASKS_PER_DOMAIN, build_corpus
 from prour.demo.folders import build_folder, save_quietly
+from prour.demo.prompts import prompt_fingerprint
 from prour.demo.tiny import MARKER_FILE as TINY_MARKER_FILE
 from prour.demo.training import Row, RowPacker, loss_summary, torch_threads, train_replies
 from prour.demo.transcripts import check_split
@@ -159,36 +160,6 @@ def _write_warm(model_dir: Path, folder: Path, args: dict[str, Any]) -> None:
         stats["total_seconds"],
         train_seconds,
     )
-
-
-def prompt_fingerprint() -> str:
-    """Hash of every pipeline prompt the corpus renders (on fixed inputs): new wording, new build."""
-    from prour.data.normalize import goal_prompt as normalize_prompt
-    from prour.env.prompts import PROMPTS_VERSION, prompts_hash
-    from prour.rewards.belief import belief_prompt
-    from prour.rollout.query import query_prompt
-    from prour.rollout.strict_user import STRICT_USER_SYSTEM
-    from prour.rollout.verifier import VERIFIER_SYSTEM, VERIFIER_USER
-    from prour.router.annotation import ANNOTATION_PROMPT
-    from prour.router.prompts import action_prompt, goal_prompt, score_prompt
-
-    parts = [
-        json.dumps(query_prompt("clarify", "H")),
-        json.dumps(query_prompt("verify", "H")),
-        goal_prompt("H"),
-        action_prompt("H", "T", "G"),
-        score_prompt("H", "T", "G"),
-        json.dumps(belief_prompt("clarify", "H")),
-        json.dumps(belief_prompt("verify", "H")),
-        json.dumps(normalize_prompt("I")),
-        PROMPTS_VERSION,
-        prompts_hash(),  # tau2's agent and user prompts, greeting and stop tokens
-        STRICT_USER_SYSTEM,
-        VERIFIER_SYSTEM,
-        VERIFIER_USER,
-        ANNOTATION_PROMPT,
-    ]
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
 def _base_digest(model_dir: Path) -> str:

@@ -85,7 +85,7 @@ def test_greeting_and_stop_tokens_are_tau2s(litellm: None) -> None:
 
 
 def test_prompts_hash_follows_tau2s_texts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from prour.demo.warmstart import prompt_fingerprint
+    from prour.demo.prompts import prompt_fingerprint
 
     before, warm_before = prompts.prompts_hash(), prompt_fingerprint()
     assert before == prompts.prompts_hash()
