@@ -29,17 +29,17 @@ from prour.config.eval import TRADEOFF_FOLDERS, TRADEOFF_SWEEPS
 from prour.env.domains import DOMAINS
 from prour.eval.markdown import pct
 from prour.eval.metrics import AVERAGE, STEP_KINDS
-from prour.eval.report import (
+from prour.eval.run_evidence import RunEvidence
+from prour.eval.systems import (
     System,
     SystemSummary,
-    _domain_mean,
-    _posthoc_curves,
+    domain_mean,
     error_cell,
     error_counts,
     load_systems,
+    posthoc_curves,
     router_summary,
 )
-from prour.eval.run_evidence import RunEvidence
 
 VALUES_FILE = "paper_values.yaml"
 PAPER_DIR = "paper"
@@ -424,8 +424,8 @@ def sweep_point(system: System, value: int | None, folder: str) -> SweepPoint:
     return SweepPoint(
         system.method, value, folder, len(system.lines),
         None if errored else average_pass(system),
-        _domain_mean(system, lambda line: sum(line["steps"][k] for k in STEP_KINDS)),
-        _domain_mean(system, lambda line: line["seconds"]), errored)
+        domain_mean(system, lambda line: sum(line["steps"][k] for k in STEP_KINDS)),
+        domain_mean(system, lambda line: line["seconds"]), errored)
 
 
 def _shown(value: int | None) -> str:
@@ -549,7 +549,7 @@ def figure6_item(systems: Sequence[System], eval_dir: Path,
     curves = {s.label: mean_curves([line["decisions"] for line in s.lines]) for s in systems}
     curves = {k: v for k, v in curves.items() if any(x is not None for x in v["total"])}
     recorded = set(curves)
-    curves.update(_posthoc_curves(systems, recorded))
+    curves.update(posthoc_curves(systems, recorded))
     from prour.eval.posthoc import needs_posthoc
 
     if not any(not needs_posthoc(s.method) for s in systems):

@@ -28,8 +28,8 @@ from prour.eval.paper import (
     table1_item,
     table6_item,
 )
-from prour.eval.report import load_systems, summarize
 from prour.eval.run_evidence import locate
+from prour.eval.systems import load_systems, summarize
 from prour.eval.viewer import STYLE, esc
 from prour.eval.viewer import table as html_table
 from prour.files import write_atomic
