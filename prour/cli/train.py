@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -15,8 +14,7 @@ from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
     from prour.config.train import TrainConfig
-    from prour.llm.base import LLM
-    from prour.train.reward import RewardFn
+    from prour.train.local import RewardFactory
 
 train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1).")
 
@@ -125,11 +123,11 @@ def saved_checkpoint(out: Path, backend: str) -> str:
             "--resume to continue from it")
 
 
-def recipe_reward(recipe: Recipe) -> Callable[[LLM], RewardFn]:
+def recipe_reward(recipe: Recipe) -> RewardFactory:
     """The recipe's information-gain reward around a given belief scorer (the local trainer's
     live policy, or its sampler): the components' builder makes the responders."""
 
-    def build(policy_llm: LLM) -> RewardFn:
+    def build(policy_llm: Any) -> Any:
         from prour.build import Builder
         from prour.train.reward import info_gain_reward
 

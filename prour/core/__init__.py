@@ -4,5 +4,6 @@ Nothing here reads a recipe file, loads a model or imports a stage package (``tr
 ``cluster``, ``rewards``); what a function needs beyond numbers and tensors (settings, a clock)
 is passed in. ``reward``: information gain, its aggregation over the target's tokens, the
 attention-priced utility; ``cost``: a request's attention cost under each accounting;
-``policy_gradient``: keep-k selection, dynamic sampling, group advantages, the clipped loss.
+``policy_gradient``: keep-k selection, dynamic sampling, group advantages, the clipped loss;
+``clock``: the phases a training step's time goes to (the reward records on the clock it is given).
 """

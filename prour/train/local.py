@@ -3,8 +3,9 @@
 Each step: take ``states_per_step`` instances in seeded order, sample ``n`` queries per state
 with the live policy, score them with the reward (whose belief scorer is that same policy), keep
 ``keep`` per state (valid questions first), compute GRPO advantages within each kept group, and
-run ``ppo.epochs`` passes of the clipped surrogate over mini-batches of whole states. Checkpoints
-are atomic and resumable; metrics go to ``<output_dir>/metrics.jsonl`` (and wandb if enabled).
+run ``ppo.epochs`` passes of the clipped surrogate over mini-batches of whole states (that update
+is :mod:`prour.train.step`, its maths :mod:`prour.core.policy_gradient`). Checkpoints are atomic
+and resumable; metrics go to ``<output_dir>/metrics.jsonl`` (and wandb if enabled).
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ class LocalTrainer:
         rows: Sequence[dict[str, Any]] | None = None,
         reward_factory: RewardFactory | None = None,
     ):
-
         if train is not None:  # a train section given apart: the run's recipe holds it, its
             # paths taken from run_dir like the rest (validation applies the path rule)
             recipe = Recipe.model_validate({**recipe.model_dump(), "train": train.model_dump()})
