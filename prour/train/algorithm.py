@@ -1,7 +1,7 @@
 """DAPO pieces of the query-generator update, under the names training code has used.
 
 The maths lives in :mod:`prour.core.policy_gradient` (pure torch, verl's formulas written out,
-held equal to verl's ``core_algos`` by tests/train/test_algorithm.py); this module keeps the old
+held equal to verl's ``core_algos`` by tests/core/test_verl_parity.py); this module keeps the old
 import path working.
 """
 
