@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from prour.demo.corpus import Corpus, build_corpus, domain_context, query_examples
+from prour.demo.corpus import Corpus, build_corpus
+from prour.demo.examples import domain_context
+from prour.demo.state_examples import query_examples
 from prour.demo.targets import query_target
 from prour.demo.training import (
     KIND_WEIGHTS,
