@@ -22,7 +22,7 @@ from prour.cluster.recipe import (
 )
 from prour.cluster.serve import plan_servers
 from prour.recipes import load_recipe
-from prour.runner import served_models_of
+from prour.run_summary import step_servers as served_models_of
 from prour.stages import get_step
 
 REHEARSAL = Path(__file__).resolve().parents[2] / "recipes" / "rehearsal.yaml"

@@ -15,8 +15,9 @@ from cluster_helpers import write_recipe
 from prour.cluster.endpoints import write_endpoints
 from prour.cluster.serve import ServeError
 from prour.recipes import load_recipe
+from prour.run_servers import StepServers
 from prour.run_summary import server_lines, where
-from prour.runner import Runner, RunOptions, StepServers
+from prour.runner import Runner, RunOptions
 from prour.stages import get_step
 
 URL = "http://10.9.9.1:8123/v1"
