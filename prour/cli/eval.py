@@ -103,7 +103,8 @@ def eval_command(
         resumable,
         saved_lines,
     )
-    from prour.eval.harness import EPISODES_FILE, with_checkpoint
+    from prour.eval.arms import with_checkpoint
+    from prour.eval.harness import EPISODES_FILE
     from prour.llm.openai import retried_requests
     from prour.recipes import load_recipe
 
@@ -201,7 +202,7 @@ def _file_generator(path: str) -> ModelConfig | None:
 
 def _checkpoints(checkpoint: str | None, steps: list[str] | None) -> list[Any]:
     """The checkpoints to evaluate (none: the recipe's generator); exit 2 naming the problem."""
-    from prour.eval.harness import checkpoint_generators
+    from prour.eval.arms import checkpoint_generators
 
     if checkpoint is None:
         if steps:

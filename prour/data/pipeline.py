@@ -41,8 +41,8 @@ class ExtractResult:
 
 
 class DecomposerParts(Protocol):
-    """What extract asks of the components' builder (:class:`prour.build.Builder` has it; the
-    ``prour extract`` command makes one and hands it down)."""
+    """What extract asks of the builder of the recipe's components, which the ``prour extract``
+    command makes and hands down."""
 
     recipe: Recipe
 

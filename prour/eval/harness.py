@@ -31,22 +31,16 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prour.build import Builder
 from prour.config import ModelConfig, Recipe, run_path
-from prour.config.eval import sweep_label
-from prour.config.router import RouterConfig
 from prour.env import runner as episode_runner
-from prour.env.trajectory import Trajectory, read_jsonl, tau2_steps
-from prour.eval.methods import (
-    MethodKit,
-    check_method,
-    question_writer,
-    variant_name,
-)
+from prour.env.trajectory import Trajectory, read_jsonl
+from prour.eval.arms import Arm, GeneratorCheckpoint, with_checkpoint
+from prour.eval.methods import MethodKit, check_method, question_writer
+from prour.eval.results import result_line
 from prour.files import append_jsonl, write_atomic
 
 logger = logging.getLogger(__name__)
@@ -54,134 +48,12 @@ logger = logging.getLogger(__name__)
 EPISODES_FILE = "episodes.jsonl"
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
-RESULT_SCHEMA = 1
 _MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
 """Model-config fields that change outputs (a server's URL or timeouts do not)."""
 _NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency", "max_in_flight",
                  "retry_errors", "max_error_fraction", "attention_policies", "protocol",
                  "sweep", "tradeoff")  # sweep points are in the arm keys (router marks the
 # swept keys); eval.tradeoff is the chain's sweep steps', each into its own folder
-
-
-@dataclass(frozen=True)
-class GeneratorCheckpoint:
-    """A query generator that is a training checkpoint: the training run's name (from the
-    recipe it saved), the step its folder resolved to, that HF folder, and the run's output
-    folder (``root``: what a rerun must name again)."""
-
-    name: str
-    step: int | None
-    path: str
-    root: str
-
-    @property
-    def label(self) -> str:
-        """``<training run> step N``: how results and reports name this generator."""
-        return self.name if self.step is None else f"{self.name} step {self.step}"
-
-    def record(self) -> dict[str, Any]:
-        return {"name": self.name, "step": self.step, "path": self.path, "root": self.root}
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One evaluated configuration: a method, optionally under an attention variant, and the
-    checkpoint its generator is (methods that use one, evaluated with ``--checkpoint``)."""
-
-    method: str
-    attention: Any = None  # AttentionConfig | None
-    checkpoint: GeneratorCheckpoint | None = None
-    # The eval.sweep point (router key, value) pairs this arm runs under (None: no sweep).
-    point: tuple[tuple[str, int | None], ...] | None = None
-
-    @property
-    def variant(self) -> str | None:
-        return variant_name(self.attention)
-
-    @property
-    def sweep(self) -> dict[str, int | None] | None:
-        return dict(self.point) if self.point is not None else None
-
-    def router(self, base: RouterConfig) -> RouterConfig:
-        """``base`` with this arm's sweep point applied (``router.budget``, ``router.every_n``)."""
-        if self.point is None:
-            return base
-        return base.model_copy(update={k.split(".", 1)[1]: v for k, v in self.point})
-
-    @property
-    def key(self) -> str:
-        """Stored as the trajectory's agent name (part of the resume key); a checkpoint's step
-        is part of it, so one run folder holds every step of a sweep."""
-        key = self.method if self.variant is None else f"{self.method}/{self.variant}"
-        if self.point is not None:
-            key += f" [{sweep_label(self.sweep)}]"
-        if self.checkpoint is not None and self.checkpoint.step is not None:
-            key += f" [step {self.checkpoint.step}]"
-        return key
-
-
-def checkpoint_model(path: str | Path, base: ModelConfig | None = None) -> ModelConfig:
-    """An ``hf`` model config for a checkpoint, keeping dtype/device of an ``hf`` base config."""
-    from prour.train.checkpoint import resolve_checkpoint
-
-    folder = resolve_checkpoint(path)
-    keep = base if base is not None and base.backend == "hf" else None
-    return ModelConfig(backend="hf", path=str(folder.resolve()),
-                       dtype=keep.dtype if keep else "auto", device=keep.device if keep else "auto",
-                       max_model_len=keep.max_model_len if keep else None)
-
-
-def with_checkpoint(recipe: Recipe, checkpoint: str | Path | None) -> Recipe:
-    """The recipe with ``models.generator`` pointing at a checkpoint's HF folder; under
-    ``eval.generator_backend: vllm`` an ``openai`` generator is kept: ``prour eval`` has pointed
-    it at the server that loads the checkpoint (:mod:`prour.cluster.recipe`)."""
-    if checkpoint is None:
-        return recipe
-    generator = recipe.models.get("generator")
-    if recipe.eval.generator_backend == "vllm" and generator is not None \
-            and generator.backend == "openai":
-        return recipe  # already the server of this checkpoint (prour eval connects it)
-    models = dict(recipe.models)
-    models["generator"] = checkpoint_model(checkpoint, models.get("generator"))
-    return recipe.model_copy(update={"models": models})
-
-
-TRAINING_RECIPES = ("recipe.resolved.yaml", "verl/recipe.yaml")
-"""Where a training output folder keeps its recipe: the run's one resolved recipe (both backends),
-then where verl runs of an older prour kept theirs."""
-
-
-def training_run(folder: Path) -> tuple[str, Path] | None:
-    """(recipe name, output folder) of the training run a checkpoint folder belongs to: the
-    nearest of the folder and its parents (up to four levels) that holds the run's recipe."""
-    from prour.config import ConfigError
-    from prour.recipes import load_recipe
-
-    for candidate in [folder, *folder.parents][:5]:
-        for name in TRAINING_RECIPES:
-            path = candidate / name
-            if path.is_file():
-                try:
-                    return load_recipe(path).name, candidate
-                except ConfigError:  # a recipe this prour no longer reads: the folder's name
-                    continue
-    return None
-
-
-def checkpoint_generators(checkpoint: str | Path,
-                          steps: list[str] | None) -> list[GeneratorCheckpoint]:
-    """The checkpoints ``--checkpoint`` (and ``--steps``: ``all`` or numbers) name, in step
-    order, each with its training run's name and the step it resolved to."""
-    from prour.train.checkpoint import checkpoint_step, resolve_checkpoint, select_checkpoints
-
-    given = Path(checkpoint).expanduser().resolve()
-    if steps:
-        folders = list(select_checkpoints(given, steps).values())
-    else:
-        folders = [resolve_checkpoint(given)]
-    run = training_run(folders[0])
-    name, root = run if run is not None else (given.name, given)
-    return [GeneratorCheckpoint(name, checkpoint_step(f), str(f), str(root)) for f in folders]
 
 
 def uses_router(method: str) -> bool:
@@ -544,81 +416,3 @@ def load_result_lines(path: str | Path) -> dict[str, dict[str, Any]]:
     with a warning naming file and line."""
     rows = read_jsonl(path, on_error="skip")
     return {result_key(row["key"]): row for row in rows if "key" in row}
-
-
-def model_calls(trajectory: Trajectory) -> dict[str, int]:
-    """Backend calls of the episode by ``role.kind`` (summed over the steps' meta)."""
-    total: dict[str, int] = {}
-    for step in trajectory.steps:
-        for key, n in (step.meta.get("model_calls") or {}).items():
-            total[key] = total.get(key, 0) + int(n)
-    return dict(sorted(total.items()))
-
-
-def decisions(trajectory: Trajectory) -> list[dict[str, Any]]:
-    """Router decisions in agent-step order: step index, route, AU, EU, total (None if absent)."""
-    from prour.eval.agent import is_agent_turn
-
-    out = []
-    for index, step in enumerate(s for s in trajectory.steps if is_agent_turn(s)):
-        record = step.meta.get("decision")
-        if isinstance(record, dict) and not record.get("skipped"):
-            out.append({"step": index, "route": record.get("route"), "au": record.get("au"),
-                        "eu": record.get("eu"), "total": record.get("total")})
-    return out
-
-
-def is_timeout(trajectory: Trajectory) -> bool:
-    """The episode failed because a backend call timed out."""
-    text = " ".join(trajectory.errors).lower()
-    return trajectory.termination == "error" and ("timeout" in text or "timed out" in text)
-
-
-def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
-                generator: str | None = None, writer: str | None = None) -> dict[str, Any]:
-    """The compact, report-ready record of one episode; ``generator`` names a query generator
-    swapped in for the recipe's default (None: the default, or a method without one);
-    ``writer`` is the model that wrote its questions (None: no model writes them)."""
-    from prour.eval.agent import turn_labels
-    from prour.eval.metrics import is_success, paper_split
-
-    labels = turn_labels(trajectory)
-    score = trajectory.reward if trajectory.reward is not None else 0.0
-    line: dict[str, Any] = {
-        "schema": RESULT_SCHEMA,
-        "key": list(trajectory.key),
-        "method": arm.method,
-        "variant": arm.variant,
-        "domain": trajectory.domain,
-        "task_id": trajectory.task_id,
-        "seed": trajectory.seed,
-        "reward": trajectory.reward,
-        "score": score,
-        "success": is_success(score),
-        "termination": trajectory.termination,
-        "error": trajectory.termination == "error",
-        "timeout": is_timeout(trajectory),
-        "unscored": trajectory.reward is None,
-        "errors": trajectory.errors[:3],
-        "steps": paper_split(labels),  # the paper's Act / Clarify / Verify split
-        "turns": labels,  # turn tag of every agent turn in order (prour.eval.agent.TURN_TAGS)
-        "tau2_steps": tau2_steps(trajectory.steps),  # what env.max_steps caps
-        "records": len(trajectory.steps),
-        "model_calls": model_calls(trajectory),
-        "seconds": trajectory.seconds,
-        "decisions": decisions(trajectory),
-        # router.budget / router.every_n of the episode and its router calls (None: no router)
-        "router": trajectory.meta.get("router"),
-        "episode_started_at": trajectory.started_at,
-        "generator": generator,
-        "question_writer": writer,  # the model (folder or served id) that wrote its questions
-        "checkpoint": arm.checkpoint.record() if arm.checkpoint is not None else None,
-        "sweep": arm.sweep,  # the eval.sweep point ({"router.budget": 2, ...}; None: none)
-        "attention": None,
-    }
-    line["model_calls_total"] = sum(line["model_calls"].values())
-    if arm.attention is not None:
-        from prour.eval.attention.agent import attention_summary
-
-        line["attention"] = attention_summary(trajectory, arm.attention, score, judge)
-    return line

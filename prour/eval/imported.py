@@ -41,8 +41,8 @@ def imported_lines(run_dir: str | Path) -> list[dict[str, Any]]:
     """One result line per imported trajectory (see the module docstring)."""
     from prour.env.trajectory import read_trajectories, tau2_steps
     from prour.eval.agent import turn_labels
-    from prour.eval.harness import RESULT_SCHEMA
     from prour.eval.metrics import is_success, paper_split
+    from prour.eval.results import RESULT_SCHEMA
     from prour.eval.tags import turn_tags
 
     lines = []

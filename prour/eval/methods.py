@@ -25,10 +25,7 @@ trained clarifier, ``models.ig_clarifier`` (the chain trains it: ``train-ig-clar
 line records that model (``question_writer``) and the report names it per method.
 
 The query generator is whatever ``models.generator`` names (any backend: a prompted model, a
-served checkpoint) or, with ``--checkpoint DIR``, an HF folder written by the local trainer or a
-merged verl checkpoint, found by :func:`prour.train.checkpoint.resolve_checkpoint`;
-:func:`prour.train.checkpoint.select_checkpoints` picks several saved steps of one training run
-for a sweep.
+served checkpoint) or a training checkpoint given with ``--checkpoint`` (:mod:`prour.eval.arms`).
 """
 
 from __future__ import annotations

@@ -328,7 +328,7 @@ def method_table(methods: list[str], episodes: list[Episode]) -> str:
     """Per method: episodes, mean reward, turns by tag (prour's and inferred apart), model calls,
     attention cost and seconds."""
     from prour.eval.agent import TURN_TAGS
-    from prour.eval.harness import model_calls
+    from prour.eval.results import model_calls
     from prour.eval.tags import INFERRED_TAGS
 
     rows = []

@@ -50,8 +50,8 @@ SPLITS = ("dev", "test")
 
 
 class CalibrationParts(Protocol):
-    """What the calibrate stages ask of the components' builder (:class:`prour.build.Builder`
-    has it; the ``prour calibrate`` command makes one and hands it down)."""
+    """What the calibrate stages ask of the builder of the recipe's components, which the
+    ``prour calibrate`` command makes and hands down."""
 
     recipe: Recipe
 

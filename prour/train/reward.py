@@ -92,8 +92,8 @@ def reward_roles(recipe: Recipe, modes: Collection[str]) -> tuple[str, ...]:
 
 
 class RewardParts(Protocol):
-    """What the reward asks of the components' builder (:class:`prour.build.Builder` has it; the
-    entry that runs training makes one and hands it down)."""
+    """What the reward asks of the builder of the recipe's components, which the entry that
+    runs training (the CLI, verl's agent loop) makes and hands down."""
 
     recipe: Recipe
 

@@ -1,0 +1,92 @@
+"""One episode's result line: the compact, report-ready record the harness appends to
+``results.jsonl`` (reward, termination, turn split and tags, model calls by role, decisions,
+router, generator and question writer, checkpoint, sweep point, attention costs)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from prour.env.trajectory import Trajectory, tau2_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.eval.arms import Arm
+
+RESULT_SCHEMA = 1
+
+
+def model_calls(trajectory: Trajectory) -> dict[str, int]:
+    """Backend calls of the episode by ``role.kind`` (summed over the steps' meta)."""
+    total: dict[str, int] = {}
+    for step in trajectory.steps:
+        for key, n in (step.meta.get("model_calls") or {}).items():
+            total[key] = total.get(key, 0) + int(n)
+    return dict(sorted(total.items()))
+
+
+def decisions(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """Router decisions in agent-step order: step index, route, AU, EU, total (None if absent)."""
+    from prour.eval.agent import is_agent_turn
+
+    out = []
+    for index, step in enumerate(s for s in trajectory.steps if is_agent_turn(s)):
+        record = step.meta.get("decision")
+        if isinstance(record, dict) and not record.get("skipped"):
+            out.append({"step": index, "route": record.get("route"), "au": record.get("au"),
+                        "eu": record.get("eu"), "total": record.get("total")})
+    return out
+
+
+def is_timeout(trajectory: Trajectory) -> bool:
+    """The episode failed because a backend call timed out."""
+    text = " ".join(trajectory.errors).lower()
+    return trajectory.termination == "error" and ("timeout" in text or "timed out" in text)
+
+
+def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
+                generator: str | None = None, writer: str | None = None) -> dict[str, Any]:
+    """The compact, report-ready record of one episode; ``generator`` names a query generator
+    swapped in for the recipe's default (None: the default, or a method without one);
+    ``writer`` is the model that wrote its questions (None: no model writes them)."""
+    from prour.eval.agent import turn_labels
+    from prour.eval.metrics import is_success, paper_split
+
+    labels = turn_labels(trajectory)
+    score = trajectory.reward if trajectory.reward is not None else 0.0
+    line: dict[str, Any] = {
+        "schema": RESULT_SCHEMA,
+        "key": list(trajectory.key),
+        "method": arm.method,
+        "variant": arm.variant,
+        "domain": trajectory.domain,
+        "task_id": trajectory.task_id,
+        "seed": trajectory.seed,
+        "reward": trajectory.reward,
+        "score": score,
+        "success": is_success(score),
+        "termination": trajectory.termination,
+        "error": trajectory.termination == "error",
+        "timeout": is_timeout(trajectory),
+        "unscored": trajectory.reward is None,
+        "errors": trajectory.errors[:3],
+        "steps": paper_split(labels),  # the paper's Act / Clarify / Verify split
+        "turns": labels,  # turn tag of every agent turn in order (prour.eval.agent.TURN_TAGS)
+        "tau2_steps": tau2_steps(trajectory.steps),  # what env.max_steps caps
+        "records": len(trajectory.steps),
+        "model_calls": model_calls(trajectory),
+        "seconds": trajectory.seconds,
+        "decisions": decisions(trajectory),
+        # router.budget / router.every_n of the episode and its router calls (None: no router)
+        "router": trajectory.meta.get("router"),
+        "episode_started_at": trajectory.started_at,
+        "generator": generator,
+        "question_writer": writer,  # the model (folder or served id) that wrote its questions
+        "checkpoint": arm.checkpoint.record() if arm.checkpoint is not None else None,
+        "sweep": arm.sweep,  # the eval.sweep point ({"router.budget": 2, ...}; None: none)
+        "attention": None,
+    }
+    line["model_calls_total"] = sum(line["model_calls"].values())
+    if arm.attention is not None:
+        from prour.eval.attention.agent import attention_summary
+
+        line["attention"] = attention_summary(trajectory, arm.attention, score, judge)
+    return line
