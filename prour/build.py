@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.env.users import LLMUser
     from prour.eval.attention.judge import RequestJudge
     from prour.eval.attention.strict_json import JsonCache
-    from prour.llm.base import LLM, SamplingParams
+    from prour.llm.base import LLM
     from prour.rollout.strict_user import StrictUserSimulator
     from prour.rollout.verifier import Verifier
     from prour.router.decomposer import Decomposer
@@ -185,12 +185,6 @@ class Builder:
         return LLMRouter(self.llm("router"), names, self.recipe.router)
 
     # ---- responders (``reward`` decoding, in training and in evaluation alike) ----------------
-
-    def responder_sampling(self) -> SamplingParams:
-        """How the frozen responders decode: ``reward.responder_temperature`` / ``_max_tokens``."""
-        from prour.rollout.strict_user import responder_sampling
-
-        return responder_sampling(self.recipe.reward)
 
     def verifier(self, domain: str, module: str | None = None) -> Verifier:
         """The read-only ReAct verifier for a domain: on ``models.verifier``, or, for a

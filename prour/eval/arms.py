@@ -12,12 +12,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prour.config import ModelConfig, Recipe
 from prour.config.eval import sweep_label
 from prour.config.router import RouterConfig
-from prour.eval.methods import variant_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config.attention import AttentionConfig
+
+
+def variant_name(attention: AttentionConfig | None) -> str | None:
+    """``policy@N`` (or the bare policy) of an attention setting; None without one."""
+    if attention is None:
+        return None
+    from prour.eval.attention.analysis import method_name
+
+    return method_name(attention.policy, attention.budget)
 
 
 @dataclass(frozen=True)

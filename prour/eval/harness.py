@@ -39,7 +39,7 @@ from prour.config import ModelConfig, Recipe, run_path
 from prour.env import runner as episode_runner
 from prour.env.trajectory import Trajectory, read_jsonl
 from prour.eval.arms import Arm, GeneratorCheckpoint, with_checkpoint
-from prour.eval.methods import MethodKit, check_method, question_writer
+from prour.eval.methods import MethodKit, attention_caches, check_method, question_writer
 from prour.eval.results import result_line
 from prour.files import append_jsonl, write_atomic
 
@@ -143,8 +143,6 @@ class Evaluation:
         the run's generator is the default. ``checkpoint``: the training checkpoint that
         ``models.generator`` loads (its result lines name its run and step); ``sweep_steps``:
         all steps of the sweep it belongs to (provenance)."""
-        from prour.eval.attention.strict_json import JsonCache
-
         self.recipe, self.cfg = recipe, recipe.eval
         self.generator = recipe.models.get("generator")
         self.default_generator = default_generator or self.generator
@@ -153,9 +151,7 @@ class Evaluation:
         attention = self.cfg.attention
         cache_root = Path(attention.cache_dir) if attention is not None and attention.cache_dir \
             else self.run_dir / "attention"
-        caches = {"classifier": JsonCache(cache_root / "classifier_cache.jsonl"),
-                  "judge": JsonCache(cache_root / "judge_cache.jsonl")}
-        self.kit = MethodKit(builder or Builder(recipe), caches)
+        self.kit = MethodKit(builder or Builder(recipe), attention_caches(cache_root))
         self.checkpoint, self.sweep_steps = checkpoint, sweep_steps
         self.arms = [Arm(m, a, checkpoint if uses_generator(m) else None, point)
                      for m in self.cfg.methods for a in self.cfg.variants()

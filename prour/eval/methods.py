@@ -126,15 +126,6 @@ def check_method(name: str) -> MethodSpec:
     return METHODS.get(name)
 
 
-def variant_name(attention: AttentionConfig | None) -> str | None:
-    """``policy@N`` (or the bare policy) of an attention setting; None without one."""
-    if attention is None:
-        return None
-    from prour.eval.attention.analysis import method_name
-
-    return method_name(attention.policy, attention.budget)
-
-
 # ---- per-episode builders ------------------------------------------------------------------
 
 
@@ -153,6 +144,15 @@ def eval_roles(cfg: EvalConfig) -> tuple[str, ...]:
     """Every role an evaluation of ``eval.methods`` under ``eval``'s attention variants calls."""
     return tuple(dict.fromkeys(role for method in cfg.methods for attention in cfg.variants()
                                for role in method_roles(cfg, method, attention)))
+
+
+def attention_caches(folder: Path) -> dict[str, JsonCache]:
+    """The verdict caches of the request classifier and the judge, kept in ``folder`` and
+    shared by every episode of a kit (:class:`MethodKit`'s ``caches``)."""
+    from prour.eval.attention.strict_json import JsonCache
+
+    return {"classifier": JsonCache(folder / "classifier_cache.jsonl"),
+            "judge": JsonCache(folder / "judge_cache.jsonl")}
 
 
 class MethodKit:
