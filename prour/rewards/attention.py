@@ -9,7 +9,7 @@ discretionary request by construction (it asks the user something the policy cho
 :mod:`prour.core.cost` and default weights:
 
 * ``proxy``: the ``atomic`` accounting, i.e. the number of separate asks in the question as
-  :func:`prour.eval.attention.classifier.count_atomic_questions` counts them by rule (at least 1:
+  :func:`prour.core.asks.count_atomic_questions` counts them by rule (at least 1:
   a question asks something). Free, deterministic, and it penalizes bundled questions;
 * ``judge``: the ``full`` accounting, 1 + r/20 + (1 − v/10), with reading effort r and value v
   from the ask-less LLM judge (:class:`prour.eval.attention.judge.RequestJudge`) reading the
@@ -55,7 +55,7 @@ def _discretionary_cost(accounting: str, **scores: float) -> float:
 
 def proxy_cost(question: str) -> float:
     """The ``atomic`` cost of one discretionary request: its rule-counted asks (at least 1)."""
-    from prour.eval.attention.classifier import count_atomic_questions
+    from prour.core.asks import count_atomic_questions
 
     return _discretionary_cost("atomic", atomic_questions=max(1, count_atomic_questions(question)))
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from prour.core.asks import REQUEST_VERB, count_atomic_questions, is_request, segments
 from prour.eval.attention.strict_json import JsonCache, ask_json_cached, cache_key, require_keys
 from prour.llm.base import LLM, Message
 
@@ -112,19 +113,6 @@ def validate_classification(data: dict[str, Any]) -> RequestClass:
 
 # --- deterministic heuristic ------------------------------------------------------------------
 
-_SENTENCE = re.compile(r"(?<=[.?!])\s+")
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
-_VERBS = r"(?:provide|confirm|share|tell|send|specify|choose|select|enter|give)"
-_REQUEST_VERB = re.compile(
-    rf"^{_VERBS}\b|\b(?:please|kindly)\s+{_VERBS}\b|\blet me know\b|"
-    rf"\b(?:could|can|would) you (?:please )?{_VERBS}\b", re.IGNORECASE)
-_YES_NO_START = re.compile(
-    r"^(?:do|does|did|is|are|was|were|shall|should|would|will|may|can|could|have|has|"
-    r"had|am)\b", re.IGNORECASE)
-_INFO_VERB = re.compile(r"\b(?:provide|share|tell|give|send|specify|let me know|what|which|"
-                        r"when|where|who|how)\b", re.IGNORECASE)
-_SPLIT_ITEMS = re.compile(r",\s*(?:and\s+)?|\s+and\s+", re.IGNORECASE)  # "a, b and c"
-_SPLIT_AND = re.compile(r"\s+and\s+", re.IGNORECASE)  # a comma alone does not list asks
 _YES_NO = re.compile(r"\byes/no\b|\byes or no\b|\(yes\)|\bor not\b", re.IGNORECASE)
 _CONFIRM = re.compile(rf"{_YES_NO.pattern}|\b(?:confirm|proceed|go ahead)\b", re.IGNORECASE)
 _CHOICE = re.compile(r"\b(?:or|either|prefer\w*|rather|instead)\b", re.IGNORECASE)
@@ -134,57 +122,8 @@ _WRITE_ACTION = re.compile(  # the database-changing actions of tau2's domain po
     r"upgrad\w*|downgrad\w*|remov\w*|add(?:s|ed|ing)?|purchas\w*|pay(?:s|ing|ment)?|charg\w*|"
     r"transfer\w*|send\w*|issu\w*|reserv\w*|enabl\w*|activat\w*|resum\w*|suspend\w*)\b",
     re.IGNORECASE)
-_CLOSING = re.compile(r"^(?:is there )?anything else\b|\bhelp (?:you )?with anything else\b|"
-                      r"^how else can i help\b", re.IGNORECASE)
 _IDENTITY = re.compile(r"\b(?:verify your identity|authenticat\w*|user id|locate your account)\b",
                        re.IGNORECASE)
-
-
-def _segments(text: str) -> list[tuple[str, bool]]:
-    """Sentences of the message, each with whether it is a bullet / numbered list item."""
-    out: list[tuple[str, bool]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        is_item = bool(_BULLET.match(line))
-        body = _BULLET.sub("", line).strip()
-        out.extend((s.strip(), is_item) for s in _SENTENCE.split(body) if s.strip())
-    return out
-
-
-def _is_request(sentence: str) -> bool:
-    if _CLOSING.search(sentence):
-        return False
-    return sentence.endswith("?") or bool(_REQUEST_VERB.search(sentence))
-
-
-def _items_in(sentence: str) -> int:
-    """Asks in one request sentence: coordinated items count separately, except in yes/no
-    questions and either/or choices, which are one ask."""
-    if _YES_NO_START.match(sentence) and not _INFO_VERB.search(sentence):
-        return 1
-    body = sentence.rstrip("?.! ")
-    splitter = _SPLIT_ITEMS if re.search(r"\band\b", body, re.IGNORECASE) else _SPLIT_AND
-    return max(1, len([p for p in splitter.split(body) if p.strip()]))
-
-
-def count_atomic_questions(text: str) -> int:
-    """Estimate how many separate things a message asks for (deterministic; see module doc).
-
-    A request sentence ending in ':' that introduces a list counts its list items instead.
-    """
-    total = 0
-    header_open = False
-    for sentence, is_item in _segments(text):
-        if is_item and header_open:
-            total += 1
-            continue
-        header_open = sentence.endswith(":") and bool(_REQUEST_VERB.search(sentence))
-        if header_open:
-            continue
-        if _is_request(sentence):
-            total += _items_in(sentence)
-    return total
 
 
 def confirms_write(ask: str, message: str) -> bool:
@@ -212,8 +151,8 @@ def heuristic_classify(message: str, error: str | None = None) -> RequestClass:
     count = count_atomic_questions(message)
     if count == 0:
         return RequestClass("answer", 0, "heuristic", error)
-    asks = [s for s, _ in _segments(message)
-            if _is_request(s) or (s.endswith(":") and _REQUEST_VERB.search(s))]
+    asks = [s for s, _ in segments(message)
+            if is_request(s) or (s.endswith(":") and REQUEST_VERB.search(s))]
     if asks and all(_exempt_ask(ask, message) for ask in asks):
         return RequestClass("required", count, "heuristic", error)
     return RequestClass("discretionary", count, "heuristic", error)
