@@ -82,7 +82,8 @@ def status(
     slurm_jobs.json, also each Slurm job's state."""
     from prour.cli.recipe import recipe_errors
     from prour.recipes import load_recipe
-    from prour.runner import RunError, status_recipe, table, table_text
+    from prour.run_status import status_recipe
+    from prour.runner import RunError, table, table_text
 
     try:
         recipe, overrides = status_recipe(run_dir.resolve())
