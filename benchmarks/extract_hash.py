@@ -5,7 +5,7 @@ train tasks, the oracle agent; collected here, nothing downloaded); the one with
 traffic is kept and its first ``--max-decisions`` decisions are hashed both ways in one run:
 ``old``, :func:`prour.data.schema.tool_traffic_hash` of each decision's traffic (a fresh tau2
 environment per row, what extraction did before) and ``new``,
-:func:`prour.data.extract.decision_hashes` (the traffic replayed once, hashed at each decision).
+:func:`prour.data.decision_states.decision_hashes` (the traffic replayed once, hashed at each decision).
 Prints the best wall time of each over ``--repeats``, their ratio, and whether the hashes agree.
 
 Usage: python benchmarks/extract_hash.py [--repeats 3] [--max-decisions 16]
@@ -28,7 +28,7 @@ import recompute_world as world
 
 from prour.config.data import DataConfig
 from prour.data.collect import load_trajectories
-from prour.data.extract import decision_hashes, decision_states
+from prour.data.decision_states import decision_hashes, decision_states
 from prour.data.schema import tool_traffic_hash
 
 

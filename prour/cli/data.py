@@ -179,7 +179,7 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     from prour.cli.failures import backend_failures, complete_hints
     from prour.cli.recipe import hold_run_folder, preflight_or_exit, resumable, saved_lines
     from prour.data.card import drop_lines
-    from prour.data.extract import prompts_warning
+    from prour.data.extract_summary import prompts_warning
     from prour.data.pipeline import run_extract
 
     loaded = _recipe(recipe, overrides, on_bad_line)
@@ -214,7 +214,7 @@ def extract(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt,
     for line in drop_lines(extraction):
         typer.echo(line)
     if not any(rows.values()):
-        from prour.data.extract import empty_reason
+        from prour.data.extract_summary import empty_reason
 
         check = ("check the thresholds and the decomposer model" if routed else
                  "every decision state was dropped: see the counts above")

@@ -1,7 +1,7 @@
 """Calibration decision states sampled from collected trajectories (paper A.2.2).
 
 A decision state is what the task agent saw right before one of its own turns, built by
-:func:`prour.data.extract.decision_states` (the extract stage's rule: the first
+:func:`prour.data.decision_states.decision_states` (the extract stage's rule: the first
 ``data.max_decisions`` agent decisions; user text, the agent's own messages, tool calls and
 results; never the system prompt, the task instruction, G* or reference actions), which is why
 this sampler sits in the data stage and not with the router that reads its output. The
@@ -30,7 +30,7 @@ from typing import Any
 
 from prour.config.data import DataConfig
 from prour.data.collect import load_trajectories
-from prour.data.extract import decision_states
+from prour.data.decision_states import decision_states
 from prour.data.schema import decision_id_of
 from prour.env.trajectory import Trajectory
 from prour.files import write_atomic

@@ -173,7 +173,7 @@ def decision_points(traj: Trajectory, task: Task | None = None) -> list[Decision
     With the ``task``, a text message in which the oracle asks the user to run one of the user's
     own tools is marked with that tool (``user_action``).
     """
-    from prour.data.extract import is_agent_decision
+    from prour.data.decision_states import is_agent_decision
     from prour.env.trajectory import agent_view
 
     criteria = task.evaluation_criteria if task is not None else None

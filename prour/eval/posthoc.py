@@ -145,7 +145,7 @@ def posthoc_uncertainty(run_dir: str | Path, recipe: Recipe | None = None,
 
     from concurrent.futures import ThreadPoolExecutor
 
-    from prour.data.extract import DecomposerBar
+    from prour.data.routing import DecomposerBar
 
     workers = concurrency or recipe.eval.concurrency
     logger.info("post-hoc pass: %d decision(s) to measure, %d at a time", len(todo), workers)

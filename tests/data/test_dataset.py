@@ -10,7 +10,7 @@ import pytest
 
 from prour.data.card import EXTRACT_SUMMARY, card_markdown, percentiles, write_card
 from prour.data.dataset import check_dataset, load_split, read_rows, split_path, write_rows
-from prour.data.extract import split_keys
+from prour.data.extract_summary import split_keys
 from prour.data.schema import Instance, check_row, tool_traffic_hash
 from prour.rollout.query import PROMPTS_VERSION, query_prompt
 

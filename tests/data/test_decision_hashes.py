@@ -1,7 +1,7 @@
 """Extraction hashes each trajectory's environment incrementally, with the per-row answers.
 
 On the scripted world of :mod:`recompute_world` (real tau2 tasks: retail 30, airline 39 with
-reservation writes), :func:`prour.data.extract.decision_hashes` replays each trajectory's tool
+reservation writes), :func:`prour.data.decision_states.decision_hashes` replays each trajectory's tool
 traffic once and hashes the environment at every decision; each hash must equal a fresh replay of
 that decision's traffic alone (:func:`prour.data.schema.tool_traffic_hash`, the per-row way), and
 an edited tool result must stop it with the per-row error, naming the first decision that saw it.
@@ -16,7 +16,7 @@ import recompute_world as world
 
 from prour.config.data import DataConfig
 from prour.data.collect import load_trajectories
-from prour.data.extract import decision_hashes, decision_states
+from prour.data.decision_states import decision_hashes, decision_states
 from prour.data.schema import tool_traffic_hash
 
 CFG = DataConfig(max_decisions=16)

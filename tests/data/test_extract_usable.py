@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prour.config.data import DataConfig
 from prour.data.card import drop_lines
-from prour.data.extract import ExtractSummary, usable
+from prour.data.extract_summary import ExtractSummary, usable
 from prour.data.reserve import reserve_task_ids, training_task_ids
 from prour.env.trajectory import JsonlRecords, Trajectory
 

@@ -16,7 +16,7 @@ from loguru import logger
 from prour.config import EnvConfig
 from prour.config.data import DataConfig
 from prour.data.collect import EpisodeFactories, collect_trajectories, load_trajectories
-from prour.data.extract import decision_states, target_of
+from prour.data.decision_states import decision_states, target_of
 from prour.env.agents import LLMAgent
 from prour.env.domains import get_task, load_tasks
 from prour.env.users import LLMUser
@@ -111,7 +111,7 @@ def test_after_the_last_reference_action_the_gold_target_is_a_reply(trajectory) 
     ``respond`` as data.verify_on_reply says. Calls out of order leave the reference path."""
     from dataclasses import replace
 
-    from prour.data.extract import gold_next
+    from prour.data.decision_states import gold_next
 
     reference = [a for a in get_task("retail", TASK).evaluation_criteria.actions
                  if a.requestor == "assistant"]

@@ -249,7 +249,7 @@ def test_only_successful_drops_verify_of_failed_episodes(run: Run) -> None:
 def test_no_clarify_or_verify_state_writes_an_empty_dataset_and_says_why(run: Run) -> None:
     """Thresholds no state reaches: every state routes to act. Both splits are written empty
     (what train then reads), the summary counts the routes, and the reason names them."""
-    from prour.data.extract import empty_reason
+    from prour.data.extract_summary import empty_reason
 
     before = run.models["decomposer"].calls.copy()
     never = make_router(run.models["decomposer"], thresholds=(50.0, 50.0))

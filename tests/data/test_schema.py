@@ -124,7 +124,7 @@ def test_a_malformed_call_never_reached_tau2_and_is_not_replayed(tmp_path) -> No
     the tool traffic of a later decision holds only the call that reached the environment."""
     from prour.config.data import DataConfig
     from prour.data.collect import EpisodeFactories, collect_trajectories
-    from prour.data.extract import decision_hash, decision_states
+    from prour.data.decision_states import decision_hash, decision_states
     from prour.env.agents import LLMAgent
     from prour.env.domains import load_tasks
     from prour.env.users import LLMUser
