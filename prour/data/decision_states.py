@@ -174,6 +174,9 @@ def tool_traffic(traj: Trajectory, before: int) -> list[Message]:
     return traffic
 
 
+# ---- targets and instances ------------------------------------------------------------------
+
+
 @dataclass
 class Routed:
     """A state's route and uncertainty under the current thresholds, and its decomposer cost."""
