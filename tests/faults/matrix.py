@@ -60,10 +60,7 @@ SG = "tests/faults/test_stage_signals.py::"
 RS = "tests/faults/test_run_step_faults.py::"
 VD = ("full tests/faults/test_vllm_dies.py::test_the_model_server_dies_mid_step_then_a_rerun_"
       "completes")
-SERVED_GAP = ("not built with a real vLLM server: the tiny model served as the strict user "
-              "answers with empty replies, so every question fails while the server is up; the "
-              "client of the other rows' cells carries {}, and the row's backend cells (500, "
-              "timeout, closed mid-reply) hold what a dead server's refused connection does")
+TV = "full tests/faults/test_train_vllm_dies.py::test_the_responders_server_dies_mid_"
 RH = ("tests/faults/test_rehearsal_faults.py::test_a_signal_mid_rehearsal_names_the_checkpoint_"
       "and_resume_saves_every_step_once")
 RHD = ("tests/faults/test_rehearsal_faults.py::test_a_read_only_or_full_output_folder_is_one_"
@@ -188,7 +185,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "truncated checkpoint": Cell(na="writes no checkpoint (a decision cache and parquet)"),
     },
     "train local": {
-        "vLLM dies mid-step": Cell(gap=SERVED_GAP.format("its reward's responder requests")),
+        "vLLM dies mid-step": t(TV + "training_then_resume_trains_every_step_once"),
         "read-only run folder": t("full tests/faults/test_train_faults.py::test_a_read_only_"
                                   "output_folder_is_one_line_then_a_rerun_trains"),
         "SIGINT mid-run": t(TR),
@@ -214,7 +211,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
                              "of_parquet_inputs"),
     },
     "train verl rehearsal": {
-        "vLLM dies mid-step": Cell(gap=SERVED_GAP.format("its reward's responder requests")),
+        "vLLM dies mid-step": t(TV + "rehearsal_then_resume_trains_every_step_once"),
         "SIGINT start-up": t(U),
         "SIGINT mid-run": t("full " + RH),
         "SIGTERM mid-run": t("full " + RH),
