@@ -40,8 +40,8 @@ domain/task/seed/agent, the seed being the trial, so trials are distinct; a repe
 invalid input lines, errored episodes, trajectories of calibration-reserve tasks, and states per
 reason (``over_budget``, ``verify_off_reference`` …). Trajectories carry the ``prompts_hash`` of
 the agent's and user's prompts they were collected with ("unknown" in older files); the summary
-counts them per hash and :func:`~prour.data.extract_summary.prompts_warning` says when they differ from each other or
-from this code's.
+counts them per hash and :func:`~prour.data.extract_summary.prompts_warning` says when they
+differ from each other or from this code's.
 
 The steps live beside this module: the usable trajectories, their split and the summary in
 :mod:`prour.data.extract_summary` (1), the decision states, their targets and instances in
