@@ -31,7 +31,8 @@ def questions_written_by_their_own_models(results: list[dict[str, Any]], recipe:
     export-ig-clarifier), prour's methods' from prour's exported step, ask-before-plan's from the
     agent backbone: as every episode's result line records it."""
     from prour.eval.methods import check_method
-    from prour.stages import _exported, ig_recipe
+    from prour.stages import ig_recipe
+    from prour.step import exported as _exported
 
     prour_step = str(_exported(recipe).resolve())
     ig_step = str(_exported(ig_recipe(recipe)).resolve())

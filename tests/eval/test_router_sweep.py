@@ -80,7 +80,7 @@ def test_one_folder_holds_every_point_and_resume_runs_nothing(swept) -> None:
     # eval.sweep is no run setting (folders made before it still resume; points are in the keys)
     assert "sweep" not in json.loads((run_dir / "run.json").read_text())["settings"]["eval"]
     # the chain's planned-episode count counts the points
-    from prour.stages import _evaluated
+    from prour.eval.steps import _evaluated
 
     done = recipe.model_copy(update={"run_dir": str(run_dir.parent)})
     assert _evaluated(done)
