@@ -270,9 +270,14 @@ def line_count(path: Path) -> int:
 
 
 def checkpoints(recipe: Recipe) -> Path:
-    from prour.train.recipe import output_dir
+    """Where training writes its checkpoints: ``train.output_dir``, or its default taken from
+    ``run_dir`` by the path rule when the recipe has no ``train`` section."""
+    from prour.config import run_path
+    from prour.config.train import TrainConfig
 
-    return output_dir(recipe)
+    if recipe.train is not None:
+        return Path(recipe.train.output_dir)
+    return Path(run_path(TrainConfig().output_dir, recipe.resolved_run_dir(), recipe.name))
 
 
 def total_steps(recipe: Recipe) -> int:
@@ -281,7 +286,7 @@ def total_steps(recipe: Recipe) -> int:
 
 def exported(recipe: Recipe) -> Path:
     """Where ``prour train export`` leaves the final step as a Hugging Face folder."""
-    from prour.train.checkpoint import step_dir
+    from prour.config.train import step_dir
 
     return step_dir(checkpoints(recipe), total_steps(recipe))
 
@@ -309,13 +314,13 @@ def tradeoff_methods(recipe: Recipe) -> list[str]:
     return [m for m in recipe.eval.tradeoff.methods if m in recipe.eval.methods]
 
 
-# ---- the IG-Clarifier baseline's own training (prour.train.ig_clarifier) -------------------------
+# ---- the IG-Clarifier baseline's own training (prour.config.ig_clarifier) -------------------------
 
 
 def ig_trains(recipe: Recipe) -> bool:
     """Whether the run trains the ig-clarifier baseline: eval.methods holds it and the recipe
     trains (a recipe without ``train`` evaluates it with a given ``models.ig_clarifier``)."""
-    from prour.train.ig_clarifier import NAME
+    from prour.config.ig_clarifier import NAME
 
     return recipe.train is not None and NAME in recipe.eval.methods
 
@@ -327,13 +332,13 @@ def no_ig(recipe: Recipe) -> str | None:
 
 
 def ig_recipe(recipe: Recipe) -> Recipe:
-    """The run's recipe with IG-Clarifier's settings (:data:`prour.train.ig_clarifier.SETTINGS`,
+    """The run's recipe with IG-Clarifier's settings (:data:`prour.config.ig_clarifier.SETTINGS`,
     the ``--set`` items its steps pass) applied: what its train and export steps run on."""
+    from prour.config.ig_clarifier import setting_items
     from prour.recipes import with_settings
-    from prour.train.ig_clarifier import setting_items
 
     return with_settings(recipe, setting_items(),
-                         "the ig-clarifier settings (prour.train.ig_clarifier)")
+                         "the ig-clarifier settings (prour.config.ig_clarifier)")
 
 
 def of_ig(fn: Callable[[Recipe], Any]) -> Callable[[Recipe], Any]:
@@ -362,7 +367,7 @@ def _ig_clarifier_set(recipe: Recipe) -> str:
 
 
 def ig_sets() -> tuple[str, ...]:
-    from prour.train.ig_clarifier import setting_items
+    from prour.config.ig_clarifier import setting_items
 
     return tuple(part for item in setting_items() for part in ("--set", item))
 

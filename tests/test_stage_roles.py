@@ -37,7 +37,7 @@ from prour.config import Recipe
 from prour.llm.scripted import ScriptedLLM, register_script
 from prour.recipes import load_recipe
 from prour.stages import get_step, required_roles, run_stages, stage_roles
-from prour.train.ig_clarifier import setting_items
+from prour.config.ig_clarifier import setting_items
 
 RECIPES = TESTS.parent / "recipes"
 HF_STAGES = ("extract", "train")  # stages that need the generator's weights

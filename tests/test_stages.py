@@ -89,14 +89,14 @@ def test_roles_each_stage_calls(path: Path, expected: dict[str, set[str]], tmp_p
 
 def test_the_chain_trains_exports_and_evaluates_the_ig_clarifier(tmp_path: Path) -> None:
     """eval.methods with ig-clarifier and a train section: train-ig-clarifier and
-    export-ig-clarifier run the recipe with prour.train.ig_clarifier's settings into their own
+    export-ig-clarifier run the recipe with prour.config.ig_clarifier's settings into their own
     folder (on the clarify states: the strict user only), and eval loads that export as
     models.ig_clarifier, which the recipe then need not have; without the method the steps
     are left out and eval sets nothing."""
     import json
 
     from prour.stages import get_step, run_steps
-    from prour.train.ig_clarifier import OUTPUT_DIR, setting_items
+    from prour.config.ig_clarifier import OUTPUT_DIR, setting_items
 
     recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", "train.backend=local"])
     names = [step.name for step in run_steps(recipe)]

@@ -23,7 +23,7 @@ from prour.config import ConfigError, Recipe
 from prour.config.cluster import SlurmResources
 from prour.config.train import TrainConfig
 from prour.stages import STAGES, File, Step, get_stage, stage_names, stage_of, steps
-from prour.train.recipe import output_dir
+from prour.step import checkpoints
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ def train_layout(recipe: Recipe) -> tuple[str, int | None]:
 def train_output_dir(recipe: Recipe) -> str:
     """Where training writes ``step_N`` folders (``train.output_dir``; without a ``train``
     section its default, from ``run_dir`` by the path rule)."""
-    return str(output_dir(recipe))
+    return str(checkpoints(recipe))
 
 
 def job_gpus(recipe: Recipe, stage: str) -> tuple[int, list[str]]:

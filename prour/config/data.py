@@ -75,7 +75,7 @@ class DataConfig(Section):
     tokenizer: str | None = None  # policy tokenizer; default: models.generator.path
     # Which states become rows. "routed" (prour's data): the decomposer routes every decision
     # state with the calibrated thresholds; clarify and verify states become rows, act states
-    # are left out. "every" (the IG-Clarifier baseline's data, prour.train.ig_clarifier): every
+    # are left out. "every" (the IG-Clarifier baseline's data, prour.config.ig_clarifier): every
     # decision state becomes a clarify row whose target is the normalized goal G*, with no
     # decomposer call, so that no router setting can change one row.
     states: Literal["routed", "every"] = "routed"

@@ -6,6 +6,7 @@ model: an impossible combination is refused with the dotted key and the numbers 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -261,3 +262,8 @@ def _check_verl(cfg: TrainConfig, samples: int) -> None:
             f"{micro} per rank does not divide the {per_rank} samples each of {dp} "
             "data-parallel ranks gets per mini-batch",
         )
+
+
+def step_dir(output_dir: str | Path, step: int) -> Path:
+    """The folder of the checkpoint saved after ``step`` under ``train.output_dir``."""
+    return Path(output_dir) / f"step_{step}"

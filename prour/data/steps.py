@@ -171,7 +171,7 @@ EXTRACT = Stage("extract", "route every state; clarify/verify states as train/va
     Step("extract", "train/validation parquet and the dataset card", ("extract", *_R),
          reads=_extract_reads, writes=_dataset, roles=_extract_roles,
          tokenizers=_extract_tokenizer, keys=_EXTRACT_KEYS),
-    # The IG-Clarifier baseline's own rows (prour.train.ig_clarifier): every decision state of
+    # The IG-Clarifier baseline's own rows (prour.config.ig_clarifier): every decision state of
     # the same trajectories, target G*, no decomposer: no router key makes it stale.
     Step("extract-ig-clarifier", "the ig-clarifier baseline's rows: every decision state, "
          "target G*", ("extract", *_R, *ig_sets()), reads=of_ig(_extract_reads),

@@ -25,16 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from prour.config.train import step_dir
+
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "checkpoint_files.json"  # {relative path: size in bytes} of every file saved
 TEMP_PREFIX = ".tmp-"
 STEP_DIR = re.compile(r"^step_(\d+)$")
-
-
-def step_dir(output_dir: str | Path, step: int) -> Path:
-    return Path(output_dir) / f"step_{step}"
 
 
 def complete_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:

@@ -167,7 +167,7 @@ TRAIN = Stage("train", "DAPO on the information-gain reward", (
          roles=_train_roles, done=_trained, keys=_TRAIN_KEYS,
          clears=lambda r: (File("train.output_dir", checkpoints(r)),), resume=("--resume",)),
     # The IG-Clarifier baseline's own DAPO run: the same recipe with its settings (one table,
-    # prour.train.ig_clarifier.SETTINGS) into its own folder; only when eval.methods has it.
+    # prour.config.ig_clarifier.SETTINGS) into its own folder; only when eval.methods has it.
     Step("train-ig-clarifier", "the ig-clarifier baseline's clarifier (its own reward)",
          ("train", *_R, *ig_sets()), reads=of_ig(_train_files),
          writes=of_ig(lambda r: (File("train.output_dir", _final_step(r)),)),

@@ -271,7 +271,7 @@ def test_no_clarify_or_verify_state_writes_an_empty_dataset_and_says_why(run: Ru
 def ig_recipe_for(run: Run, tiny_model_dir: Path, *sets: str):
     """paper.yaml on this module's files, with the ig-clarifier's settings (its chain step's
     --set items) and ``sets`` on top."""
-    from prour.train.ig_clarifier import setting_items
+    from prour.config.ig_clarifier import setting_items
 
     return load_recipe(PAPER, [
         f"run_dir={run.folder}", f"data.trajectories={run.folder / 'traj.jsonl'}",

@@ -1,4 +1,4 @@
-"""recipes/ig-clarifier.yaml: IG-Clarifier's own training run (prour.train.ig_clarifier).
+"""recipes/ig-clarifier.yaml: IG-Clarifier's own training run (prour.config.ig_clarifier).
 
 The recipe is paper.yaml with the one settings table the chain also applies; `prour train` with
 it trains the tiny generator 3 steps on the clarify states of its own dataset only, into its own
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.recipes import load_recipe
-from prour.train.ig_clarifier import DATASET_DIR, OUTPUT_DIR, SETTINGS, setting_items
+from prour.config.ig_clarifier import DATASET_DIR, OUTPUT_DIR, SETTINGS, setting_items
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 IG = RECIPES / "ig-clarifier.yaml"

@@ -9,7 +9,7 @@ dialogue state: ``NO`` (no question needed) or ``YES [QUESTION]…[/QUESTION]``;
 router, no uncertainty estimate and no world-side verification.
 
 What it does here: at every agent decision the clarifier (``models.ig_clarifier``: the checkpoint
-of its own DAPO run, :mod:`prour.train.ig_clarifier` and ``recipes/ig-clarifier.yaml``, on the
+of its own DAPO run, :mod:`prour.config.ig_clarifier` and ``recipes/ig-clarifier.yaml``, on the
 clarify template, which asks the same YES/NO question) decides; ``YES`` sends its question to the user
 (turn tag ``clarify``), ``NO`` or an invalid answer lets the task agent act. The decision
 records ``{"router": "ig-clarifier", "route": "clarify"}`` and the clarifier's answer under
