@@ -267,7 +267,7 @@ def train_estimate(recipe: Recipe, cfg: TrainConfig, rates: Mapping[str, Rate] |
 
 def _eval_tasks(recipe: Recipe) -> dict[str, int]:
     """Tasks per domain the evaluation runs (as the harness selects them)."""
-    from prour.protocol import eval_task_ids
+    from prour.eval.protocol import eval_task_ids
 
     return {domain: len(eval_task_ids(recipe, domain)) for domain in recipe.eval.domains}
 

@@ -323,7 +323,7 @@ def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
     return problems
 
 
-# ---- the protocol (prour.protocol) ----------------------------------------------------------------
+# ---- the protocol (prour.eval.protocol) ----------------------------------------------------------------
 
 
 def check_protocol(recipe: Recipe) -> list[Problem]:
@@ -342,10 +342,10 @@ def protocol_warnings(recipe: Recipe) -> list[str]:
 
 
 def protocol_note_lines(recipe: Recipe) -> list[str]:
-    """The ``note:`` lines `prour validate` prints (:func:`prour.protocol.protocol_notes`: what
+    """The ``note:`` lines `prour validate` prints (:func:`prour.eval.protocol.protocol_notes`: what
     the protocol allows and states, e.g. the content overlap); a split or reserve the recipe
     cannot have is left to :func:`check_protocol`, which names it."""
-    from prour.protocol import protocol_notes
+    from prour.eval.protocol import protocol_notes
 
     if _calibration_test_collection(recipe):
         return []
@@ -365,7 +365,7 @@ def _calibration_test_collection(recipe: Recipe) -> bool:
 
 
 def _protocol_lines(recipe: Recipe) -> list[str]:
-    from prour.protocol import protocol_findings
+    from prour.eval.protocol import protocol_findings
 
     try:
         return [finding.line() for finding in protocol_findings(recipe)]

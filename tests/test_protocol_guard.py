@@ -1,4 +1,4 @@
-"""The protocol guard (prour.protocol, DESIGN §6): breaches found from the recipe's splits before
+"""The protocol guard (prour.eval.protocol, DESIGN §6): breaches found from the recipe's splits before
 any trajectory exists, and from the dev states file and the dataset parquet once they exist."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from prour.cli.main import app
 from prour.data.reserve import reserve_task_ids, training_task_ids
 from prour.env.domains import split_task_ids
+from prour.eval.protocol import protocol_block, protocol_findings, shared_writes
 from prour.preflight import check_protocol, protocol_warnings
-from prour.protocol import protocol_block, protocol_findings, shared_writes
 from prour.provenance import write_provenance
 from prour.recipes import load_recipe
 

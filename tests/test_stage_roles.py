@@ -34,10 +34,10 @@ from train_helpers import instance_rows, warm_start
 
 from prour.cli.main import app
 from prour.config import Recipe
+from prour.config.ig_clarifier import setting_items
 from prour.llm.scripted import ScriptedLLM, register_script
 from prour.recipes import load_recipe
 from prour.stages import get_step, required_roles, run_stages, stage_roles
-from prour.config.ig_clarifier import setting_items
 
 RECIPES = TESTS.parent / "recipes"
 HF_STAGES = ("extract", "train")  # stages that need the generator's weights

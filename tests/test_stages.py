@@ -95,8 +95,8 @@ def test_the_chain_trains_exports_and_evaluates_the_ig_clarifier(tmp_path: Path)
     are left out and eval sets nothing."""
     import json
 
-    from prour.stages import get_step, run_steps
     from prour.config.ig_clarifier import OUTPUT_DIR, setting_items
+    from prour.stages import get_step, run_steps
 
     recipe = load_recipe(PAPER, [f"run_dir={tmp_path}", "train.backend=local"])
     names = [step.name for step in run_steps(recipe)]

@@ -117,13 +117,13 @@ class EnvConfig(Section):
 
 
 class ProtocolConfig(Section):
-    """The ``protocol`` section: what a broken protocol rule (:mod:`prour.protocol`) does."""
+    """The ``protocol`` section: what a broken protocol rule (:mod:`prour.eval.protocol`) does."""
 
     # error: `prour validate` (with or without --preflight), `prour run` and every stage's
     # preflight stop with one `protocol:` line per broken rule; warn: the lines are printed as
     # warnings and the report header names the rules the study deliberately breaks.
     on_breach: Literal["error", "warn"] = "error"
-    # The content check (prour.protocol.shared_writes): eval tasks that perform a write action
+    # The content check (prour.eval.protocol.shared_writes): eval tasks that perform a write action
     # (same tool, same arguments) some training or calibration-reserve task performs too. Always
     # stated as a note; more such eval tasks than this is a `shared-writes` breach, which follows
     # on_breach. None: never a breach.
@@ -201,7 +201,7 @@ class Recipe(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)  # methods, seeds, attention protocol
     serve: ServeConfig = Field(default_factory=ServeConfig)  # vLLM servers for frozen models
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)  # sbatch resources per stage
-    # What a broken protocol rule (prour.protocol: eval tasks among training tasks, dev states
+    # What a broken protocol rule (prour.eval.protocol: eval tasks among training tasks, dev states
     # from training trajectories, train/validation sharing a task, a baseline on the trained
     # checkpoint) does: `error` stops preflight, `warn` prints it and the report header says so.
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)

@@ -307,9 +307,9 @@ def _header(run_dirs: Sequence[str | Path], systems: Sequence[System], ci: float
 
 
 def _protocol_block(run_dir: Path) -> list[str]:
-    """The Protocol lines (:func:`prour.protocol.protocol_block`) of the recipe the eval run
+    """The Protocol lines (:func:`prour.eval.protocol.protocol_block`) of the recipe the eval run
     saved (``recipe.resolved.yaml``); none when it has none or it no longer reads."""
-    from prour.protocol import protocol_block
+    from prour.eval.protocol import protocol_block
     from prour.recipes import load_recipe
     from prour.section import ConfigError
 

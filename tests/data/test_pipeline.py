@@ -35,8 +35,8 @@ from prour.env.domains import load_tasks
 from prour.env.environment import tool_schemas
 from prour.env.prompts import greeting
 from prour.env.users import LLMUser
+from prour.eval.protocol import protocol_findings, shared_tasks
 from prour.llm.scripted import ScriptedLLM, render_prompt
-from prour.protocol import protocol_findings, shared_tasks
 from prour.recipes import load_recipe
 from prour.router.decomposer import Decomposer
 

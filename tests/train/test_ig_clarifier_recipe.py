@@ -18,8 +18,8 @@ from train_helpers import instance_rows
 from typer.testing import CliRunner
 
 from prour.cli.main import app
-from prour.recipes import load_recipe
 from prour.config.ig_clarifier import DATASET_DIR, OUTPUT_DIR, SETTINGS, setting_items
+from prour.recipes import load_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 IG = RECIPES / "ig-clarifier.yaml"
