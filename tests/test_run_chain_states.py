@@ -11,18 +11,17 @@ from typer.testing import CliRunner
 
 from prour.cli.main import app
 from prour.recipes import load_recipe
-from prour.runner import (
+from prour.run_state import (
     DONE,
     PENDING,
     STALE,
-    RunError,
     affected_steps,
     flat_values,
-    select,
     step_values,
     table,
     write_stamp,
 )
+from prour.runner import RunError, select
 from prour.stages import get_step, stage_names, steps
 
 ROOT = Path(__file__).resolve().parents[1]

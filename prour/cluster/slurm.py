@@ -145,7 +145,7 @@ def gate_stage() -> str:
 def complete_stages(recipe: Recipe) -> set[str]:
     """The stages whose every step ``prour run`` would call done or skipped (its table of steps:
     outputs complete and made with the recipe's values)."""
-    from prour.runner import DONE, SKIPPED, table
+    from prour.run_state import DONE, SKIPPED, table
 
     open_stages = {row.stage.name for row in table(recipe) if row.state not in (DONE, SKIPPED)}
     return set(stage_names()) - open_stages

@@ -294,7 +294,7 @@ def test_ig_clarifier_rows_are_every_decision_state_whatever_the_router(
     from prour.data.collect import trajectory_id
     from prour.data.pipeline import run_extract
     from prour.data.schema import state_from_row
-    from prour.runner import step_values
+    from prour.run_state import step_values
     from prour.stages import get_step
 
     base = ig_recipe_for(run, tiny_model_dir, "router.tau_au=0.25", "router.tau_eu=0.2")
