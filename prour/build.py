@@ -28,9 +28,9 @@ from prour.config import ModelConfig, Recipe
 if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import LLMAgent
     from prour.env.users import LLMUser
-    from prour.eval.attention.judge import RequestJudge
-    from prour.eval.attention.strict_json import JsonCache
     from prour.llm.base import LLM
+    from prour.llm.strict_json import JsonCache
+    from prour.rewards.judge import RequestJudge
     from prour.rollout.strict_user import StrictUserSimulator
     from prour.rollout.verifier import Verifier
     from prour.router.decomposer import Decomposer
@@ -216,7 +216,7 @@ class Builder:
 
     def judge(self, attempts: int, cache: JsonCache | None = None) -> RequestJudge:
         """The attention-cost judge on ``models.judge``."""
-        from prour.eval.attention.judge import RequestJudge
+        from prour.rewards.judge import RequestJudge
 
         return RequestJudge(self.llm("judge"), attempts, cache=cache)
 

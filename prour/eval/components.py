@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.eval.agent import ProactiveAgent, QueryGenerator
     from prour.eval.attention.agent import AttentiveAgent
     from prour.eval.attention.classifier import RequestClassifier
-    from prour.eval.attention.strict_json import JsonCache
     from prour.llm.base import LLM
+    from prour.llm.strict_json import JsonCache
 
 
 def generator_rollout(recipe: Recipe) -> RolloutSettings:

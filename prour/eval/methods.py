@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.env.agents import Agent
     from prour.env.users import UserSimulator
     from prour.eval.agent import CallCounts
-    from prour.eval.attention.strict_json import JsonCache
+    from prour.llm.strict_json import JsonCache
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def eval_roles(cfg: EvalConfig) -> tuple[str, ...]:
 def attention_caches(folder: Path) -> dict[str, JsonCache]:
     """The verdict caches of the request classifier and the judge, kept in ``folder`` and
     shared by every episode of a kit (:class:`MethodKit`'s ``caches``)."""
-    from prour.eval.attention.strict_json import JsonCache
+    from prour.llm.strict_json import JsonCache
 
     return {"classifier": JsonCache(folder / "classifier_cache.jsonl"),
             "judge": JsonCache(folder / "judge_cache.jsonl")}

@@ -12,7 +12,7 @@ discretionary request by construction (it asks the user something the policy cho
   :func:`prour.core.asks.count_atomic_questions` counts them by rule (at least 1:
   a question asks something). Free, deterministic, and it penalizes bundled questions;
 * ``judge``: the ``full`` accounting, 1 + r/20 + (1 − v/10), with reading effort r and value v
-  from the ask-less LLM judge (:class:`prour.eval.attention.judge.RequestJudge`) reading the
+  from the ask-less LLM judge (:class:`prour.rewards.judge.RequestJudge`) reading the
   question after the state's history. A judge that never gives a valid verdict fails the sample
   (no invented cost), as a failed responder does.
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Verdict(Protocol):
-    """A judge's scores of one request (:class:`prour.eval.attention.judge.Judgment`)."""
+    """A judge's scores of one request (:class:`prour.rewards.judge.Judgment`)."""
 
     reading_effort: float | None
     value: float | None
@@ -40,7 +40,7 @@ class Verdict(Protocol):
 
 
 class Judge(Protocol):
-    """Scores (request, context) pairs (:class:`prour.eval.attention.judge.RequestJudge`)."""
+    """Scores (request, context) pairs (:class:`prour.rewards.judge.RequestJudge`)."""
 
     def judge(self, items: Sequence[tuple[str, str]]) -> Sequence[Verdict]: ...
 

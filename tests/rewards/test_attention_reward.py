@@ -8,11 +8,11 @@ import json
 import pytest
 
 from prour.config import ConfigError, parse_recipe
-from prour.eval.attention.judge import RequestJudge
 from prour.llm.scripted import ScriptedLLM, render_prompt, word_overlap_logprobs
 from prour.recipes import load_recipe
 from prour.rewards import InfoGainReward, RewardConfig, RewardState, belief_prompt
 from prour.rewards.attention import QuestionCost
+from prour.rewards.judge import RequestJudge
 from prour.rollout import StrictUserSimulator, Verifier
 
 GOAL = "I want to exchange my keyboard for one with clicky switches and pay with my gift card."

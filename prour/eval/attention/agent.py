@@ -32,10 +32,10 @@ from prour.eval.attention.budget import (
     GateOutcome,
 )
 from prour.eval.attention.cost import ACCOUNTINGS, conversation_cost, judged_value, utility
-from prour.eval.attention.judge import Judgment, RequestJudge
 from prour.eval.attention.policies import AttentionPolicy
 from prour.llm.base import Message
 from prour.llm.history import render_history
+from prour.rewards.judge import Judgment, RequestJudge
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,6 @@ from prour.eval.attention.cost import (
     conversation_cost,
     discretionary_count,
 )
-from prour.eval.attention.judge import Judgment
 from prour.eval.stats import (
     BootstrapResult,
     bootstrap_statistic,
@@ -46,6 +45,7 @@ from prour.eval.stats import (
 )
 from prour.files import write_atomic
 from prour.llm.history import render_history
+from prour.rewards.judge import Judgment
 
 log = logging.getLogger(__name__)
 

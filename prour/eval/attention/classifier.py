@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from prour.core.asks import REQUEST_VERB, count_atomic_questions, is_request, segments
-from prour.eval.attention.strict_json import JsonCache, ask_json_cached, cache_key, require_keys
 from prour.llm.base import LLM, Message
+from prour.llm.strict_json import JsonCache, ask_json_cached, cache_key, require_keys
 
 log = logging.getLogger(__name__)
 

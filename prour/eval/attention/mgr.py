@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from prour.config.attention import EVIDENCE_WINDOW_TOKENS, MEMORY_WINDOW_TOKENS
-from prour.eval.attention.strict_json import (
+from prour.llm.base import LLM, ChatRequest, Message
+from prour.llm.history import render_message
+from prour.llm.strict_json import (
     JUDGE_SAMPLING,
     JsonCache,
     ask_json,
     cache_key,
     require_keys,
 )
-from prour.llm.base import LLM, ChatRequest, Message
-from prour.llm.history import render_message
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ from prour.eval.attention.budget import (
 )
 from prour.eval.attention.classifier import RequestClass, RequestClassifier
 from prour.eval.attention.mgr import SelfReviewer
-from prour.eval.attention.strict_json import ask_json, require_keys
 from prour.llm.base import LLM, Message
+from prour.llm.strict_json import ask_json, require_keys
 
 log = logging.getLogger(__name__)
 

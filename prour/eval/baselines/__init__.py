@@ -39,8 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.env.agents import Agent
     from prour.eval.agent import QueryGenerator
-    from prour.eval.attention.strict_json import JsonOutcome
     from prour.llm.base import LLM, SamplingParams
+    from prour.llm.strict_json import JsonOutcome
     from prour.rollout.verifier import Verifier
     from prour.router.routing import DecomposerBudget
 
@@ -123,7 +123,7 @@ def ask_strict_json(llm: LLM, prompt: str, validate: Callable[[dict[str, Any]], 
                     sampling: SamplingParams) -> JsonOutcome[Any]:
     """One strict-JSON answer to ``prompt`` (one attempt: an invalid reply is the caller's
     fallback, recorded, never retried)."""
-    from prour.eval.attention.strict_json import ask_json
+    from prour.llm.strict_json import ask_json
 
     return ask_json(llm, [[{"role": "user", "content": prompt}]], validate, max_attempts=1,
                     sampling=sampling)[0]

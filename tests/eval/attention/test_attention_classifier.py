@@ -11,8 +11,8 @@ from prour.eval.attention.classifier import (
     count_atomic_questions,
     heuristic_classify,
 )
-from prour.eval.attention.strict_json import JsonCache
 from prour.llm.scripted import ScriptedLLM
+from prour.llm.strict_json import JsonCache
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -152,7 +152,7 @@ def test_preference_questions_spend_budget_and_cost_confirmations_stay_exempt(
         policy_name, budget, delivered_preferences):
     from prour.eval.attention.analysis import cost_requests
     from prour.eval.attention.cost import conversation_cost
-    from prour.eval.attention.judge import Judgment
+    from prour.rewards.judge import Judgment
 
     preference = PREFERENCE_QUESTIONS[5]  # the probe's "proceed with the first option or ..."
     confirmation = WRITE_CONFIRMATIONS[0]

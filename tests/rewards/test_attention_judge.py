@@ -8,9 +8,9 @@ import pytest
 
 from prour.eval.attention.analysis import ConversationRecord, cost_requests, method_rows
 from prour.eval.attention.budget import DeliveredRequest
-from prour.eval.attention.judge import RequestJudge, reading_effort_from_ratings
-from prour.eval.attention.strict_json import JsonCache
 from prour.llm.scripted import ScriptedLLM
+from prour.llm.strict_json import JsonCache
+from prour.rewards.judge import RequestJudge, reading_effort_from_ratings
 
 GOOD = {"goal_clarity": 5, "single_ask": 4, "answer_effort": 3, "actionability": 2,
         "conciseness": 1, "needed": True, "not_in_context": True, "not_lookup": True,

@@ -28,11 +28,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prour.eval.attention.strict_json import JsonCache, ask_json_cached, cache_key, require_keys
 from prour.llm.base import LLM, Message
+from prour.llm.strict_json import JsonCache, ask_json_cached, cache_key, require_keys
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.eval.attention.strict_json import JsonOutcome
+    from prour.llm.strict_json import JsonOutcome
 
 log = logging.getLogger(__name__)
 
