@@ -302,12 +302,13 @@ class Runner:
     def _topped_up(self) -> int:
         """Dev states this run's annotation labelled because a review's corrections left the dev
         mix short (0: none, or the annotation did not run in this run)."""
-        from prour.router.pipeline import mix_path, read_mix
+        from prour.router.review import review_mix
 
+        path, labelled = review_mix(self.recipe)
         if not self.recipe.router.calibration.dev_states or \
-                writer_of(self.recipe, mix_path(self.recipe)).name not in self.ran:
+                writer_of(self.recipe, path).name not in self.ran:
             return 0
-        return int(read_mix(self.recipe).get("labelled_after_review", 0))
+        return labelled
 
     def _move_aside(self, step: Step) -> None:
         """Move a stale step's outputs under ``.prour/stale/<time>/`` (nothing is deleted)."""

@@ -9,10 +9,17 @@ changes the kept set the next time it is read, and annotating in chunks never ch
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prour.router.routing import ROUTES
+from prour.router.thresholds import calibration_dir
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.config import Recipe
 
 MIX_NAME = "dev_mix.json"
 MIX_ORDER = ("clarify", "verify", "act")  # the order the paper states the mix in
@@ -86,3 +93,17 @@ def fill_quotas(order: Sequence[str], labels: Mapping[str, str | None],
 def remaining(mix: Mix) -> int:
     """States still wanted: the sum of the open quotas."""
     return sum(mix.short().values())
+
+
+def mix_path(recipe: Recipe) -> Path:
+    """Where the dev labels' mix (target, reached, kept ids) is stored."""
+    return calibration_dir(recipe) / MIX_NAME
+
+
+def read_mix(recipe: Recipe) -> dict[str, Any]:
+    """The stored mix record (:func:`mix_path`; empty when there is none or it is unreadable)."""
+    try:
+        record = json.loads(mix_path(recipe).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}

@@ -27,11 +27,12 @@ from prour.env.trajectory import read_jsonl
 from prour.files import append_jsonl, repair_torn_tail, write_atomic
 from prour.router.annotation import DecisionState, annotate, read_labels, read_states
 from prour.router.calibration import Calibration, RoutingScores, calibrate, score_routes
-from prour.router.dev_mix import MIX_NAME, Mix, fill_quotas, remaining
+from prour.router.dev_mix import Mix, fill_quotas, mix_path, read_mix, remaining
 from prour.router.routing import ROUTES, route_many
 from prour.router.thresholds import (
     calibration_dir,
     decomposer_model_id,
+    labels_sha256,
     load_thresholds,
     save_thresholds,
     thresholds_path,
@@ -94,11 +95,6 @@ def state_seed(recipe_seed: int, state_id: str) -> int:
     return zlib.crc32(f"{recipe_seed}:{state_id}".encode())
 
 
-def mix_path(recipe: Recipe) -> Path:
-    """Where the dev labels' mix (target, reached, kept ids) is stored."""
-    return calibration_dir(recipe) / MIX_NAME
-
-
 EVIDENCE_NAME = "router_evidence.json"
 
 
@@ -126,15 +122,6 @@ def dev_mix(recipe: Recipe) -> Mix | None:
         return None
     order = [s.state_id for s in read_states(states_path(recipe, "dev"))]
     return fill_quotas(order, _labels_or_none(labels_path(recipe, "dev")), quotas.quotas())
-
-
-def read_mix(recipe: Recipe) -> dict[str, Any]:
-    """The stored mix record (:func:`mix_path`; empty when there is none or it is unreadable)."""
-    try:
-        record = json.loads(mix_path(recipe).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def reopened(recipe: Recipe, mix: Mix | None) -> bool:
@@ -327,8 +314,6 @@ def search_thresholds(builder: CalibrationParts) -> tuple[Calibration, Threshold
         result = calibrate(joined.au, joined.eu, joined.labels, cfg)
     else:  # every pair ties on nothing: the tie rule's pick, the grid's first pair
         result = unfitted(cfg)
-    from prour.router.review import labels_sha256
-
     stored = save_thresholds(
         thresholds_path(recipe), _model_id(builder), result, dataset=str(states_path(recipe, "dev")),
         labels_sha256=labels_sha256(labels_path(recipe, "dev")),

@@ -41,11 +41,6 @@ def labels_files(recipe: Recipe) -> dict[str, Path]:
             if getattr(calibration, f"{split}_states")}
 
 
-def labels_sha256(path: Path) -> str | None:
-    """The sha256 a labels file is approved (and fitted) under; None when it does not exist."""
-    return file_sha256(path) if path.is_file() else None
-
-
 def label_counts(path: Path) -> Counter:
     """Labels per class in one labels file, ``corrected`` winning over ``label`` (a record with
     neither counts as :data:`UNLABELLED`)."""
@@ -103,3 +98,11 @@ def approve(recipe: Recipe, by: str) -> dict[str, Counter]:
     }
     write_atomic(approval_path(recipe), json.dumps(record, indent=2) + "\n")
     return counts
+
+
+def review_mix(recipe: Recipe) -> tuple[Path, int]:
+    """The dev mix's record file and how many dev states were labelled because a review's
+    corrections left the mix short (``labelled_after_review``; 0 without a record)."""
+    from prour.router.dev_mix import mix_path, read_mix
+
+    return mix_path(recipe), int(read_mix(recipe).get("labelled_after_review", 0))

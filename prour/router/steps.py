@@ -120,8 +120,7 @@ def _thresholds_stored(recipe: Recipe) -> bool:
     """The thresholds file holds a pair for this recipe's decomposer model, fitted on the dev
     labels as they are now (a review that changed them makes the search due again; a pair
     stored without the labels' digest is taken as fitted on them)."""
-    from prour.router.review import labels_sha256
-    from prour.router.thresholds import decomposer_model_id, load_thresholds
+    from prour.router.thresholds import decomposer_model_id, labels_sha256, load_thresholds
 
     if "decomposer" not in recipe.models or not thresholds_file(recipe).path.is_file():
         return False

@@ -11,7 +11,7 @@ from typing import Any
 
 from prour.config import ModelConfig, Recipe
 from prour.config.router import RouterConfig
-from prour.files import write_atomic
+from prour.files import file_sha256, write_atomic
 from prour.router.calibration import Calibration
 
 
@@ -54,6 +54,11 @@ def calibration_dir(recipe: Recipe) -> Path:
     folder, where the calibration pipeline also keeps its labels and decomposer caches."""
     configured = recipe.router.calibration.out_dir
     return Path(configured) if configured else recipe.resolved_run_dir() / "calibration"
+
+
+def labels_sha256(path: Path) -> str | None:
+    """The sha256 a labels file is approved (and fitted) under; None when it does not exist."""
+    return file_sha256(path) if path.is_file() else None
 
 
 def thresholds_path(recipe: Recipe) -> Path:
