@@ -43,7 +43,8 @@ def test_the_trainer_loads_no_verl_and_no_builder() -> None:
     assert "prour.build" not in loaded
 
 
-CORE = ["prour.core.clock", "prour.core.cost", "prour.core.policy_gradient", "prour.core.reward"]
+CORE = ["prour.core.asks", "prour.core.clock", "prour.core.cost", "prour.core.policy_gradient",
+        "prour.core.reward"]
 STAGES = ("prour.train.", "prour.eval.", "prour.cluster.", "prour.rewards.", "prour.build")
 
 
