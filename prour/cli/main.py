@@ -81,10 +81,13 @@ def _register_subcommands() -> None:
     """Each stage module adds its commands; their heavy imports stay inside the commands."""
     from prour.cli import (
         calibrate,
+        collect,
         data,
         demo,
         env,
         eval,
+        extract,
+        normalize,
         reward,
         run,
         serve,
@@ -95,8 +98,9 @@ def _register_subcommands() -> None:
         view,
     )
 
-    for module in (env, data, train, eval, serve, demo, tiny, run, tau2, view):
-        module.register(app)  # env/episode, collect/.../data, train, eval/report, ..., run/status
+    for module in (env, collect, normalize, extract, data, train, eval, serve, demo, tiny, run,
+                   tau2, view):
+        module.register(app)  # env/episode, collect, ..., data, train, eval/report, ..., run/status
     app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")
     app.add_typer(slurm.slurm_app, name="slurm")

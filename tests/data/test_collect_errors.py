@@ -255,7 +255,7 @@ def test_each_collection_keeps_its_own_provenance(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_collection_counts_what_it_saved_by_key(tmp_path: Path) -> None:
-    from prour.cli.data import _saved_trajectories
+    from prour.cli.collect import _saved_trajectories
 
     path = tmp_path / "traj.jsonl"
     append_jsonl(path, _trajectory("0", 0, "BackendError: down"))
