@@ -95,12 +95,16 @@ def _register_subcommands() -> None:
         tau2,
         tiny,
         train,
+        train_export,
+        train_report,
         view,
     )
 
     for module in (env, collect, normalize, extract, data, train, eval, serve, demo, tiny, run,
                    tau2, view):
         module.register(app)  # env/episode, collect, ..., data, train, eval/report, ..., run/status
+    for command in (train_export, train_report):
+        command.register(train.train_app)  # `prour train export`, `prour train report`
     app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")
     app.add_typer(slurm.slurm_app, name="slurm")

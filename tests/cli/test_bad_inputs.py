@@ -236,7 +236,7 @@ def test_ctrl_c_during_collect_says_what_was_saved_and_exits_130(tmp_path):
 
 
 def test_an_interrupted_training_names_its_newest_checkpoint(tmp_path):
-    from prour.cli.train import saved_checkpoint
+    from prour.cli.train_run import saved_checkpoint
     from prour.train.checkpoint import STATE_FILE
 
     assert saved_checkpoint(tmp_path, "local") == (

@@ -50,7 +50,7 @@ def test_an_empty_train_file_saves_the_initial_policy_as_the_final_step(
     import typer
 
     import prour.train.verl_backend as backend
-    from prour.cli.train import _run_verl
+    from prour.cli.train_verl import run_verl as _run_verl
     from prour.stages import get_step
 
     launched: list = []
@@ -78,7 +78,7 @@ def test_an_empty_train_file_saves_the_initial_policy_as_the_final_step(
 
 
 def test_the_dry_run_says_verl_would_not_be_launched(tmp_path, tiny_model_dir, capsys):
-    from prour.cli.train import _run_verl
+    from prour.cli.train_verl import run_verl as _run_verl
 
     recipe = _recipe(tmp_path, tiny_model_dir)
     _run_verl(recipe, recipe.train, dry_run=True, resume=False)
