@@ -2,7 +2,8 @@
 recipe's decomposer model and report routing F1 on a held-out set (paper A.2.2).
 
 ``prour calibrate states --recipe R --split dev|test --from TRAJECTORIES.jsonl``: sample the
-decision states those stages read (:mod:`prour.data.calibration_states`)."""
+decision states those stages read (:mod:`prour.data.calibration_states`). ``prour calibrate
+approve`` is :mod:`prour.cli.calibrate_approve`."""
 
 from __future__ import annotations
 
@@ -220,26 +221,6 @@ def states(
     what = "candidate " if split == "dev" else ""
     typer.echo(f"{len(records)} {split} {what}decision states from {spread} trajectories -> "
                f"{path}")
-
-
-@calibrate_app.command("approve")
-def approve(recipe: str = RecipeOpt, overrides: list[str] | None = SetOpt) -> None:
-    """Approve the annotator's labels (after reviewing them) so the threshold search may read
-    them; prints the labels per class of each split."""
-    from prour.cli.recipe import recipe_errors
-    from prour.recipes import load_recipe
-    from prour.router.review import approval_path, approve, describe_counts, labels_files
-
-    with recipe_errors():
-        loaded = load_recipe(recipe, overrides)
-    try:
-        counts = approve(loaded, "prour calibrate approve")
-    except ValueError as exc:
-        _fail(str(exc))
-    files = labels_files(loaded)
-    for split, count in counts.items():
-        typer.echo(f"{files[split]}: {describe_counts(count)}")
-    typer.echo(f"approved -> {approval_path(loaded)}")
 
 
 @calibrate_app.callback()

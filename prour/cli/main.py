@@ -81,6 +81,7 @@ def _register_subcommands() -> None:
     """Each stage module adds its commands; their heavy imports stay inside the commands."""
     from prour.cli import (
         calibrate,
+        calibrate_approve,
         collect,
         data,
         demo,
@@ -105,6 +106,7 @@ def _register_subcommands() -> None:
         module.register(app)  # env/episode, collect, ..., data, train, eval/report, ..., run/status
     for command in (train_export, train_report):
         command.register(train.train_app)  # `prour train export`, `prour train report`
+    calibrate_approve.register(calibrate.calibrate_app)
     app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")
     app.add_typer(slurm.slurm_app, name="slurm")
