@@ -1,8 +1,8 @@
 """Evaluation's own components, built on the backends of a :class:`~prour.build.Builder`: the
-query generator, prour's proactive agent, and the request classifier and attentive agent of the
-attention protocol. The builder gives the shared backends and the parts other stages use too
-(decomposer, prompted router, verifier); the settings come from the recipe section that owns
-each component (the generator decodes as in training, ``eval`` picks the classifier).
+query generator and prour's proactive agent (the attention protocol's request classifier and
+attentive agent: :mod:`prour.eval.attention.components`). The builder gives the shared backends
+and the parts other stages use too (decomposer, prompted router, verifier); the settings come
+from the recipe section that owns each component (the generator decodes as in training).
 """
 
 from __future__ import annotations
@@ -12,15 +12,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.config import Recipe
-    from prour.config.attention import AttentionConfig
     from prour.config.router import RouterConfig
     from prour.config.train import RolloutSettings
     from prour.env.agents import Agent
     from prour.eval.agent import ProactiveAgent, QueryGenerator
-    from prour.eval.attention.agent import AttentiveAgent
-    from prour.eval.attention.classifier import RequestClassifier
     from prour.llm.base import LLM
-    from prour.llm.strict_json import JsonCache
 
 
 def generator_rollout(recipe: Recipe) -> RolloutSettings:
@@ -60,28 +56,3 @@ def proactive_agent(builder: Builder, task_agent: Agent, domain: str, routes: tu
     return ProactiveAgent(task_agent, chooser, query_generator(builder), verifier, routes,
                           lambda: episode_budget(budget or builder.recipe.router))
 
-
-def request_classifier(builder: Builder, domain: str, attention: AttentionConfig,
-                       cache: JsonCache | None = None) -> RequestClassifier:
-    """The request classifier of ``eval.attention``: labels from ``models.judge`` when
-    ``eval.classifier`` is ``judge``, else from the heuristic rules."""
-    from prour.env.domains import domain_policy
-    from prour.eval.attention.classifier import RequestClassifier
-
-    labeller = builder.llm("judge") if builder.recipe.eval.classifier == "judge" else None
-    return RequestClassifier(labeller, domain_policy(domain), attention.classifier_attempts,
-                             cache=cache)
-
-
-def attentive_agent(builder: Builder, agent: Agent, domain: str, attention: AttentionConfig,
-                    classifier_cache: JsonCache | None = None) -> AttentiveAgent:
-    """``agent`` under the attention policy of ``attention``; a policy that reviews drafts
-    does so with the agent's model (``models.agent``)."""
-    from prour.config.attention import policy_spec
-    from prour.eval.attention.agent import AttentiveAgent
-    from prour.eval.attention.policies import configured_policy
-
-    classifier = request_classifier(builder, domain, attention, classifier_cache)
-    reviewer = builder.llm("agent") if policy_spec(attention.policy).needs_llm else None
-    policy = configured_policy(attention, classifier, reviewer)
-    return AttentiveAgent(agent, policy, attention.max_redrafts)

@@ -29,31 +29,24 @@ in turn; ``queue.jsonl`` records each session's rate and achieved concurrency.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from prour.build import Builder
-from prour.config import ModelConfig, Recipe, run_path
+from prour.config import ModelConfig, Recipe
 from prour.env import runner as episode_runner
 from prour.env.trajectory import Trajectory, read_jsonl
 from prour.eval.arms import Arm, GeneratorCheckpoint, with_checkpoint
-from prour.eval.methods import MethodKit, attention_caches, check_method, question_writer
-from prour.eval.results import result_line
-from prour.files import append_jsonl, write_atomic
+from prour.eval.kit import MethodKit, attention_caches
+from prour.eval.methods import check_method, question_writer
+from prour.eval.results import record_lines
+from prour.eval.run_record import check_run_dir, run_settings, same_model, write_run_provenance
 
 logger = logging.getLogger(__name__)
 
 EPISODES_FILE = "episodes.jsonl"
 RESULTS_FILE = "results.jsonl"
-RUN_FILE = "run.json"
-_MODEL_IDENTITY = ("backend", "path", "model", "script", "dtype", "max_model_len")
-"""Model-config fields that change outputs (a server's URL or timeouts do not)."""
-_NOT_SETTINGS = ("methods", "seeds", "domains", "tasks", "max_tasks", "concurrency", "max_in_flight",
-                 "retry_errors", "max_error_fraction", "attention_policies", "protocol",
-                 "sweep", "tradeoff")  # sweep points are in the arm keys (router marks the
-# swept keys); eval.tradeoff is the chain's sweep steps', each into its own folder
 
 
 def uses_router(method: str) -> bool:
@@ -162,55 +155,16 @@ class Evaluation:
 
     def settings(self) -> dict[str, Any]:
         """What must match for two runs' results to sit in one folder."""
-        models = {role: cfg.model_dump(mode="json", include=set(_MODEL_IDENTITY))
-                  for role, cfg in sorted(self.recipe.models.items())}
-        if self.checkpoint is not None:  # its steps differ by arm (the key); the run is the same
-            models["generator"]["path"] = self.checkpoint.root
-        eval_part = {k: v for k, v in self.cfg.model_dump(mode="json").items()
-                     if k not in _NOT_SETTINGS}
-        rollout, reward = self.kit.rollout, self.recipe.reward
-        decoding = {"train.rollout.max_response_tokens": rollout.max_response_tokens,
-                    "train.rollout.enable_thinking": rollout.enable_thinking,
-                    "reward.verifier_max_steps": reward.verifier_max_steps,
-                    "reward.responder_temperature": reward.responder_temperature,
-                    "reward.responder_max_tokens": reward.responder_max_tokens}
-        if self.cfg.generator_temperature is None:
-            decoding["train.rollout.temperature"] = rollout.temperature
-        router = self.recipe.router.model_dump(mode="json")
-        for key in self.cfg.sweep:  # each point's value is in the arm's key and result lines
-            router[key.split(".", 1)[1]] = "swept"
-        return {"models": models, "eval": eval_part, "env": self.recipe.env.model_dump(mode="json"),
-                "decoding": decoding, "router": router}
+        return run_settings(self.recipe, self.kit.rollout, self.checkpoint)
 
     def check_run_dir(self) -> None:
         """Refuse to mix results of different settings in one folder (names the keys)."""
-        path = self.run_dir / RUN_FILE
-        mine = self.settings()
-        if path.is_file():
-            stored = _stored_paths(json.loads(path.read_text()).get("settings", {}))
-            differ = sorted(_diff_keys(stored, mine))
-            if differ:
-                raise ValueError(
-                    f"{self.run_dir} holds results made with other settings (differing: "
-                    f"{', '.join(differ[:8])}); use another --out folder")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({"settings": mine}, indent=2, sort_keys=True) + "\n")
+        check_run_dir(self.run_dir, self.settings())
 
     def write_provenance(self) -> None:
-        from prour.provenance import write_provenance
-
-        endpoints = {role: cfg.base_url or cfg.path or cfg.script
-                     for role, cfg in self.recipe.models.items()}
-        write_provenance(self.run_dir, self.recipe, extra={
-            "seeds": self.cfg.seeds, "endpoints": endpoints,
-            "arms": [arm.key for arm in self.arms], "domains": self.cfg.domains,
-            "split": self.cfg.split, "protocol": self.cfg.protocol,
-            "task_counts": {d: len(self.tasks(d)) for d in self.cfg.domains},
-            "generator": self.generator_swap() or "default",
-            "checkpoint": self.checkpoint.record() if self.checkpoint else None,
-            "checkpoint_steps": self.sweep_steps,
-            "question_writers": {m: question_writer(m, self.recipe.models)
-                                 for m in self.cfg.methods}})
+        write_run_provenance(self.run_dir, self.recipe, [arm.key for arm in self.arms],
+                             {d: len(self.tasks(d)) for d in self.cfg.domains},
+                             self.generator_swap(), self.checkpoint, self.sweep_steps)
 
     def tasks(self, domain: str) -> list[Any]:
         from prour.env.domains import select_tasks
@@ -242,11 +196,9 @@ class Evaluation:
     def lanes(self, arm: Arm) -> tuple[str, ...]:
         """The models (queue lanes, :func:`prour.llm.registry.lane_name`) the arm's episodes call."""
         from prour.eval.methods import method_roles
-        from prour.llm.registry import lane_name
+        from prour.eval.queue import role_lanes
 
-        roles = method_roles(self.cfg, arm.method, arm.attention)
-        return tuple(dict.fromkeys(lane_name(self.recipe.models[r]) for r in roles
-                                   if r in self.recipe.models))
+        return role_lanes(self.recipe, method_roles(self.cfg, arm.method, arm.attention))
 
     def limits(self) -> dict[str, int]:
         """Lane -> in-flight limit of every model this evaluation calls."""
@@ -288,16 +240,9 @@ class Evaluation:
         """Result lines for episodes without one (or whose episode was rerun); all in order."""
         path = self.run_dir / RESULTS_FILE
         stored = load_result_lines(path) if path.exists() else {}
-        judge = self._judge()
-        out = []
-        for arm, traj in zip(arms, trajectories):
-            line = stored.get(result_key(traj.key))
-            if line is None or not _same_episode(line, traj):
-                line = result_line(traj, arm, judge, self.generator_of(arm),
-                                   self.writer_of(arm))
-                append_jsonl(path, line)
-            out.append(line)
-        return out
+        return record_lines(path, arms, trajectories,
+                            [stored.get(result_key(traj.key)) for traj in trajectories],
+                            self._judge(), self.generator_of, self.writer_of)
 
     def generator_swap(self) -> str | None:
         """The generator's name when it is not the recipe's default (a ``--set
@@ -341,14 +286,6 @@ def check_errors(results: list[dict[str, Any]], max_fraction: float) -> None:
         "it runs the errored episodes again (eval.retry_errors=true)")
 
 
-def same_model(a: ModelConfig | None, b: ModelConfig | None) -> bool:
-    """Whether two model configs give the same outputs (their identity fields agree)."""
-    if a is None or b is None:
-        return a is b
-    fields = set(_MODEL_IDENTITY)
-    return a.model_dump(include=fields) == b.model_dump(include=fields)
-
-
 def model_name(cfg: ModelConfig) -> str:
     """A short name of a model for report labels: served name, folder name, or script."""
     return cfg.model or (Path(cfg.path).name if cfg.path else None) or cfg.script or cfg.backend
@@ -362,41 +299,6 @@ def wanted_tasks(entries: list[str], domain: str) -> set[str]:
         if not sep or scope == domain:
             out.add(task_id)
     return out
-
-
-def _same_episode(line: dict[str, Any], trajectory: Trajectory) -> bool:
-    """Whether a stored result line was made from this very episode (not an earlier attempt)."""
-    return (line.get("episode_started_at") == trajectory.started_at
-            and line.get("seconds") == trajectory.seconds)
-
-
-# Path keys among the settings. A run folder of an older prour stored them as the recipe wrote
-# them, relative to the working directory (their base then); taken from there they compare with
-# today's absolute paths, so that such a folder still resumes.
-_SETTING_PATHS = (("router", "thresholds_file"), ("router", "calibration", "dev_states"),
-                  ("router", "calibration", "test_states"), ("router", "calibration", "out_dir"),
-                  ("eval", "attention", "cache_dir"))
-
-
-def _stored_paths(stored: dict[str, Any]) -> dict[str, Any]:
-    """``stored`` settings with their relative path values taken from the working directory."""
-    out = json.loads(json.dumps(stored))
-    for *parents, key in _SETTING_PATHS:
-        node = out
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(key), str):
-            node[key] = run_path(node[key], Path.cwd(), "")
-    return out
-
-
-def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Dotted keys where two nested mappings differ."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys = set(a) | set(b)
-        return [k for key in keys for k in _diff_keys(a.get(key), b.get(key),
-                                                       f"{prefix}{key}.")]
-    return [] if a == b else [prefix.rstrip(".")]
 
 
 # ---- result lines -------------------------------------------------------------------------

@@ -101,6 +101,13 @@ def lane_limits(recipe: Recipe, roles: Iterable[str]) -> dict[str, int]:
     return out
 
 
+def role_lanes(recipe: Recipe, roles: Iterable[str]) -> tuple[str, ...]:
+    """The lanes (:func:`prour.llm.registry.lane_name`) of the models of ``roles``, in role order;
+    a role without a model has none."""
+    return tuple(dict.fromkeys(lane_name(recipe.models[role]) for role in roles
+                               if role in recipe.models))
+
+
 def keyed_seed(episode_seed: int, role: str, call: int, item: int) -> int:
     """The sampling seed of a request that brought none: a function of the episode's seed (its
     key's), the role, the role's call index in the episode and the request's place in the call,

@@ -1,12 +1,16 @@
 """One episode's result line: the compact, report-ready record the harness appends to
 ``results.jsonl`` (reward, termination, turn split and tags, model calls by role, decisions,
-router, generator and question writer, checkpoint, sweep point, attention costs)."""
+router, generator and question writer, checkpoint, sweep point, attention costs), and the
+appending of the lines that episodes lack."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prour.env.trajectory import Trajectory, tau2_steps
+from prour.files import append_jsonl
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.eval.arms import Arm
@@ -90,3 +94,25 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
 
         line["attention"] = attention_summary(trajectory, arm.attention, score, judge)
     return line
+
+
+def record_lines(path: Path, arms: list[Arm], trajectories: list[Trajectory],
+                 stored: list[dict[str, Any] | None], judge: Any,
+                 generator_of: Callable[[Arm], str | None],
+                 writer_of: Callable[[Arm], str | None]) -> list[dict[str, Any]]:
+    """The result line of every episode, in order: its ``stored`` line (from ``path``) when that
+    was made from this very episode, else a new one appended to ``path``; ``generator_of`` and
+    ``writer_of`` name an arm's swapped generator and question writer (:func:`result_line`)."""
+    out = []
+    for arm, traj, line in zip(arms, trajectories, stored):
+        if line is None or not _same_episode(line, traj):
+            line = result_line(traj, arm, judge, generator_of(arm), writer_of(arm))
+            append_jsonl(path, line)
+        out.append(line)
+    return out
+
+
+def _same_episode(line: dict[str, Any], trajectory: Trajectory) -> bool:
+    """Whether a stored result line was made from this very episode (not an earlier attempt)."""
+    return (line.get("episode_started_at") == trajectory.started_at
+            and line.get("seconds") == trajectory.seconds)

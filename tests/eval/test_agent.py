@@ -36,7 +36,7 @@ from prour.eval.agent import (
     RouteChoice,
     turn_labels,
 )
-from prour.eval.methods import MethodKit
+from prour.eval.kit import MethodKit
 from prour.router.routing import DecomposerBudget
 
 RETAIL_OK = SOLVABLE["retail"][1]

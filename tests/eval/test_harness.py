@@ -302,7 +302,7 @@ def test_rerun_with_other_settings_is_refused(tmp_path) -> None:
 
 def test_a_run_folder_of_the_old_path_base_still_resumes(tmp_path, monkeypatch) -> None:
     """Older prour stored router.calibration.* as written, relative to the working directory."""
-    from prour.eval.harness import RUN_FILE
+    from prour.eval.run_record import RUN_FILE
 
     monkeypatch.chdir(tmp_path)
     router = {"calibration": {"dev_states": "calibration/dev.jsonl"}}
