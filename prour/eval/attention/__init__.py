@@ -6,6 +6,7 @@ an interruption budget (:mod:`budget`) under a named policy (:mod:`policies`, se
 the training reward shares) and priced (:mod:`cost`). :mod:`agent` runs the protocol in an
 episode (its ``AttentiveAgent`` wraps the task agent and is imported from there, not
 re-exported: it depends on the eval agents);
+:mod:`components` builds the classifier and the attentive agent from a recipe's builder;
 :mod:`analysis` builds tables, equal-cost comparisons and plots.
 
 Names load on first use (``from prour.eval.attention import conversation_cost``), so that the
