@@ -479,7 +479,7 @@ CLI_OPTIONS_OF_OTHER_MEANING = {
                                          "train.rollout.n",
     ("prour.cli.env.episode_run", "seed"): "the one episode's seed; `prour episode run` takes "
                                            "no recipe",
-    ("prour.cli.eval.report_command", "attention"): "a switch for the attention tables, not the "
+    ("prour.cli.report.report_command", "attention"): "a switch for the attention tables, not the "
                                                     "eval.attention section",
 }
 

@@ -89,6 +89,8 @@ def _register_subcommands() -> None:
         eval,
         extract,
         normalize,
+        posthoc,
+        report,
         reward,
         run,
         serve,
@@ -101,9 +103,9 @@ def _register_subcommands() -> None:
         view,
     )
 
-    for module in (env, collect, normalize, extract, data, train, eval, serve, demo, tiny, run,
-                   tau2, view):
-        module.register(app)  # env/episode, collect, ..., data, train, eval/report, ..., run/status
+    for module in (env, collect, normalize, extract, data, train, eval, posthoc, report, serve,
+                   demo, tiny, run, tau2, view):
+        module.register(app)  # env/episode, collect, ..., train, eval, posthoc, report, ..., status
     for command in (train_export, train_report):
         command.register(train.train_app)  # `prour train export`, `prour train report`
     calibrate_approve.register(calibrate.calibrate_app)

@@ -16,7 +16,7 @@ def report(
 ) -> None:
     """Plot a training run's metrics.jsonl (local or verl): reward by mode, sample kinds,
     prior/posterior, entropy, clip fraction, grad norm, lr, tokens/s; PNGs and markdown."""
-    from prour.cli.eval import training_report
+    from prour.cli.report import training_report
 
     training_report(str(output_dir), str(out) if out else None)
 
