@@ -205,6 +205,23 @@ def test_the_package_has_no_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+# A module a reader can follow: it reads at most this many other prour modules (a package's
+# __init__, a path on the way to a submodule, not counted); the two that wire the whole program
+# together are the exceptions, each with its reason.
+MOST_IMPORTED = 12
+WIDE_MODULES = {
+    "prour.cli.main": "the entry: it registers every command module",
+    "prour.build": "the builder: it makes every model-backed component of a recipe",
+}
+
+
+def test_a_module_reads_at_most_twelve_others() -> None:
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    wide = {name: sorted(targets - packages) for name, targets in import_graph().items()
+            if len(targets - packages) > MOST_IMPORTED and name not in WIDE_MODULES}
+    assert not wide, f"modules importing more than {MOST_IMPORTED} prour modules: {wide}"
+
+
 # Stage packages that must not import another (type-checking imports included), with the reason:
 # the second one uses the first, so an import back would put a piece in the wrong room.
 LOWER_THAN = {
@@ -214,6 +231,10 @@ LOWER_THAN = {
     ("prour.train", "prour.eval"): "evaluation loads train's checkpoints",
     ("prour.train", "prour.cluster"): "the cluster code renders and launches train jobs",
     ("prour.eval", "prour.cluster"): "the cluster code renders and launches eval jobs",
+    ("prour.rewards", "prour.train"): "training calls the reward",
+    ("prour.rewards", "prour.eval"): "evaluation prices questions with the reward's judge",
+    **{(package, "prour.build"): "the builder makes components at the entry and hands them down"
+       for package in ("prour.data", "prour.router", "prour.rewards", "prour.train")},
 }
 
 
