@@ -96,6 +96,13 @@ def _generator(params: SamplingParams, base: int, index: int) -> torch.Generator
     return None if params.greedy else torch.Generator().manual_seed(sample_seed(base, index))
 
 
+# transformers' lazy imports and ``from_pretrained`` are not safe in two threads at once (a
+# second thread can find ``AutoModelForCausalLM`` missing, or a model half built on the meta
+# device): backends built at the same moment (a checkpoint sweep's generators, built in the eval
+# queue's threads) load one after another.
+_LOADING = threading.Lock()
+
+
 @dataclass
 class _Row:
     """One sample being generated: its settings, random stream, tokens so far and how it ended."""
@@ -127,13 +134,15 @@ class HFLLM:
         max_batch_tokens: int = 16384,
         prefix_reuse: bool = True,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         target = resolve_device(device)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, target))
+        with _LOADING:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, target))
+            model, tokenizer = model.to(target).eval(), AutoTokenizer.from_pretrained(path)
         self._attach(
-            model.to(target).eval(),
-            AutoTokenizer.from_pretrained(path),
+            model,
+            tokenizer,
             seed,
             max_model_len,
             max_batch_size,

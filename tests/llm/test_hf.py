@@ -384,3 +384,29 @@ def test_equal_prompts_with_own_seeds_sample_like_rows_of_one_request(llm: HFLLM
         [[alone]] = llm.chat([ChatRequest(CHAT, p)])
         assert completion.token_ids == alone.token_ids
     assert len({tuple(c.token_ids) for [c] in batch}) > 1
+
+
+def test_models_loaded_in_several_threads_at_once_all_load(tiny_model_dir):
+    """A checkpoint sweep's episodes build their generators in the queue's threads, each from its
+    own checkpoint: in a fresh interpreter (transformers not imported yet), four threads build an
+    hf backend at the same moment and every one loads."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, threading\n"
+        "from prour.llm.hf import HFLLM\n"
+        "errors, start = [], threading.Barrier(4)\n"
+        "def load():\n"
+        "    start.wait()\n"
+        "    try:\n"
+        "        HFLLM(sys.argv[1], 'cpu', 'float32')\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc)[:200])\n"
+        "threads = [threading.Thread(target=load) for _ in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(errors)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(tiny_model_dir)], capture_output=True,
+                         text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[-2000:]
