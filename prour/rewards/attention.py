@@ -22,27 +22,13 @@ Verify questions go to the verifier, which reads tools, not the user: they cost 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from prour.llm.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config.rewards import AttentionRewardConfig
-
-
-class Verdict(Protocol):
-    """A judge's scores of one request (:class:`prour.rewards.judge.Judgment`)."""
-
-    reading_effort: float | None
-    value: float | None
-    failed: bool
-    error: str | None
-
-
-class Judge(Protocol):
-    """Scores (request, context) pairs (:class:`prour.rewards.judge.RequestJudge`)."""
-
-    def judge(self, items: Sequence[tuple[str, str]]) -> Sequence[Verdict]: ...
+    from prour.rewards.judge import Judgment, RequestJudge
 
 
 def _discretionary_cost(accounting: str, **scores: float) -> float:
@@ -60,7 +46,7 @@ def proxy_cost(question: str) -> float:
     return _discretionary_cost("atomic", atomic_questions=max(1, count_atomic_questions(question)))
 
 
-def judged_cost(judgment: Verdict) -> float:
+def judged_cost(judgment: Judgment) -> float:
     """The ``full`` cost of one discretionary request from the judge's r and v."""
     return _discretionary_cost(
         "full", reading_effort=judgment.reading_effort, value=judgment.value
@@ -70,7 +56,7 @@ def judged_cost(judgment: Verdict) -> float:
 class QuestionCost:
     """Prices the clarify questions of one state: ``(cost, error)`` per question."""
 
-    def __init__(self, config: AttentionRewardConfig, judge: Judge | None = None):
+    def __init__(self, config: AttentionRewardConfig, judge: RequestJudge | None = None):
         if config.cost == "judge" and judge is None:
             raise ValueError("reward.attention.cost 'judge' needs a RequestJudge (models.judge)")
         self.config = config
