@@ -9,22 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from train_helpers import random_batch
 
 from prour.config.train import PPOSettings
 from prour.core.policy_gradient import group_advantages, policy_loss, token_entropy
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
-
-
-def _batch(seed: int, bs: int = 5, T: int = 7):
-    gen = torch.Generator().manual_seed(seed)
-    old = -torch.rand(bs, T, generator=gen) * 3
-    new = old + torch.randn(bs, T, generator=gen) * 0.6  # ratios spread well past the clip range
-    adv = torch.randn(bs, T, generator=gen) * 2
-    mask = (torch.rand(bs, T, generator=gen) > 0.25).float()
-    mask[:, 0] = 1
-    entropy = torch.rand(bs, T, generator=gen) * 4
-    return old, new, adv, mask, entropy
 
 
 def _verl_loss(old, new, adv, mask, settings, entropy, batch_num_tokens):
@@ -59,7 +49,7 @@ SETTINGS = [PPOSettings(), PPOSettings(clip_low=0.1, clip_high=0.5, clip_ratio_c
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("whole_batch", [True, False], ids=["own_tokens", "batch_tokens"])
 def test_policy_loss_equals_verl_in_value_and_gradient(settings, seed, whole_batch):
-    old, new, adv, mask, entropy = _batch(seed)
+    old, new, adv, mask, entropy = random_batch(seed)
     n_tokens = None if whole_batch else int(mask.sum()) + 11  # a micro-batch of a larger batch
     ours_new, ref_new = new.clone().requires_grad_(), new.clone().requires_grad_()
     ours_ent, ref_ent = entropy.clone().requires_grad_(), entropy.clone().requires_grad_()

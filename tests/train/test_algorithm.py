@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from train_helpers import random_batch
 
 from prour.config.train import PPOSettings
 from prour.train.algorithm import (
@@ -101,21 +102,9 @@ def _hand_loss(old, new, adv, mask, low, high, c, entropy, coeff, n_tokens):
     return total_pg / n_tokens - coeff * total_ent / n_tokens, clipped / counted
 
 
-def _random_batch(seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    bs, T = 5, 7
-    old = -torch.rand(bs, T, generator=gen) * 3
-    new = old + torch.randn(bs, T, generator=gen) * 0.6  # ratios spread well past the clip range
-    adv = torch.randn(bs, T, generator=gen) * 2
-    mask = (torch.rand(bs, T, generator=gen) > 0.25).float()
-    mask[:, 0] = 1
-    entropy = torch.rand(bs, T, generator=gen) * 4
-    return old, new, adv, mask, entropy
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_policy_loss_matches_hand_implementation(seed):
-    old, new, adv, mask, entropy = _random_batch(seed)
+    old, new, adv, mask, entropy = random_batch(seed)
     settings = PPOSettings(clip_low=0.2, clip_high=0.3, clip_ratio_c=3.0, entropy_coeff=0.01)
     loss, metrics = policy_loss(old, new, adv, mask, settings, entropy=entropy)
     expected, clipfrac = _hand_loss(old, new, adv, mask, 0.2, 0.3, 3.0, entropy, 0.01, mask.sum())
@@ -128,7 +117,7 @@ def test_policy_loss_matches_hand_implementation(seed):
 def test_policy_loss_matches_verl_reference():
     from verl.trainer.ppo.core_algos import compute_policy_loss
 
-    old, new, adv, mask, _ = _random_batch(7)
+    old, new, adv, mask, _ = random_batch(7)
     ours, metrics = policy_loss(old, new, adv, mask, PPOSettings(clip_ratio_c=3.0))
     ref_loss, ref_clipfrac, ref_kl, ref_lower = compute_policy_loss(
         old, new, adv, mask, cliprange=0.2, cliprange_low=0.2, cliprange_high=0.3, clip_ratio_c=3.0
@@ -140,7 +129,7 @@ def test_policy_loss_matches_verl_reference():
 
 
 def test_micro_batches_accumulate_to_the_mini_batch_token_mean():
-    old, new, adv, mask, entropy = _random_batch(3)
+    old, new, adv, mask, entropy = random_batch(3)
     whole, _ = policy_loss(old, new, adv, mask, entropy=entropy)
     n_tokens = int(mask.sum())
     parts = [
@@ -159,7 +148,7 @@ def test_micro_batches_accumulate_to_the_mini_batch_token_mean():
 
 def test_entropy_bonus_gradient_and_no_kl():
     """The loss depends on the entropy with coefficient 0.01 and on nothing but the four inputs."""
-    old, new, adv, mask, entropy = _random_batch(5)
+    old, new, adv, mask, entropy = random_batch(5)
     entropy = entropy.clone().requires_grad_(True)
     loss, _ = policy_loss(old, new, adv, mask, PPOSettings(entropy_coeff=0.01), entropy=entropy)
     loss.backward()

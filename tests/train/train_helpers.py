@@ -99,3 +99,18 @@ def warm_start(
     ]
     return learned_by_heart(Path(model_dir), out_dir, examples, steps, max_tokens=256, lr=lr,
                             seed=seed)
+
+
+def random_batch(seed: int, bs: int = 5, T: int = 7) -> tuple:
+    """Old and new log-probs, advantages, a response mask and entropies, (bs, T) each: ratios
+    spread well past the clip range, every row with at least one response token."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    old = -torch.rand(bs, T, generator=gen) * 3
+    new = old + torch.randn(bs, T, generator=gen) * 0.6
+    adv = torch.randn(bs, T, generator=gen) * 2
+    mask = (torch.rand(bs, T, generator=gen) > 0.25).float()
+    mask[:, 0] = 1
+    entropy = torch.rand(bs, T, generator=gen) * 4
+    return old, new, adv, mask, entropy
