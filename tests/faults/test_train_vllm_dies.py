@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,24 @@ def _check_the_resumed(out: Path) -> None:
     assert not (out / LOCK_FILE).exists()
 
 
+def _kill_then_resume(train: Callable[..., subprocess.Popen], out: Path, first: VLLMServer,
+                      server: Callable[[], VLLMServer]) -> None:
+    """Kill ``first`` once the run ``train()`` starts has saved a checkpoint and check the stop;
+    then, with the server back (``server()``, the same port), ``train("--resume")`` trains every
+    step once."""
+    try:
+        proc = train()
+        log = _kill_after_the_first_checkpoint(proc, out, first)
+    finally:
+        first.stop()
+    _check_the_stop(log, proc.returncode, out)
+    with server().start(timeout_s=START_TIMEOUT_S):
+        resumed = train("--resume")
+        log = resumed.communicate(timeout=WAIT_S)[0]
+    assert resumed.returncode == 0, log[-5000:]
+    _check_the_resumed(out)
+
+
 def test_the_responders_server_dies_mid_training_then_resume_trains_every_step_once(
         format_policy_dir, tiny_model_dir, vllm_python, tmp_path):
     """`prour train` with the local backend; the generator is the warm-started tiny model that
@@ -122,19 +141,8 @@ def test_the_responders_server_dies_mid_training_then_resume_trains_every_step_o
     recipe["reward"] = REWARD
     recipe["train"]["rollout"] = ROLLOUT
     path.write_text(yaml.safe_dump(recipe))
-    out = tmp_path / "ckpt" / "served"
-    try:
-        proc = _train_local(path)
-        log = _kill_after_the_first_checkpoint(proc, out, first)
-    finally:
-        first.stop()
-    _check_the_stop(log, proc.returncode, out)
-
-    with _server(tiny_model_dir, vllm_python, port).start(timeout_s=START_TIMEOUT_S):
-        resumed = _train_local(path, "--resume")
-        log = resumed.communicate(timeout=WAIT_S)[0]
-    assert resumed.returncode == 0, log[-5000:]
-    _check_the_resumed(out)
+    _kill_then_resume(lambda *extra: _train_local(path, *extra), tmp_path / "ckpt" / "served",
+                      first, lambda: _server(tiny_model_dir, vllm_python, port))
 
 
 def test_the_responders_server_dies_mid_rehearsal_then_resume_trains_every_step_once(
@@ -149,15 +157,5 @@ def test_the_responders_server_dies_mid_rehearsal_then_resume_trains_every_step_
              for part in ("--set", f"models.{role}.{item}")]
     sets += [part for section, values in (("reward", REWARD), ("train.rollout", ROLLOUT))
              for key, value in values.items() for part in ("--set", f"{section}.{key}={value}")]
-    try:
-        proc = _rehearse(sets)
-        log = _kill_after_the_first_checkpoint(proc, out, first)
-    finally:
-        first.stop()
-    _check_the_stop(log, proc.returncode, out)
-
-    with _server(tiny_model_dir, vllm_python, port).start(timeout_s=START_TIMEOUT_S):
-        resumed = _rehearse(sets, "--resume")
-        log = resumed.communicate(timeout=WAIT_S)[0]
-    assert resumed.returncode == 0, log[-5000:]
-    _check_the_resumed(out)
+    _kill_then_resume(lambda *extra: _rehearse(sets, *extra), out, first,
+                      lambda: _server(tiny_model_dir, vllm_python, port))
