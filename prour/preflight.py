@@ -37,7 +37,15 @@ from pathlib import Path
 
 from prour.cluster.devices import visible_gpus
 from prour.config import Recipe
-from prour.stages import EXTERNAL, get_stage, required_roles, served_ids, stage_of, writer_of
+from prour.stages import (
+    EXTERNAL,
+    get_stage,
+    required_roles,
+    served_ids,
+    stage_inputs,
+    stage_of,
+    writer_of,
+)
 
 PROBE_TIMEOUT_S = 2.0
 TOKENIZER_KEYS = ("data.tokenizer",)  # keys naming a folder whose tokenizer alone is read
@@ -219,11 +227,11 @@ def check_extras(recipe: Recipe, stage: str) -> list[Problem]:
 
 
 def check_paths(recipe: Recipe, stage: str, stages: Iterable[str] = ()) -> list[Problem]:
-    """Input files of ``stage`` (:meth:`prour.stages.Stage.inputs`) that exist neither now nor as
+    """Input files of ``stage`` (:func:`prour.stages.stage_inputs`) that exist neither now nor as
     the output of a step that one of ``stages`` runs."""
     later = set(stages)
     problems = []
-    for file, writer in get_stage(stage).inputs(recipe):
+    for file, writer in stage_inputs(get_stage(stage), recipe):
         if not file.checked or file.path.exists():
             continue
         if writer.by_stage and writer is not EXTERNAL and stage_of(writer).name in later:
@@ -242,7 +250,7 @@ def check_parquet(recipe: Recipe, stage: str) -> list[Problem]:
     import pyarrow.parquet as pq
 
     problems = []
-    for file, writer in get_stage(stage).inputs(recipe):
+    for file, writer in stage_inputs(get_stage(stage), recipe):
         if file.path.suffix != ".parquet" or not file.path.is_file():
             continue
         try:

@@ -56,7 +56,8 @@ __all__ = [
     "TRADEOFF_NAMES", "Extra", "File", "Stage", "Step", "_tradeoff_dir", "chain_supplied",
     "command_options", "command_values", "format_command", "get_stage", "get_step", "ig_recipe",
     "required_roles", "run_stages", "run_steps", "serve_python", "served_elsewhere",
-    "served_ids", "stage_names", "stage_of", "stage_roles", "steps", "supplied_model",
+    "served_ids", "stage_inputs", "stage_names", "stage_of", "stage_roles", "steps",
+    "supplied_model",
     "tradeoff_recipe", "writer_of",
 ]
 
@@ -69,10 +70,37 @@ def writer_of(recipe: Recipe, path: Path) -> Step:
     return EXTERNAL
 
 
-# The paper's order; each stage asks the whole chain which step writes its inputs (Stage.inputs).
-STAGES: tuple[Stage, ...] = tuple(
-    replace(stage, writer=writer_of)
-    for stage in (SERVE, COLLECT, NORMALIZE, CALIBRATE, EXTRACT, TRAIN, EXPORT, EVAL, REPORT))
+# The paper's order.
+STAGES: tuple[Stage, ...] = (SERVE, COLLECT, NORMALIZE, CALIBRATE, EXTRACT, TRAIN, EXPORT, EVAL,
+                             REPORT)
+
+
+def stage_inputs(stage: Stage, recipe: Recipe) -> list[tuple[File, Step]]:
+    """Files the stage's command reads that its own steps do not write first, with the step
+    that writes them (:data:`EXTERNAL` for files from outside the chain); a step whose outputs
+    are there already reads nothing (a rerun skips it)."""
+    made: set[Path] = set()
+    needed: list[tuple[File, Step]] = []
+    for step in stage.steps:
+        wanted = [file for file in step.reads(recipe) if file.path not in made]
+        # a step whose outputs are there reads nothing; asked only when an input is missing
+        # (reading "done" may load task lists)
+        if step.by_stage and not (any(file.checked and not file.path.exists()
+                                      for file in wanted) and _already_done(step, recipe)):
+            for file in wanted:
+                needed.append((file, writer_of(recipe, file.path)))
+                made.add(file.path)  # named once, however many steps read it
+        made.update(out.path for out in step.writes(recipe))
+    return needed
+
+
+def _already_done(step: Step, recipe: Recipe) -> bool:
+    """Whether the step's outputs are there (a recipe its ``done`` cannot read: not done; the
+    step's own command names the problem)."""
+    try:
+        return step.is_done(recipe)
+    except (ValueError, LookupError, OSError):
+        return False
 
 
 # ---- questions every caller asks ----------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -186,10 +186,6 @@ class Stage:
     preflight: bool = True  # its command checks the setup before its first step
     long_running: bool = False  # runs beside the later stages (serve): they start once it runs
     refuse_idle: bool = False  # with nothing to do (skip) its command fails: refuse to submit it
-    # The step that writes a path, over the whole chain (prour.stages.writer_of): prour.stages
-    # sets it when it puts the packages' stages in order, since a stage alone cannot see the
-    # stages before it.
-    writer: Callable[[Recipe, Path], Step] | None = field(default=None, compare=False, repr=False)
 
     def roles(self, recipe: Recipe) -> tuple[str, ...]:
         return union(step.roles(recipe) for step in self.steps)
@@ -200,37 +196,6 @@ class Stage:
         if self.slurm_command is None:
             raise ValueError(f"stage {self.name!r} renders its own template ({self.slurm})")
         return format_command(self.slurm_command, recipe, recipe_path, list(sets))
-
-    def inputs(self, recipe: Recipe) -> list[tuple[File, Step]]:
-        """Files its command reads that its own steps do not write first, with the step that
-        writes them (:data:`EXTERNAL` for files from outside the chain); a step whose outputs
-        are there already reads nothing (a rerun skips it). Asked of a stage of
-        :data:`prour.stages.STAGES` (the one that knows the writers)."""
-        if self.writer is None:
-            raise ValueError(f"stage {self.name!r} is not one of prour.stages.STAGES: "
-                             "it cannot tell which step writes its inputs")
-        made: set[Path] = set()
-        needed: list[tuple[File, Step]] = []
-        for step in self.steps:
-            wanted = [file for file in step.reads(recipe) if file.path not in made]
-            # a step whose outputs are there reads nothing; asked only when an input is missing
-            # (reading "done" may load task lists)
-            if step.by_stage and not (any(file.checked and not file.path.exists()
-                                          for file in wanted) and _already_done(step, recipe)):
-                for file in wanted:
-                    needed.append((file, self.writer(recipe, file.path)))
-                    made.add(file.path)  # named once, however many steps read it
-            made.update(out.path for out in step.writes(recipe))
-        return needed
-
-
-def _already_done(step: Step, recipe: Recipe) -> bool:
-    """Whether the step's outputs are there (a recipe its ``done`` cannot read: not done; the
-    step's own command names the problem)."""
-    try:
-        return step.is_done(recipe)
-    except (ValueError, LookupError, OSError):
-        return False
 
 
 def union(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
