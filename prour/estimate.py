@@ -414,7 +414,8 @@ def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
     sweeps), then the chain's total: the trainings plus the eval steps through one queue (each
     eval step is one queue; the steps run one after another). A broken rates file is named in
     place of the numbers."""
-    from prour.stages import TRADEOFF_NAMES, _tradeoff_dir, get_step, ig_recipe, tradeoff_recipe
+    from prour.stages import TRADEOFF_NAMES, get_step, ig_recipe, tradeoff_recipe
+    from prour.step import tradeoff_dir
 
     lines: list[str] = []
     ig_skipped = get_step("train-ig-clarifier").skip(recipe)  # the stage table's own rule
@@ -429,7 +430,7 @@ def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
              *((step, get_step(step).skip(recipe) is None,
                 lambda step=step, name=name: eval_totals(
                     tradeoff_recipe(recipe, name), step=step,
-                    folder=_tradeoff_dir(recipe, name)))
+                    folder=tradeoff_dir(recipe, name)))
                for step, name in sweeps))
     train_low = train_high = queue = after = 0.0
     counted: list[str] = []

@@ -45,7 +45,6 @@ from prour.step import (
     ig_trains,
     union,
 )
-from prour.step import tradeoff_dir as _tradeoff_dir  # prour.estimate's name for it
 from prour.train.steps import EXPORT, TRAIN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,7 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "AIRLINE_TRAJECTORIES", "DEV_TRAJECTORIES", "EXTERNAL", "GPU_EXTRA", "STAGES",
-    "TRADEOFF_NAMES", "Extra", "File", "Stage", "Step", "_tradeoff_dir", "chain_supplied",
+    "TRADEOFF_NAMES", "Extra", "File", "Stage", "Step", "chain_supplied",
     "command_options", "command_values", "format_command", "get_stage", "get_step", "ig_recipe",
     "required_roles", "run_stages", "run_steps", "serve_python", "served_elsewhere",
     "served_ids", "stage_inputs", "stage_names", "stage_of", "stage_roles", "steps",
