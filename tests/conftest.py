@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+# tests/train/train_helpers.py is imported by tests in several folders (core, faults, cli): its
+# folder goes on the path here, not only when pytest happens to collect tests/train first.
+sys.path.insert(0, str(Path(__file__).parent / "train"))
+
 # pytester: tests/test_session_setup.py runs pytest on planted tests.
 pytest_plugins = ("session_caches", "skip_rules", "pytester")
 
@@ -61,8 +65,6 @@ def format_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFac
     the time. Not the session's ``warm_tiny_model``: that one asks a well-formed question in none
     of 24 samples on this prompt, so the format-reward test would have nothing to reinforce."""
     import torch
-
-    sys.path.insert(0, str(Path(__file__).parent / "train"))  # the helper lives with its tests
     from train_helpers import warm_start
 
     before = torch.get_num_threads()
