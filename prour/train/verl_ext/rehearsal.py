@@ -577,6 +577,7 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
     from prour.config.train import actor_dp_size
     from prour.train import checkpoint as ckpt
     from prour.train.verl_backend import compose_verl_config, prepare_verl_run
+    from prour.train.verl_ext import ray_signals
     from prour.train.verl_ext.policy_rank import PolicyRank
 
     newest = ckpt.latest_checkpoint(cfg.output_dir)
@@ -636,8 +637,7 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
             harness.close()
         with contextlib.suppress(Exception):
             tq.close()
-        ray.shutdown()
-        interrupt.reclaim()  # ray.shutdown puts SIGTERM's default action back
+        ray_signals.shutdown()  # ray.shutdown would put SIGTERM's default action back
 
 
 class RankLostError(RuntimeError):

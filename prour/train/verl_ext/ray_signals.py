@@ -1,0 +1,58 @@
+"""Keeping prour's SIGINT/SIGTERM handling through ``ray.shutdown`` (the CPU rehearsal's driver).
+
+Ray's driver installs a C++ crash handler for SIGSEGV, SIGILL, SIGFPE, SIGABRT and SIGTERM at
+``ray.init`` (prour takes SIGTERM back right after: :func:`prour.interrupt.reclaim`). During
+``ray.shutdown`` Ray uninstalls that handler by setting all five to their default action, whatever
+is installed at that moment, and the shutdown takes about a second more. A SIGTERM in that second,
+which is what Slurm's repeated SIGTERM sends, then killed the driver by signal after its
+checkpoint was whole and its report printed (measured with Ray 2.60: a SIGTERM every 10 ms during
+``ray.shutdown`` killed it with 143).
+
+Ray skips the uninstall when its own "installed" flag is false, so :func:`shutdown` clears the
+flag before ``ray.shutdown`` and does the uninstall's job itself afterwards for the four crash
+signals. SIGTERM keeps prour's handler throughout: a signal then is one more request to stop,
+counted as :mod:`prour.interrupt` counts them. Where a Ray build lacks the flag (another version),
+the shutdown is Ray's own and the second then is as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import threading
+
+from prour import interrupt
+
+# ray::RayLog::is_failure_signal_handler_installed_, a static bool exported by ray/_raylet.so.
+_INSTALLED_FLAG = "_ZN3ray6RayLog36is_failure_signal_handler_installed_E"
+_CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
+
+
+def _installed_flag() -> ctypes.c_bool | None:
+    """Ray's flag in the loaded ``_raylet`` library, or None where this build does not export it."""
+    import ray._raylet
+
+    try:
+        return ctypes.c_bool.in_dll(ctypes.CDLL(ray._raylet.__file__), _INSTALLED_FLAG)
+    except (OSError, ValueError):
+        return None
+
+
+def shutdown() -> bool:
+    """``ray.shutdown()`` without Ray putting SIGTERM's default action back on the way; prour's
+    handlers are in place afterwards. True where the handler stayed in place throughout."""
+    import ray
+
+    flag = _installed_flag()
+    kept = (flag is not None and flag.value
+            and threading.current_thread() is threading.main_thread())  # signal.signal's rule
+    if kept:
+        flag.value = False  # Ray's uninstall is skipped: SIGTERM keeps the handler it has now
+    try:
+        ray.shutdown()
+    finally:
+        if kept:
+            for signum in _CRASH_SIGNALS:  # what Ray's uninstall would have done for these
+                signal.signal(signum, signal.SIG_DFL)
+        interrupt.reclaim()
+    return kept
