@@ -1,19 +1,21 @@
 """Fault cells of ``prour train`` on verl's CPU rehearsal (``train.verl.engine: cpu_rehearsal``;
 tests/faults/matrix.py lists every cell): verl's trainer code on a local Ray cluster, one policy
-rank, the tiny model, 4 steps with a checkpoint each. A signal after the first checkpoint ends it
-with exit 130 and one line naming the newest checkpoint and the rerun, the lock freed and Ray
-stopped (Ray's own SIGTERM handler aborted the process with exit 134 before prour took its
-handlers back); a metrics line torn by a crash is cut off on resume; a read-only output folder is
-one line. The rerun saves every step exactly once (steps 1-4 in metrics.jsonl, each checkpoint
-loadable)."""
+rank, the tiny model, 4 steps with a checkpoint each. A signal after the first checkpoint (in a
+Slurm job also SIGTERM repeated until the exit) ends it with exit 130 and one line naming the
+newest checkpoint and the rerun, the lock freed and Ray stopped (Ray's own SIGTERM handler aborted
+the process with exit 134 before prour took its handlers back); a metrics line torn by a crash is
+cut off on resume; a read-only output folder is one line. The rerun saves every step exactly once
+(steps 1-4 in metrics.jsonl, each checkpoint loadable)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,23 +60,37 @@ def _train(sets: list[str], *extra: str, **env: str) -> subprocess.Popen:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
 
 
+def _repeat_sigterm(proc: subprocess.Popen, every_s: float = 0.1) -> None:
+    """SIGTERM to ``proc`` every ``every_s`` seconds until it has exited."""
+    while proc.poll() is None:
+        time.sleep(every_s)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+
+
 def _steps(out: Path) -> list[int]:
     return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.full  # ~50 s each: two rehearsals on Ray (the row's CI cells: start-up, checkpoint)
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "slurm-repeated-SIGTERM"])
 def test_a_signal_mid_rehearsal_names_the_checkpoint_and_resume_saves_every_step_once(
         tiny_model_dir, tmp_path, how):
+    """In a Slurm job (SLURM_JOB_ID) a SIGTERM every 0.1 s from the first to the exit stands for
+    Slurm's repetitions: it covers the second of ``ray.shutdown`` in which Ray used to put
+    SIGTERM's default action back (prour.train.verl_ext.ray_signals)."""
     out = tmp_path / "ckpt"
     sets = _prepared(tmp_path / "run", tiny_model_dir, out)
-    proc = _train(sets)
+    proc = _train(sets, **({"SLURM_JOB_ID": "4242"} if how.startswith("slurm") else {}))
     deadline = time.monotonic() + WAIT_S
     while ckpt.latest_checkpoint(out) is None:
         assert proc.poll() is None, proc.communicate()[0]
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGTERM)
+    repeats = threading.Thread(target=_repeat_sigterm, args=(proc,), daemon=True)
+    if how.startswith("slurm"):
+        repeats.start()
     log = proc.communicate(timeout=WAIT_S)[0]
     assert proc.returncode == INTERRUPTED_EXIT, log
     assert "Traceback" not in log and "SIGTERM received at time" not in log, log  # Ray's abort
