@@ -16,11 +16,11 @@ time, tokens/s, achieved TFLOP/s, MFU and peak memory per variant; an out-of-mem
 ~1,400-token prompt (temperature 0.8, as in training) and scoring 8 posterior contexts, the work of
 one state's rollout and reward. Prints tokens/s and peak memory.
 
-The loss is prour's (``prour.train.algorithm.policy_loss``, verl's core algorithms). The lent GPU
-machines have no verl (it imports Ray at module level, too big to carry), so there the script uses
-``torch_policy_loss`` below, the same objective written in torch; ``--check-loss`` (run where verl
-is installed) shows both agree to 1e-6 before a GPU run is trusted. The loss is a negligible part
-of the step's time either way.
+The loss is prour's (``prour.core.policy_gradient.policy_loss``: pure torch, its settings the
+recipe's ``train.ppo``, a pydantic model). Where prour's config cannot be imported (a lent GPU
+machine may lack pydantic) the script uses ``torch_policy_loss`` below, the same objective with the
+paper's settings written in; ``--check-loss`` (run in the project venv) shows both agree to 1e-6
+before a GPU run is trusted. The loss is a negligible part of the step's time either way.
 
 Model FLOPs count 6 x parameters per token (forward + backward) plus causal attention; MFU
 divides achieved model FLOP/s by the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s).
@@ -28,7 +28,7 @@ divides achieved model FLOP/s by the GPU's dense bf16 peak (H100/H200 SXM: 989 T
 Usage: python benchmarks/gpu_step.py [--part all|update|generate] [--json results.json]
        python benchmarks/gpu_step.py --part update --variants baseline,packed --mixed
        python benchmarks/gpu_step.py --shape tiny --device cpu --repeats 1   (checks the script)
-       python benchmarks/gpu_step.py --check-loss                              (needs verl)
+       python benchmarks/gpu_step.py --check-loss                   (in the project venv)
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def torch_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Dual-clip PPO surrogate minus the entropy bonus, token sums over the mini-batch's tokens.
 
-    The objective of ``prour.train.algorithm.policy_loss`` for machines without verl; all
-    tensors (bs, T).
+    The objective of ``prour.core.policy_gradient.policy_loss`` at the paper's ``train.ppo``, for
+    machines where prour's config does not import; all tensors (bs, T).
     """
     mask = response_mask.float()
     ratio = torch.exp(torch.clamp(log_prob - old_log_prob, -20.0, 20.0))
@@ -110,13 +110,13 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def prour_policy_loss() -> LossFn | None:
-    """prour's loss (verl's core algorithms) as a ``torch_policy_loss``-shaped call; None without verl."""
+    """prour's loss as a ``torch_policy_loss``-shaped call; None where prour's config (pydantic)
+    does not import."""
     try:
-        import verl.trainer.ppo.core_algos  # noqa: F401
+        from prour.config.train import PPOSettings
     except ImportError:
         return None
-    from prour.config.train import PPOSettings
-    from prour.train.algorithm import policy_loss
+    from prour.core.policy_gradient import policy_loss
 
     def call(old, new, adv, mask, entropy, batch_num_tokens):
         return policy_loss(
@@ -127,10 +127,10 @@ def prour_policy_loss() -> LossFn | None:
 
 
 def check_loss() -> None:
-    """``torch_policy_loss`` equals prour's verl-backed loss on random batches (value and grad)."""
+    """``torch_policy_loss`` equals prour's loss on random batches (value and grad)."""
     reference = prour_policy_loss()
     if reference is None:
-        sys.exit("--check-loss needs verl (run it in the project venv)")
+        sys.exit("--check-loss needs prour's config (run it in the project venv)")
     for seed in range(5):
         gen = torch.Generator().manual_seed(seed)
         old = -torch.rand(4, 9, generator=gen) * 3
@@ -147,7 +147,7 @@ def check_loss() -> None:
         print(f"seed {seed}: loss {float(ours):+.6f} vs {float(theirs):+.6f}, max diff {diff:.1e}")
         if diff > 1e-6:
             sys.exit("torch_policy_loss differs from prour's policy_loss")
-    print("torch_policy_loss == prour.train.algorithm.policy_loss (5 random batches)")
+    print("torch_policy_loss == prour.core.policy_gradient.policy_loss (5 random batches)")
 
 
 # ---- update ----------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ def time_variant(
     _name, peak = peak_tflops(device)
     return {
         "params_b": sum(p.numel() for p in model.parameters()) / 1e9,
-        "loss": "prour.train.algorithm (verl)" if loss_fn is not torch_policy_loss else "torch twin",
+        "loss": "prour.core.policy_gradient" if loss_fn is not torch_policy_loss else "torch twin",
         "samples": len(batch.lengths),
         "prompt_tokens": args.prompt,
         "response_tokens": [r for _, r in batch.lengths],
