@@ -42,7 +42,7 @@ DRIVER = textwrap.dedent("""
 @pytest.mark.parametrize("how", ["ray", "prour"])
 def test_sigterm_during_ray_shutdown_reaches_the_handler_only_through_prour(how):
     proc = subprocess.run([sys.executable, "-c", DRIVER, how], capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, check=False)
     if how == "ray":  # the window the module closes: still there in this Ray, else drop it
         assert proc.returncode == -15, (proc.returncode, proc.stdout, proc.stderr[-2000:])
         return
