@@ -1,7 +1,9 @@
-"""Keeping prour's SIGINT/SIGTERM handling through ``ray.shutdown`` (the CPU rehearsal's driver).
+"""Keeping prour's SIGINT/SIGTERM handling in a Ray driver (the CPU rehearsal's) from ``ray.init``
+to the end of ``ray.shutdown``.
 
 Ray's driver installs a C++ crash handler for SIGSEGV, SIGILL, SIGFPE, SIGABRT and SIGTERM at
-``ray.init`` (prour takes SIGTERM back right after: :func:`prour.interrupt.reclaim`). During
+``ray.init``, whose SIGTERM aborts the process with a stack dump and exit 134: :func:`init` takes
+SIGTERM back right after (:func:`prour.interrupt.reclaim`), so a SIGTERM saves and exits 130. During
 ``ray.shutdown`` Ray uninstalls that handler by setting all five to their default action, whatever
 is installed at that moment, and the shutdown takes about a second more. A SIGTERM in that second,
 which is what Slurm's repeated SIGTERM sends, then killed the driver by signal after its
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import signal
 import threading
+from typing import Any
 
 from prour import interrupt
 
@@ -36,6 +39,14 @@ def _installed_flag() -> ctypes.c_bool | None:
         return ctypes.c_bool.in_dll(ctypes.CDLL(ray._raylet.__file__), _INSTALLED_FLAG)
     except (OSError, ValueError):
         return None
+
+
+def init(**kwargs: Any) -> None:
+    """``ray.init(**kwargs)``, then prour's handlers back in place of Ray's."""
+    import ray
+
+    ray.init(**kwargs)
+    interrupt.reclaim()
 
 
 def shutdown() -> bool:

@@ -573,7 +573,6 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-    from prour import interrupt
     from prour.config.train import actor_dp_size
     from prour.train import checkpoint as ckpt
     from prour.train.verl_backend import compose_verl_config, prepare_verl_run
@@ -596,9 +595,8 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
     runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(config),
                                   config.ray_kwargs.ray_init.runtime_env)
     address = os.environ.get("RAY_ADDRESS")
-    ray.init(address=address or None, num_cpus=None if address else 2, include_dashboard=False,
-             runtime_env=OmegaConf.to_container(runtime_env))
-    interrupt.reclaim()  # Ray's SIGTERM handler aborts (exit 134): SIGTERM saves and exits 130
+    ray_signals.init(address=address or None, num_cpus=None if address else 2,
+                     include_dashboard=False, runtime_env=OmegaConf.to_container(runtime_env))
     harness = None
     try:
         nodes = [n for n in ray.nodes() if n["Alive"]]
