@@ -227,3 +227,16 @@ class Builder:
         from prour.config.attention import AttentionConfig
 
         return (self.recipe.eval.attention or AttentionConfig()).judge_attempts
+
+
+def recipe_reward(recipe: Recipe) -> Callable[[LLM], Callable]:
+    """The recipe's information-gain reward for the local trainer, around the belief scorer it is
+    given (the trainer's live policy, or its sampler); a builder on the recipe makes the
+    responders. What ``prour train`` hands :class:`prour.train.local.LocalTrainer`."""
+
+    def build(policy_llm: LLM) -> Callable:
+        from prour.train.reward import info_gain_reward
+
+        return info_gain_reward(Builder(recipe, {"generator": policy_llm}))
+
+    return build

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
+from prour.build import recipe_reward
 from prour.cli.recipe import RecipeOrNoneOpt, SetOpt
 from prour.cli.train_run import fsdp_checkpoints, saved_checkpoint, train_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
     from prour.config.train import TrainConfig
-    from prour.train.local import RewardFactory
 
 train_app = typer.Typer(help="DAPO training of the query generator (paper A.2.1).")
 
@@ -82,19 +82,6 @@ def _estimate(loaded: Recipe, cfg: TrainConfig) -> None:
     except ValueError as exc:
         lines = [f"estimate (train): none ({exc})"]
     typer.echo("\n".join(lines))
-
-
-def recipe_reward(recipe: Recipe) -> RewardFactory:
-    """The recipe's information-gain reward around a given belief scorer (the local trainer's
-    live policy, or its sampler): the components' builder makes the responders."""
-
-    def build(policy_llm: Any) -> Any:
-        from prour.build import Builder
-        from prour.train.reward import info_gain_reward
-
-        return info_gain_reward(Builder(recipe, {"generator": policy_llm}))
-
-    return build
 
 
 def _run_local(recipe: Recipe, cfg: TrainConfig, dry_run: bool, resume: bool) -> None:

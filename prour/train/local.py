@@ -69,7 +69,7 @@ class LocalTrainer:
     """Trains ``models.generator`` with ``train`` settings; see :meth:`run`.
 
     The reward is ``reward_fn`` when given, else ``reward_factory(policy_llm)`` (the entry hands
-    down the recipe's information-gain reward: :func:`prour.cli.train.recipe_reward`).
+    down the recipe's information-gain reward: :func:`prour.build.recipe_reward`).
     """
 
     def __init__(
@@ -143,7 +143,7 @@ class LocalTrainer:
         if self._reward_factory is None:
             raise ValueError(
                 "LocalTrainer needs a reward_fn or a reward_factory (the recipe's reward: "
-                "prour.cli.train.recipe_reward(recipe))"
+                "prour.build.recipe_reward(recipe))"
             )
         return self._reward_factory(policy_llm)
 

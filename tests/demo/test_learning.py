@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prour.cli.train import recipe_reward
+from prour.build import recipe_reward
 from prour.data.dataset import read_rows
 from prour.data.schema import state_from_row
 from prour.demo import learning

@@ -11,7 +11,7 @@ import pytest
 import torch
 from train_helpers import instance_rows
 
-from prour.cli.train import recipe_reward
+from prour.build import recipe_reward
 from prour.config import ModelConfig, Recipe
 from prour.config.train import TrainConfig
 from prour.llm.base import Completion

@@ -10,7 +10,7 @@ import torch
 from train_helpers import instance_rows
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from prour.cli.train import recipe_reward
+from prour.build import recipe_reward
 from prour.config import ModelConfig, Recipe
 from prour.config.train import TrainConfig
 from prour.train.local import LocalTrainer
