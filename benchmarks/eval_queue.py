@@ -22,15 +22,27 @@ twice through ``prour.eval.harness``, each into fresh run folders:
   the client's code and the generator), each model's requests held at its own server's limit by
   :mod:`prour.eval.queue`'s gates.
 
-A thread reads each server's ``vllm:num_requests_running`` from ``/metrics`` every
-``--sample-s`` seconds. Printed: each run's wall time, their ratio, per server the mean running
-requests and the share of samples at its limit, and what the queue recorded (``queue.jsonl``):
-the episodes in flight, and per lane its requests in flight, the share of the time at its limit
-and the calls that waited for a slot.
+Each server's requests are counted two ways. Exactly, from vLLM's own per-request time sums read
+from ``/metrics`` before and after each run: by Little's law a sum of request seconds over the
+run's wall time is the time-averaged number of requests in that phase, so
+``vllm:e2e_request_latency_seconds_sum`` gives the requests inside the server (arrival at its API
+to the last token), ``vllm:request_queue_time_seconds_sum`` those waiting in the engine's queue
+and ``vllm:request_inference_time_seconds_sum`` those running in the engine's batch. And by
+sampling: a thread reads ``vllm:num_requests_running`` every ``--sample-s`` seconds for its
+histogram (the share of samples at the limit); on a busy client it samples late and thin. Printed:
+each run's wall time, their ratio, per server the counts above, and what the queue recorded
+(``queue.jsonl``): the episodes in flight, and per lane its requests in flight, the share of the
+time at its limit and the calls that waited for a slot.
+
+``--hidden-size`` and ``--layers`` size the random model both servers serve (default: the tiny
+model of the tests). A larger one makes each decode step cost the engine more, the case of a GPU
+node, where a reply takes seconds of engine time and the client's and the API front end's CPU
+work is small beside it.
 
 Usage:
   python benchmarks/eval_queue.py [--backbone-limit 8] [--generator-limit 2] [--tasks 8]
       [--queue-concurrency 16] [--seeds 0,1] [--max-steps 6] [--max-tokens 256] [--generator-max-tokens 256]
+      [--hidden-size 128] [--layers 2]
 (needs the vLLM venv: ``make vllm-env`` or PROUR_VLLM_PYTHON)
 """
 
@@ -70,21 +82,50 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--generator-max-tokens", type=int, default=256, help="per query")
     parser.add_argument("--sample-s", type=float, default=0.25, help="metrics sampling period")
     parser.add_argument("--start-timeout", type=float, default=600.0, help="vLLM start-up, s")
+    parser.add_argument("--hidden-size", type=int, default=128, help="the served model's width")
+    parser.add_argument("--layers", type=int, default=2, help="the served model's layers")
     return parser.parse_args()
 
 
-def running_requests(base_url: str) -> float | None:
-    """``vllm:num_requests_running`` summed over the server's metric lines (None: unreadable)."""
+# Per-request time sums (seconds) of vLLM's metrics, by the phase each covers.
+PHASES = {"in the server": "vllm:e2e_request_latency_seconds_sum",
+          "waiting": "vllm:request_queue_time_seconds_sum",
+          "running": "vllm:request_inference_time_seconds_sum"}
+
+
+def _metrics(base_url: str) -> str | None:
     root = base_url.rsplit("/v1", 1)[0]
     try:
         with urllib.request.urlopen(f"{root}/metrics", timeout=5) as response:
-            text = response.read().decode()
+            return response.read().decode()
     except OSError:
         return None
+
+
+def _metric(text: str, name: str) -> float | None:
+    """``name`` summed over its label sets in a ``/metrics`` page (None: absent)."""
     values = [float(m.group(1)) for m in
-              re.finditer(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", text,
+              re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$", text,
                           re.MULTILINE)]
     return sum(values) if values else None
+
+
+def running_requests(base_url: str) -> float | None:
+    """``vllm:num_requests_running`` now (None: unreadable)."""
+    text = _metrics(base_url)
+    return None if text is None else _metric(text, "vllm:num_requests_running")
+
+
+def time_sums(base_url: str) -> dict[str, float]:
+    """The server's request seconds so far, per phase of :data:`PHASES`."""
+    text = _metrics(base_url)
+    if text is None:
+        raise RuntimeError(f"cannot read {base_url}'s /metrics")
+    sums = {phase: _metric(text, name) for phase, name in PHASES.items()}
+    missing = [PHASES[phase] for phase, value in sums.items() if value is None]
+    if missing:
+        raise RuntimeError(f"{base_url}'s /metrics has no {', '.join(missing)}")
+    return sums  # type: ignore[return-value]
 
 
 class Sampler:
@@ -159,6 +200,7 @@ def timed(name: str, urls: dict[str, str], args: argparse.Namespace, runs: list[
     sessions: list[dict[str, Any]] = []
     ran_at: dict[str, int] = {}
     walls: dict[str, float] = {}
+    before = {name: time_sums(url) for name, url in urls.items()}
     started = time.perf_counter()
     with Sampler(urls, args.sample_s) as sampler:
         for i, methods in enumerate(runs):
@@ -178,7 +220,11 @@ def timed(name: str, urls: dict[str, str], args: argparse.Namespace, runs: list[
             episodes += len(lines)
             errors += sum(line["error"] for line in lines)
             sessions += read_sessions(run_dir)
-    return {"wall_s": time.perf_counter() - started, "episodes": episodes, "errors": errors,
+    wall = time.perf_counter() - started
+    after = {name: time_sums(url) for name, url in urls.items()}
+    means = {name: {phase: (after[name][phase] - before[name][phase]) / wall for phase in PHASES}
+             for name in urls}  # Little's law: request seconds per second of wall time
+    return {"wall_s": wall, "episodes": episodes, "errors": errors, "means": means,
             "samples": sampler.samples, "sessions": sessions, "ran_at": ran_at, "walls": walls}
 
 
@@ -190,6 +236,10 @@ def describe(name: str, result: dict[str, Any], limits: dict[str, int]) -> list[
         "  " + "; ".join(f"{methods} at eval.concurrency {c}: {result['walls'][methods]:.1f} s"
                          for methods, c in result["ran_at"].items()),
     ]
+    for server, means in result["means"].items():
+        lines.append(f"  {server} (--max-num-seqs {limits[server]}) requests, time-averaged from "
+                     "vLLM's request-second sums: "
+                     + ", ".join(f"{phase} {value:.2f}" for phase, value in means.items()))
     for server, samples in result["samples"].items():
         limit = limits[server]
         mean = sum(samples) / len(samples) if samples else float("nan")
@@ -232,7 +282,8 @@ def main() -> None:
     python = os.environ.get("PROUR_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
     with tempfile.TemporaryDirectory(prefix="prour-eval-queue-bench-") as tmp:
         root = Path(tmp)
-        model_dir = build_tiny_model(root / "tiny", seed=0, max_position=TINY_CONTEXT)
+        model_dir = build_tiny_model(root / "tiny", seed=0, max_position=TINY_CONTEXT,
+                                     hidden_size=args.hidden_size, num_layers=args.layers)
         servers = {name: VLLMServer(
             model_dir, python=python, served_name=name, max_model_len=TINY_CONTEXT,
             extra_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes",
@@ -267,7 +318,8 @@ def main() -> None:
     print(f"{len(methods)} methods ({', '.join(methods)}) x {args.tasks} retail test tasks x "
           f"{seeds} seeds = {len(methods) * args.tasks * seeds} episodes per run; env.max_steps "
           f"{args.max_steps}, max_tokens {args.max_tokens} (agent, user, router), generator "
-          f"{args.generator_max_tokens}; two vLLM CPU servers on the tiny Qwen3: {BACKBONE} "
+          f"{args.generator_max_tokens}; two vLLM CPU servers on a random Qwen3 (hidden "
+          f"{args.hidden_size}, {args.layers} layers): {BACKBONE} "
           f"--max-num-seqs {args.backbone_limit} (agent, user, verifier, router), {GENERATOR} "
           f"--max-num-seqs {args.generator_limit} (generator: llm-router only)")
     for line in [*describe("before the queue (each method alone, one after another)", after,
