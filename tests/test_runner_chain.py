@@ -79,13 +79,19 @@ def _kill_train_after_first_checkpoint(args: list[str], checkpoints: Path) -> st
                               cwd=ROOT)
     try:
         deadline = time.monotonic() + 400
-        while not complete_checkpoints(checkpoints):
+        holder = None  # the trainer holds its output folder from before its first step
+        while holder is None or not complete_checkpoints(checkpoints):
             assert runner.poll() is None, runner.stdout.read()[-3000:]
             assert time.monotonic() < deadline, "no checkpoint within 400 s"
-            time.sleep(0.2)
-        holder = read_holder(checkpoints / LOCK_FILE)  # the trainer holds its output folder
-        assert holder is not None and holder.pid != runner.pid
-        os.kill(holder.pid, signal.SIGKILL)
+            holder = holder or read_holder(checkpoints / LOCK_FILE)
+            time.sleep(0.05)
+        assert holder.pid != runner.pid
+        try:
+            os.kill(holder.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended on its own between the checkpoint and the kill
+            runner.wait(timeout=120)
+            raise AssertionError("the trainer ended before the kill: "
+                                 + runner.stdout.read()[-3000:]) from None
         out, _ = runner.communicate(timeout=120)
     finally:
         if runner.poll() is None:
