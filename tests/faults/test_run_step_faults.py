@@ -28,39 +28,11 @@ from test_collect_faults import (
     _wait_for_records,
 )
 
-from prour.runlock import LOCK_FILE
+from prour.runlock import LOCK_FILE, holder_alive, read_holder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))  # test_bad_setups' tmpfs
 TASKS = 2
 STEP = "collect-retail"
-
-
-def _processes() -> list[tuple[int, str, int, int]]:
-    """(pid, state, parent pid, process group) of every process, from /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
-        except OSError:
-            continue  # ended while we looked
-        found.append((int(stat.parent.name), state, int(ppid), int(pgrp)))
-    return found
-
-
-def _children(pid: int) -> list[int]:
-    return [child for child, _, ppid, _ in _processes() if ppid == pid]
-
-
-def _wait_until_group_ended(pgid: int, timeout_s: float = 60.0) -> None:
-    """Until no process of group ``pgid`` is alive (zombies count as ended: their lock is
-    taken over)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = [pid for pid, state, _, pgrp in _processes() if pgrp == pgid and state != "Z"]
-        if not alive:
-            return
-        assert time.monotonic() < deadline, f"group {pgid} still has {alive} after SIGKILL"
-        time.sleep(0.05)
 
 
 def _run(recipe: Path, log: Path) -> subprocess.Popen:
@@ -155,12 +127,15 @@ def test_a_kill_of_the_run_mid_write_leaves_a_torn_line_that_the_rerun_repairs(t
     out = _out(recipe)
     proc = _run(recipe, tmp_path / "run.log")
     _wait_for_records(proc, out)
-    groups = [proc.pid, *_children(proc.pid)]  # the step leads a session of its own
-    for group in groups:
+    step = read_holder(out.parent / LOCK_FILE)  # the step, in a session of its own, holds it
+    assert step is not None and step.pid != proc.pid
+    for group in (proc.pid, step.pid):
         os.killpg(group, signal.SIGKILL)
     proc.wait(timeout=WAIT_S)
-    for group in groups:  # a killed process takes a moment to end: until then its lock is live
-        _wait_until_group_ended(group)
+    deadline = time.monotonic() + 60
+    while holder_alive(step):  # a killed process takes a moment to end: until then its lock holds
+        assert time.monotonic() < deadline, f"the step (pid {step.pid}) still runs after SIGKILL"
+        time.sleep(0.05)
     kept = out.read_text()
     with open(out, "a") as handle:
         handle.write('{"domain": "retail", "task_id": "9", "seed"')
