@@ -88,9 +88,8 @@ def test_a_signal_mid_rehearsal_names_the_checkpoint_and_resume_saves_every_step
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGTERM)
-    repeats = threading.Thread(target=_repeat_sigterm, args=(proc,), daemon=True)
     if how.startswith("slurm"):
-        repeats.start()
+        threading.Thread(target=_repeat_sigterm, args=(proc,), daemon=True).start()
     log = proc.communicate(timeout=WAIT_S)[0]
     assert proc.returncode == INTERRUPTED_EXIT, log
     assert "Traceback" not in log and "SIGTERM received at time" not in log, log  # Ray's abort
