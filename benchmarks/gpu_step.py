@@ -9,8 +9,14 @@ bonus, grad-norm clip 1.0 and an AdamW step. Each of ``VARIANTS`` is timed on th
 batch: ``baseline`` is today's layout (gradient checkpointing, micro-batch 1, for-loop AdamW);
 ``no_checkpointing``, ``fused_adamw`` and ``packed`` (``train.update.packing`` with a
 ``micro_batch_tokens`` budget of ``--micro-tokens``, default three full samples) change one lever
-each; ``all`` combines them. The forwards are prour's own (``prour.train.layout``). Prints step
-time, tokens/s, achieved TFLOP/s, MFU and peak memory per variant; an out-of-memory is recorded.
+each; ``all`` combines them. Then the memory levers: ``fused_logprob`` (``train.update.log_probs:
+fused``, chunks of 512 tokens: no sample's 1,760 x 151,936 logits), ``packed_exact`` (packed with
+``packing_mask: documents``, the block-diagonal mask passed explicitly; dense under sdpa, as
+``packed``), ``fused_packed_exact`` (both) and ``packed_exact_flex`` (the same on FlexAttention,
+whose BlockMask skips the cross-sample blocks; CUDA only: FlexAttention has no backward on CPU).
+The forwards and the fused scores are prour's own (``prour.train.layout``,
+``prour.core.fused_logprob``). Prints step time, tokens/s, achieved TFLOP/s, MFU and peak memory
+per variant; a variant that fails (out of memory, a kernel missing) is recorded and the rest run.
 
 ``generate``: the hf backend (``prour.llm.hf.HFLLM``) writing 8 samples of 1,760 tokens for one
 ~1,400-token prompt (temperature 0.8, as in training) and scoring 8 posterior contexts, the work of
@@ -24,6 +30,13 @@ before a GPU run is trusted. The loss is a negligible part of the step's time ei
 
 Model FLOPs count 6 x parameters per token (forward + backward) plus causal attention; MFU
 divides achieved model FLOP/s by the GPU's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s).
+
+What a lent GPU machine needs (it has torch with CUDA and Triton, and transformers; no verl,
+vLLM or Ray): nothing beyond the checkout. Every variant imports only torch, transformers and
+prour's torch-only modules (``prour.train.layout``, ``prour.core.fused_logprob``, and
+``prour.core.policy_gradient`` when pydantic is there), so no wheel has to be carried;
+FlexAttention's kernels come with torch and compile through its Triton. Liger Kernel is not used
+(prour's chunked scores are pure torch), so its wheel is not needed either.
 
 Usage: python benchmarks/gpu_step.py [--part all|update|generate] [--json results.json]
        python benchmarks/gpu_step.py --part update --variants baseline,packed --mixed
@@ -161,7 +174,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fused_adamw": {"fused": True},
     "packed": {"packing": True, "budget": True},
     "all": {"checkpointing": False, "fused": True, "packing": True, "budget": True},
+    "fused_logprob": {"fused_logprob": True},
+    "packed_exact": {"packing": True, "exact": True, "budget": True},
+    "fused_packed_exact": {"fused_logprob": True, "packing": True, "exact": True, "budget": True},
+    "packed_exact_flex": {"fused_logprob": True, "packing": True, "exact": True, "budget": True,
+                          "attention": "flex_attention"},
 }
+CUDA_ONLY = {"packed_exact_flex": "FlexAttention has no backward on CPU"}
+LOGPROB_CHUNK = 512  # train.update.log_prob_chunk_tokens' default
 
 
 def build_model(shape: str, device: torch.device, max_len: int, train: bool) -> Any:
@@ -202,36 +222,46 @@ def model_flops(model: Any, lengths: list[tuple[int, int]]) -> float:
 
 def dapo_update(
     model: Any, optimizer: Any, batch: SimpleNamespace, loss_fn: LossFn, packing: bool,
-    budget: int | None,
+    budget: int | None, *, exact: bool = False, fused_logprob: bool = False,
 ) -> float:
     """One mini-batch as the local trainer runs it: micro-batches (one sample each, or
-    ``token_micro_batches`` under ``budget``), padded or packed forwards (``prour.train.layout``),
-    token-mean over the mini-batch, clip, AdamW step."""
-    from prour.train.layout import (
-        packed_response_logits,
-        padded_response_logits,
-        token_micro_batches,
-    )
+    ``token_micro_batches`` under ``budget``), padded, packed or packed-exact forwards
+    (``prour.train.layout``), log-probs and entropies from full logits or chunked
+    (``fused_logprob``), token-mean over the mini-batch, clip, AdamW step."""
+    from prour.core.fused_logprob import fused_token_scores
+    from prour.train.layout import LAYOUTS, lm_head_weight, response_logits, token_micro_batches
 
     optimizer.zero_grad(set_to_none=True)
     n_tokens = sum(len(t) for t in batch.targets)
     lengths = [len(seq) for seq in batch.seqs]
     groups = (token_micro_batches(lengths, budget, packing) if budget
               else [[i] for i in range(len(lengths))])
-    forward = packed_response_logits if packing else padded_response_logits
+    forward = LAYOUTS["packed_exact" if exact else "packed" if packing else "padded"]
     device = batch.targets[0].device
     for group in groups:
+        scores = []
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16,
                             enabled=device.type == "cuda"):
             rows = forward(model, [batch.seqs[i] for i in group],
                            [batch.prompts[i] for i in group], 0, device)
+            if fused_logprob:  # inside autocast: the chunks' matmuls in bf16, as the LM head's
+                weight = lm_head_weight(model)
+                scores = [fused_token_scores(h, weight, batch.targets[i], 0.8,
+                                             chunk_tokens=LOGPROB_CHUNK)
+                          for h, i in zip(rows, group)]
+            else:
+                rows = response_logits(model, rows)
+        if not fused_logprob:
+            for logits, i in zip(rows, group):
+                step_logits = logits.float() / 0.8
+                targets = batch.targets[i]
+                log_prob = torch.log_softmax(step_logits, -1).gather(
+                    -1, targets[..., None]).squeeze(-1)
+                scores.append((log_prob, token_entropy(step_logits)))
         loss = 0.0
-        for logits, i in zip(rows, group):
-            step_logits = logits.float()[None] / 0.8
-            targets = batch.targets[i][None]
-            log_prob = torch.log_softmax(step_logits, -1).gather(-1, targets[..., None]).squeeze(-1)
-            sample_loss, _ = loss_fn(batch.old[i][None], log_prob, batch.adv[i][None],
-                                     torch.ones_like(log_prob), token_entropy(step_logits), n_tokens)
+        for (log_prob, entropy), i in zip(scores, group):
+            sample_loss, _ = loss_fn(batch.old[i][None], log_prob[None], batch.adv[i][None],
+                                     torch.ones_like(log_prob[None]), entropy[None], n_tokens)
             loss = loss + sample_loss
         loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -274,10 +304,16 @@ def run_update(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
     out = {}
     for name in args.variants:
         options = VARIANTS[name]
-        try:
-            out[name] = time_variant(model, batch, loss_fn, options, budget, args, device)
-        except torch.OutOfMemoryError as error:
-            out[name] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
+        if name in CUDA_ONLY and device.type != "cuda":
+            out[name] = {"error": f"not run on {device.type}: {CUDA_ONLY[name]}"}
+        else:
+            try:
+                out[name] = time_variant(model, batch, loss_fn, options, budget, args, device)
+            except torch.OutOfMemoryError as error:
+                out[name] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
+            except Exception as error:  # noqa: BLE001 - a lent GPU's minutes: record, go on
+                first = (str(error).splitlines() or [""])[0]
+                out[name] = {"error": f"{type(error).__name__}: {first}"}
         if device.type == "cuda":
             torch.cuda.empty_cache()
         out[name]["options"] = {**options, "budget": budget if options.get("budget") else None}
@@ -293,19 +329,26 @@ def time_variant(
     fused = {"fused": True} if options.get("fused") else {}
     optimizer = torch.optim.AdamW(model.parameters(), lr=7e-7, weight_decay=0.01, **fused)
     packing, micro = options.get("packing", False), budget if options.get("budget") else None
+    levers = {"exact": options.get("exact", False),
+              "fused_logprob": options.get("fused_logprob", False)}
+    attention = model.config._attn_implementation
+    if options.get("attention"):
+        model.set_attn_implementation(options["attention"])
     reset_peak(device)
     try:
-        dapo_update(model, optimizer, batch, loss_fn, packing, micro)  # warm-up (allocator, kernels)
+        # warm-up (allocator, kernels; FlexAttention compiles here)
+        dapo_update(model, optimizer, batch, loss_fn, packing, micro, **levers)
         times = []
         for _ in range(args.repeats):
             sync(device)
             start = time.perf_counter()
-            dapo_update(model, optimizer, batch, loss_fn, packing, micro)
+            dapo_update(model, optimizer, batch, loss_fn, packing, micro, **levers)
             sync(device)
             times.append(time.perf_counter() - start)
     finally:
         del optimizer
         model.zero_grad(set_to_none=True)
+        model.set_attn_implementation(attention)
     seconds = sorted(times)[len(times) // 2]
     flops = model_flops(model, batch.lengths)
     _name, peak = peak_tflops(device)

@@ -68,11 +68,38 @@ class UpdateSettings(Section):
     # Concatenate a micro-batch's samples into one row with position ids restarting per sample
     # (transformers then builds a block-diagonal causal mask): no padding tokens are computed.
     packing: bool = False
+    # With packing, what keeps attention inside each sample. "position_ids": transformers, which
+    # reads the restarts of the position ids as sample boundaries (no mask is passed);
+    # "documents": a block-diagonal causal mask built from the sample lengths and passed in the
+    # form the model's attention takes (prour.train.layout.document_mask; under flex_attention a
+    # BlockMask that skips the cross-sample blocks): the layouts "packed" and "packed_exact".
+    packing_mask: Literal["position_ids", "documents"] = "position_ids"
+    # "full": the LM head's logits (R, V) of every response token of a micro-batch, then
+    # log-softmax and entropy over them. "fused": prour.core.fused_logprob, the logits of at most
+    # log_prob_chunk_tokens tokens at a time in the forward and the backward (same values).
+    log_probs: Literal["full", "fused"] = "full"
+    log_prob_chunk_tokens: int = Field(512, ge=1)
     # Token budget of one micro-batch (the tokens its forward computes: their sum when packed,
     # rows x longest when padded) instead of ppo.micro_batch_size samples; a sample over the
     # budget goes alone. None: ppo.micro_batch_size samples per micro-batch.
     micro_batch_tokens: int | None = Field(None, ge=1)
     fused_optimizer: bool = False  # torch AdamW's fused kernel (CUDA; CPU where torch has one)
+
+    @model_validator(mode="after")
+    def _mask_needs_packing(self) -> UpdateSettings:
+        if self.packing_mask != "position_ids" and not self.packing:
+            raise ConfigError(
+                "packing_mask", f"{self.packing_mask!r} applies to packed rows: set "
+                "train.update.packing: true (or leave packing_mask out)"
+            )
+        return self
+
+    @property
+    def layout(self) -> str:
+        """The name of the forward's layout in :data:`prour.train.layout.LAYOUTS`."""
+        if not self.packing:
+            return "padded"
+        return "packed_exact" if self.packing_mask == "documents" else "packed"
 
 
 class VerlSettings(Section):
@@ -90,10 +117,20 @@ class VerlSettings(Section):
     fsdp_strategy: Literal["fsdp", "fsdp2"] = "fsdp"  # verl's actor.fsdp_config.strategy
     param_offload: bool = False
     optimizer_offload: bool = False
-    # Packed sequences and Ulysses both go through flash-attn, which has no wheel for the `gpu`
-    # extra's torch; sdpa on padded batches works from wheels.
+    # Padding-free micro-batches (one packed row, position ids restarting per sample). Under
+    # sdpa, transformers (>= 5) masks the packed row block-diagonally from the restarts, so it
+    # needs no flash-attn (tests/train/test_layout.py runs verl's packed forward on sdpa);
+    # it saves compute only where a micro-batch holds several samples (use_dynamic_bsz, or
+    # ppo.micro_batch_size > 1). Ulysses still needs flash-attn, which has no wheel for the `gpu`
+    # extra's torch.
     use_remove_padding: bool = False
     attn_implementation: str = "sdpa"
+    # verl's chunked log-prob and entropy from the hidden states and LM head
+    # (actor_rollout_ref.model.use_fused_kernels): no sample's full-vocabulary logits exist at
+    # once. Backend "torch": verl's pure-torch function (equal to the unfused values within bf16;
+    # tested on CPU); "triton": verl's Triton kernel (GPU only, not tested here).
+    use_fused_kernels: bool = False
+    fused_kernels_backend: Literal["torch", "triton"] = "torch"
     # Ulysses sequence parallelism: the actor's data-parallel size is GPUs / this. At any
     # data-parallel size each rank holds an equal share of the same states in every optimizer
     # step (verl_ext.trainer), so rollout.keep must divide by it.
@@ -220,7 +257,8 @@ def _check_verl(cfg: TrainConfig, samples: int) -> None:
         raise ConfigError(
             f"update.{changed[0]}",
             "train.update applies to the local backend; verl's own switches are "
-            "train.verl.use_remove_padding and train.verl.extra_overrides (use_dynamic_bsz)",
+            "train.verl.use_remove_padding, train.verl.use_fused_kernels and "
+            "train.verl.extra_overrides (use_dynamic_bsz)",
         )
     gpus = v.nnodes * v.n_gpus_per_node
     for key, size in (

@@ -6,5 +6,7 @@ is passed in. ``reward``: information gain, its aggregation over the target's to
 attention-priced utility; ``cost``: a request's attention cost under each accounting; ``asks``: how many things a message
 asks, by rule;
 ``policy_gradient``: keep-k selection, dynamic sampling, group advantages, the clipped loss;
+``fused_logprob``: per-token log-probs and entropies from hidden states and the LM head, a chunk of
+tokens at a time (no full-vocabulary logits);
 ``clock``: the phases a training step's time goes to (the reward records on the clock it is given).
 """

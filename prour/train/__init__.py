@@ -13,7 +13,7 @@ the maths of :mod:`prour.core` (verl's core algorithms written out). Heavy modul
   log under the same names;
 - ``report``: :func:`~prour.train.report.write_training_report`, the training curves (PNG, series
   JSON, markdown) of a run's metrics, local or verl; ``progress``: the training progress bar;
-- ``layout``: padded or packed forwards of the update and token-budget micro-batches (torch
-  only, timed by benchmarks/gpu_step.py);
+- ``layout``: padded, packed or packed-exact (explicit document mask) forwards of the update and
+  token-budget micro-batches (torch only, timed by benchmarks/gpu_step.py);
 - ``checkpoint``, ``data``, ``policy``, ``reward``: the trainer's parts.
 """

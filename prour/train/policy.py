@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from prour.config.train import RolloutSettings
+from prour.config.train import RolloutSettings, UpdateSettings
 from prour.llm.base import ChatRequest, Completion, Message, SamplingParams
-from prour.train.layout import packed_response_logits, padded_response_logits
+from prour.train.layout import LAYOUTS, lm_head_weight, response_logits
 
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
@@ -130,19 +130,26 @@ class Policy:
         return self.sample(prompts, n, seeds)
 
     def token_scores(
-        self, rollouts: Sequence[Rollout], with_entropy: bool = False, *, packed: bool
+        self, rollouts: Sequence[Rollout], with_entropy: bool = False, *,
+        update: UpdateSettings,
     ) -> TokenScores:
         """Log-probs (and entropies) of each response token given its prompt; differentiable.
 
-        ``packed``: the samples go through the model as one row without padding (position ids
-        restart per sample, so attention stays within each sample); the scores are the same.
+        ``update`` (the recipe's ``train.update``) picks the layout of the forward (padded,
+        packed, packed with an explicit document mask: :mod:`prour.train.layout`) and whether
+        the scores come from full logits or :func:`~prour.core.fused_logprob.fused_token_scores`;
+        every choice gives the same scores.
         """
         seqs = [r.prompt_ids + r.response_ids for r in rollouts]
         prompts = [len(r.prompt_ids) for r in rollouts]
-        forward = packed_response_logits if packed else padded_response_logits
-        rows = forward(self.model, seqs, prompts, self.pad_id, self.device)
+        rows = LAYOUTS[update.layout](self.model, seqs, prompts, self.pad_id, self.device)
         targets = [r.response_ids for r in rollouts]
-        return response_scores(rows, targets, self.settings.temperature, with_entropy)
+        temperature = self.settings.temperature
+        if update.log_probs == "fused":
+            return fused_response_scores(rows, lm_head_weight(self.model), targets, temperature,
+                                         with_entropy, update.log_prob_chunk_tokens)
+        return response_scores(response_logits(self.model, rows), targets, temperature,
+                               with_entropy)
 
 
 def policy_weights(recipe: Recipe) -> str:
@@ -205,3 +212,36 @@ def response_scores(
         mask[row, :length] = 1
     entropy = torch.stack(rows_ent) if with_entropy else None
     return TokenScores(torch.stack(rows_lp), entropy, mask)
+
+
+def fused_response_scores(
+    rows: Sequence[torch.Tensor],
+    weight: torch.Tensor,
+    targets: Sequence[Sequence[int]],
+    temperature: float,
+    with_entropy: bool,
+    chunk_tokens: int,
+) -> TokenScores:
+    """As :func:`response_scores`, from each sample's final hidden states (R_i, H) and the LM
+    head's ``weight`` (V, H): the logits of at most ``chunk_tokens`` tokens exist at a time."""
+    from prour.core.fused_logprob import fused_token_scores
+
+    device = rows[0].device
+    lengths = [len(t) for t in targets]
+    ids = torch.tensor([i for t in targets for i in t], dtype=torch.long, device=device)
+    log_probs, entropy = fused_token_scores(
+        torch.cat(list(rows)), weight, ids, temperature, with_entropy=with_entropy,
+        chunk_tokens=chunk_tokens,
+    )
+    return TokenScores(
+        padded_split(log_probs, lengths),
+        padded_split(entropy, lengths) if entropy is not None else None,
+        padded_split(torch.ones(sum(lengths), device=device), lengths),
+    )
+
+
+def padded_split(flat: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+    """(sum of lengths,) split into rows of ``lengths``, right-padded with zeros: (B, max)."""
+    width = max(lengths)
+    return torch.stack([torch.nn.functional.pad(row, (0, width - row.shape[0]))
+                        for row in torch.split(flat, list(lengths))])

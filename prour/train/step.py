@@ -29,7 +29,7 @@ from prour.core.policy_gradient import (
 from prour.train.layout import token_micro_batches
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config.train import PPOSettings, TrainConfig
+    from prour.config.train import PPOSettings, TrainConfig, UpdateSettings
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Scorer(Protocol):
     device: torch.device
 
     def token_scores(
-        self, rollouts: Sequence[Any], with_entropy: bool = False, *, packed: bool
+        self, rollouts: Sequence[Any], with_entropy: bool = False, *, update: UpdateSettings
     ) -> TokenScores: ...
 
 
@@ -139,7 +139,7 @@ def old_log_probs(policy: Scorer, flat: list[Kept], cfg: TrainConfig) -> list[to
     policy.model.eval()
     out = []
     for micro in micro_batches(flat, list(range(len(flat))), cfg):
-        scores = policy.token_scores([flat[i].rollout for i in micro], packed=cfg.update.packing)
+        scores = policy.token_scores([flat[i].rollout for i in micro], update=cfg.update)
         for row, i in enumerate(micro):
             out.append(scores.log_probs[row, : len(flat[i].rollout.response_ids)].detach())
     return out
@@ -188,7 +188,7 @@ def optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     for micro in micro_batches(flat, members, cfg):
         scores = policy.token_scores(
-            [flat[i].rollout for i in micro], with_entropy=True, packed=cfg.update.packing
+            [flat[i].rollout for i in micro], with_entropy=True, update=cfg.update
         )
         width = scores.log_probs.shape[1]
         loss, metrics = policy_loss(

@@ -134,6 +134,10 @@ def actor_overrides(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
         "actor_rollout_ref.model.path": _policy_path(recipe),
         "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
         "actor_rollout_ref.model.use_remove_padding": v.use_remove_padding,
+        # verl's chunked log-prob/entropy from hidden states and LM head (train and log-prob
+        # passes alike; verl reads both keys from the model section).
+        "actor_rollout_ref.model.use_fused_kernels": v.use_fused_kernels,
+        "actor_rollout_ref.model.fused_kernel_options.impl_backend": v.fused_kernels_backend,
         "+actor_rollout_ref.model.override_config.attn_implementation": v.attn_implementation,
         f"{a}.fsdp_config.strategy": v.fsdp_strategy,  # verl picks the FSDP engine from this
         f"{a}.fsdp_config.ulysses_sequence_parallel_size": v.ulysses_sequence_parallel_size,

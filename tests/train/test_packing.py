@@ -1,5 +1,6 @@
-"""train.update layouts (CPU): packed and padded micro-batches give the loss and gradients of
-one-sample forwards, and token budgets group samples as the forward's cost says."""
+"""train.update layouts (CPU): padded, packed and packed_exact micro-batches, with full or fused
+log-probs, give the loss and gradients of one-sample forwards, and token budgets group samples as
+the forward's cost says."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from pydantic import ValidationError
 from train_helpers import instance_rows
 
-from prour.config.train import PPOSettings, RolloutSettings, TrainConfig
+from prour.config.train import PPOSettings, RolloutSettings, TrainConfig, UpdateSettings
 from prour.llm.base import Completion
 from prour.train.algorithm import policy_loss, token_entropy
 from prour.train.layout import token_micro_batches
@@ -20,6 +21,14 @@ from prour.train.policy import Policy, Rollout
 # Mixed lengths: (prompt, response) tokens of each sample; the longest is padded least.
 LENGTHS = [(5, 7), (11, 3), (8, 12), (2, 1)]
 TEMPERATURE = 0.8
+# Every layout (padded, packed, packed_exact), each with full and fused log-probs (chunks of 5
+# tokens, so a sample's response spans several chunks).
+UPDATE_OPTIONS = [
+    UpdateSettings(packing=packing, packing_mask=mask, log_probs=log_probs,
+                   log_prob_chunk_tokens=5)
+    for packing, mask in ((False, "position_ids"), (True, "position_ids"), (True, "documents"))
+    for log_probs in ("full", "fused")
+]
 
 
 def _rollouts(vocab: int) -> list[Rollout]:
@@ -80,9 +89,9 @@ def test_packed_and_padded_loss_and_grads_equal_one_sample_forwards(
             total = total + loss
         return total
 
-    def layout(packed: bool):
+    def layout(update: UpdateSettings):
         def run() -> torch.Tensor:
-            scores = policy.token_scores(rollouts, with_entropy=True, packed=packed)
+            scores = policy.token_scores(rollouts, with_entropy=True, update=update)
             assert scores.mask.sum() == n_tokens
             loss, _ = policy_loss(old, scores.log_probs, advantages, scores.mask, settings,
                                   entropy=scores.entropy, batch_num_tokens=n_tokens)
@@ -90,20 +99,20 @@ def test_packed_and_padded_loss_and_grads_equal_one_sample_forwards(
         return run
 
     want_loss, want_grads = _loss_and_grads(model, reference)
-    for packed in (False, True):
-        loss, grads = _loss_and_grads(model, layout(packed))
-        assert loss == pytest.approx(want_loss, rel=1e-5, abs=1e-6), packed
+    for update in UPDATE_OPTIONS:
+        loss, grads = _loss_and_grads(model, layout(update))
+        assert loss == pytest.approx(want_loss, rel=1e-5, abs=1e-6), update
         assert grads.keys() == want_grads.keys()
         for name, grad in grads.items():
             torch.testing.assert_close(grad, want_grads[name], rtol=1e-4, atol=1e-6,
-                                       msg=f"{name} (packed={packed})")
+                                       msg=f"{name} ({update})")
     # Packing without restarting position ids would let samples attend to earlier ones: the
     # second sample's scores then differ, so the equality above is not vacuous.
     joined = Rollout(0, rollouts[0].prompt_ids + rollouts[0].response_ids + rollouts[1].prompt_ids,
                      rollouts[1].response_ids, rollouts[1].completion)
     with torch.no_grad():
         alone = _one_sample_scores(model, rollouts[1])[0]
-        leaked = policy.token_scores([joined], packed=False).log_probs[0]
+        leaked = policy.token_scores([joined], update=UpdateSettings()).log_probs[0]
     assert not torch.allclose(alone, leaked, atol=1e-4)
 
 
@@ -122,9 +131,48 @@ def test_token_micro_batches_follow_the_forward_cost(packed: bool, expected) -> 
     assert token_micro_batches([50, 3], 40, packed) == [[0], [1]]  # over budget: alone
 
 
+def test_update_settings_pick_the_layout_and_the_scores(tiny_model_dir: Path, tiny_tokenizer,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``token_scores`` runs the layout ``train.update`` names and, with ``log_probs: fused``,
+    the chunked scores instead of the LM head's full logits."""
+    from transformers import AutoModelForCausalLM
+
+    from prour.core import fused_logprob
+    from prour.train import layout
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    policy = Policy(model, tiny_tokenizer, RolloutSettings(temperature=TEMPERATURE), 64, seed=0)
+    calls: list[str] = []
+
+    def spy(name: str, function):
+        def wrapped(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+        return wrapped
+
+    for name, function in list(layout.LAYOUTS.items()):
+        monkeypatch.setitem(layout.LAYOUTS, name, spy(name, function))
+    monkeypatch.setattr(fused_logprob, "fused_token_scores",
+                        spy("fused", fused_logprob.fused_token_scores))
+    monkeypatch.setattr("prour.train.policy.response_logits",
+                        spy("full", layout.response_logits))
+    rollouts = _rollouts(model.config.vocab_size)
+    with torch.no_grad():
+        for update in UPDATE_OPTIONS:
+            calls.clear()
+            policy.token_scores(rollouts, update=update)
+            assert calls == [update.layout, update.log_probs], update
+    assert [u.layout for u in UPDATE_OPTIONS[::2]] == ["padded", "packed", "packed_exact"]
+    assert UpdateSettings().layout == "padded" and UpdateSettings().log_probs == "full"
+    with pytest.raises(ValidationError, match=r"packing_mask.*packing: true"):
+        UpdateSettings(packing_mask="documents")
+
+
 def test_update_options_are_local_only() -> None:
     with pytest.raises(ValidationError, match=r"update\.packing.*local backend"):
         TrainConfig(backend="verl", update={"packing": True})
+    with pytest.raises(ValidationError, match=r"update\.log_probs.*use_fused_kernels"):
+        TrainConfig(backend="verl", update={"log_probs": "fused"})
     assert TrainConfig(backend="verl", update={"packing": False}).update.packing is False
 
 
@@ -158,14 +206,15 @@ def _trainer_update(model_dir: Path, out: Path, **update: Any) -> dict[str, torc
 
 def test_trainer_update_is_the_same_with_every_update_option(tiny_model_dir: Path,
                                                              tmp_path: Path) -> None:
-    """Packed token-budget micro-batches with fused AdamW train to the weights of the default
-    one-sample micro-batches with the for-loop AdamW: each tensor's update differs by under 0.1%
+    """Packed token-budget micro-batches with a document mask, fused log-probs and fused AdamW
+    train to the weights of the default one-sample micro-batches with the for-loop AdamW: each tensor's update differs by under 0.1%
     of its size (Adam divides by the root of the squared gradients, so float-level gradient
     differences on near-zero gradients move single weights by a fraction of the learning rate;
     each option alone was measured at <= 2e-5 of lr 1e-3 x 4 steps)."""
     want = _trainer_update(tiny_model_dir, tmp_path / "default")
     got = _trainer_update(tiny_model_dir, tmp_path / "options", packing=True,
-                                micro_batch_tokens=40, fused_optimizer=True)
+                          packing_mask="documents", log_probs="fused", log_prob_chunk_tokens=4,
+                          micro_batch_tokens=40, fused_optimizer=True)
     assert got.keys() == want.keys()
     for name, delta in got.items():
         size = float(want[name].norm())

@@ -558,6 +558,22 @@ def test_fsdp_strategy_reaches_the_engine_key(tmp_path, tiny_model_dir):
     assert engine.strategy == "fsdp2"
 
 
+def test_fused_kernels_reach_verls_model_and_actor(tmp_path, tiny_model_dir):
+    """train.verl.use_fused_kernels sets verl's model switch, which its actor section reads;
+    off by default. Its numbers: tests/train/test_fused_logprob.py, test_layout.py."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    _, config = _composed(tmp_path / "off", tiny_model_dir)
+    assert config.actor_rollout_ref.model.use_fused_kernels is False
+    assert config.actor_rollout_ref.actor.use_fused_kernels is False
+    _, config = _composed(tmp_path / "on", tiny_model_dir,
+                          verl={"use_fused_kernels": True, "use_remove_padding": True})
+    model = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+    assert model.use_fused_kernels is True and model.use_remove_padding is True
+    assert model.fused_kernel_options["impl_backend"] == "torch"
+    assert config.actor_rollout_ref.actor.use_fused_kernels is True
+
+
 def test_warmup_counts_training_steps(tmp_path, tiny_model_dir):
     # verl steps the actor's scheduler once per training step (the last mini-batch of the last
     # epoch sets update_lr_scheduler), through get_constant_schedule_with_warmup.
