@@ -75,6 +75,12 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
     return versions
 
 
+def plugin_files(modules: list[str]) -> dict[str, str | None]:
+    """The file each of a recipe's ``plugins`` modules was loaded from (None: not loaded here),
+    so that a registered domain's results name the code that defined the domain."""
+    return {name: getattr(sys.modules.get(name), "__file__", None) for name in modules}
+
+
 def output_provenance_dir(run_dir: str | Path, stage: str, output: str | Path) -> Path:
     """Where the provenance of one output file of a stage goes, so that two runs of the stage
     into two files (retail and airline trajectories) keep a record each:
@@ -99,6 +105,7 @@ def write_provenance(
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "argv": sys.argv,
+        "plugins": plugin_files(recipe.plugins),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **dict(extra or {}),
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -32,13 +33,19 @@ def unknown_name(kind: str, value: Any, valid: Iterable[str]) -> str:
     return f"unknown {kind} {value!r}; valid: {listing}.{did_you_mean(value, names)}"
 
 
+def load_module(name: str) -> ModuleType:
+    """The module ``name`` (dotted), imported now: the one way prour imports a module by name
+    (:func:`load_target`'s module, a recipe's ``plugins``)."""
+    return importlib.import_module(name)
+
+
 def load_target(target: str) -> Any:
     """The object a ``"module:attr"`` string names (``attr`` may be dotted), imported now: the
     one way prour imports a thing by name (registry entries, package re-exports, baselines)."""
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ValueError(f"a lazy registry entry must look like 'module:attr', got {target!r}")
-    obj: Any = importlib.import_module(module_name)
+    obj: Any = load_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj

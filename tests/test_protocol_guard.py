@@ -243,3 +243,62 @@ def test_past_max_shared_write_tasks_the_note_is_a_breach_that_follows_on_breach
             if line.startswith(f"error: protocol: {len(some)} retail eval tasks")]
     with pytest.raises(ValueError, match="protocol.max_shared_write_tasks"):
         load_recipe(PAPER, [f"run_dir={tmp_path}", "protocol.max_shared_write_tasks=-1"])
+
+
+def _walked_packaged_overlap(split: str) -> tuple[int, tuple[str, ...]]:
+    """The content check of a packaged eval split against v1-train, walked from the two data
+    files: (eval tasks, ids sharing a write action)."""
+    from prour.env.domains import DATA_DIR, require_tau2
+
+    require_tau2()
+    from tau2.domains.retail.environment import get_environment
+    from tau2.environment.toolkit import ToolType, get_tool_types
+
+    writes = {name for name, kind in get_tool_types(get_environment().tools).items()
+              if kind == ToolType.WRITE}
+
+    def calls(task: dict) -> set[str]:
+        return {json.dumps([a["name"], a["arguments"]], sort_keys=True)
+                for a in task["evaluation_criteria"]["actions"] if a["name"] in writes}
+
+    def tasks(name: str) -> list[dict]:
+        return json.loads((DATA_DIR / name).read_text())["tasks"]
+
+    trained = set().union(*map(calls, tasks("tau_bench_v1_retail_train.json")))
+    evals = tasks({"tau3": "tau3_retail.json", "v1-test": "tau_bench_v1_retail_test.json"}[split])
+    return len(evals), tuple(sorted(t["id"] for t in evals if calls(t) & trained))
+
+
+def test_the_guard_on_the_v1_test_and_tau3_task_sets(tmp_path):
+    """v1-test shares no id with v1-train, nor does tau3; tau3 keeps the ids of tau2's tasks it
+    revises, so training on tau2's retail ``train`` overlaps it by id (all of that split but 21,
+    which tau3 leaves out). The content check reads each split's own version of its tasks, and
+    the block names the task set and its exclusions."""
+    for split, sizes in (("v1-test", "retail v1-test 96, airline v1-test 50"),
+                         ("tau3", "retail tau3 113, airline tau3 50")):
+        recipe = load_recipe(PAPER, [f"run_dir={tmp_path / split}", f"eval.split={split}", *ONE])
+        assert protocol_findings(recipe) == []
+        block = protocol_block(recipe)
+        assert f"eval tasks: {sizes}" in block and "overlap: 0" in block
+        assert [line for line in block if line.startswith(f"note: task set retail {split}: ")]
+        assert [line for line in block if line.startswith(f"note: task set airline {split}: ")]
+        assert not [line for line in block if "Prour paper evaluates on 115" in line]
+        n_eval, some = _walked_packaged_overlap(split)
+        shared = shared_writes(recipe)
+        assert (shared.eval_tasks, tuple(sorted(shared.some))) == (n_eval, some)
+    from prour.eval.protocol import write_actions
+
+    # retail 12: tau2's base returns the items with a refund to PayPal, which tau2's tools
+    # refuse (not the original payment method); τ³ drops the return (transfer to a human only)
+    assert [json.loads(c)["arguments"]["payment_method_id"]
+            for c in write_actions("retail", "base")["12"]] == ["paypal_9497703"]
+    assert write_actions("retail", "tau3")["12"] == frozenset()
+    excluded = [line for line in protocol_block(recipe) if "1 excluded" in line]
+    assert excluded and "prour/env/data/tau3_retail.json" in excluded[0]
+
+    on_train = load_recipe(PAPER, [f"run_dir={tmp_path / 't'}", "eval.split=tau3",
+                                   "data.split=train", *ONE])
+    expected = sorted(set(split_task_ids("retail", "train")) - {"21"}, key=int)
+    [overlap] = [f for f in protocol_findings(on_train) if f.rule == "eval-overlap"]
+    assert overlap.count == len(expected) == 73
+    assert list(overlap.ids) == expected[:len(overlap.ids)]

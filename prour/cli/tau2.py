@@ -103,8 +103,8 @@ def score_command(
         tally["episodes"] += 1
         name = f"{traj.domain}/{traj.task_id} seed {traj.seed} ({traj.agent})"
         try:
-            reward, breakdown = score_episode(traj.domain, get_task(traj.domain, traj.task_id),
-                                              traj)
+            task = get_task(traj.domain, traj.task_id, traj.split)  # the version it ran
+            reward, breakdown = score_episode(traj.domain, task, traj)
         except Exception as exc:  # noqa: BLE001 - one bad episode is reported, the rest scored
             tally["failed"] += 1
             lines.append(f"  {name}: scoring failed: {exc}")

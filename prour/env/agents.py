@@ -35,6 +35,7 @@ class TaskView:
     policy: str
     tools: tuple[dict[str, Any], ...] = ()
     seed: int = 0
+    split: str | None = None  # the split the task was drawn from (its version of the task)
 
 
 @dataclass
@@ -170,7 +171,7 @@ class OracleAgent:
         if self._given is not None:
             actions, communicate = self._given
         else:
-            criteria = get_task(domain, task_view.task_id).evaluation_criteria
+            criteria = get_task(domain, task_view.task_id, task_view.split).evaluation_criteria
             actions = list(criteria.actions or []) if criteria else []
             communicate = list(criteria.communicate_info or []) if criteria else []
         self._queue = list(actions)

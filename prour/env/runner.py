@@ -120,6 +120,7 @@ class _Episode:
             policy=domain_policy(self.domain),
             tools=tuple(tool_schemas(self.domain)),
             seed=self.traj.seed,
+            split=self.traj.split,
         )
         system = self.agent.reset(self.domain, view)
         bind = getattr(self.agent, "bind_environment", None)

@@ -4,14 +4,15 @@ tau2's ``evaluate_simulation`` imports its LLM stack; prour calls the three offl
 (``EnvironmentEvaluator``, ``ActionEvaluator``, ``CommunicateEvaluator``) directly and multiplies
 the checks named in the task's ``reward_basis``, as tau2 does. Natural-language assertions need
 an LLM judge: a task whose basis includes them gets ``reward=None`` and the check listed under
-``not_evaluated`` instead of an invented value.
+``not_evaluated`` instead of an invented value. A registered domain with a scoring function of
+its own (:mod:`prour.env.plugins`) is scored by it instead, once the episode ended normally.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from prour.env.domains import require_tau2
+from prour.env.domains import domain_scorer, require_tau2
 from prour.env.environment import environment_constructor, parse_arguments
 from prour.env.trajectory import NORMAL_ENDINGS, StepRecord, Trajectory
 
@@ -28,6 +29,9 @@ def score_episode(
     if trajectory.termination not in NORMAL_ENDINGS:
         note = f"episode ended early ({trajectory.termination}); tau2 scores that 0"
         return 0.0, {"note": note}
+    scorer = domain_scorer(domain)
+    if scorer is not None:
+        return scorer(task, trajectory)
     criteria = task.evaluation_criteria
     if criteria is None:
         return 1.0, {"note": "the task has no evaluation criteria"}

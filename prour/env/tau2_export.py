@@ -75,10 +75,12 @@ def tau2_results(domain: str, group: list[Trajectory], *, max_steps: int, max_er
                 agent_info=AgentInfo(implementation=first.agent, llm=first.agent_model),
                 environment_info=EnvironmentInfo(domain_name=domain, policy=domain_policy(domain)))
     task_ids = list(dict.fromkeys(t.task_id for t in group))
+    splits = {t.task_id: t.split for t in group}  # the version of each task the episodes ran
     simulations = [simulation_run(t, seeds.index(t.seed)) for t in group]
     # the file's time is its last episode's end, so that exporting a run again gives the same file
     return Results(timestamp=max(s.end_time for s in simulations), info=info,
-                   tasks=[get_task(domain, tid) for tid in task_ids], simulations=simulations)
+                   tasks=[get_task(domain, tid, splits[tid]) for tid in task_ids],
+                   simulations=simulations)
 
 
 def _task_order(task_id: str) -> tuple[int, int | str]:

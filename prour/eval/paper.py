@@ -222,7 +222,37 @@ def table1_item(systems: Sequence[System], summaries: Sequence[SystemSummary]) -
     item.notes.append("–: the paper's text states no number for this cell (the cells of its "
                       "Table 1 are not in our copy); a run cell `error (n/N)` holds errored "
                       "episodes, not a measurement.")
+    item.notes += _task_sets(systems)
     return item
+
+
+def _task_sets(systems: Sequence[System]) -> list[str]:
+    """The tasks each run folder ran, beside the paper's τ-bench v1 test tasks: the split its
+    provenance names and, for a split prour ships, its source and exclusions."""
+    from prour.env.domains import task_set_note
+
+    notes = []
+    for folder in dict.fromkeys(s.folder for s in systems if s.folder is not None):
+        try:
+            split = json.loads((folder / "provenance.json").read_text()).get("split")
+        except (OSError, json.JSONDecodeError):
+            split = None
+        if not split:
+            notes.append(f"Tasks of `{folder}`: unknown (its provenance.json names no split).")
+            continue
+        ran = {d for s in systems if s.folder == folder for d in s.domains}
+        sets = []
+        for domain in [d for d in DOMAINS if d in ran] + sorted(ran - set(DOMAINS)):
+            try:
+                sets.append(task_set_note(domain, split))
+            except ValueError:  # a domain no longer registered
+                sets.append(None)
+        told = "; ".join(note for note in sets if note)
+        base = (" (τ-bench v1's test tasks with tau2's corrections; protocol `v1-test` runs "
+                "v1's own)" if split == "base" else "")
+        notes.append(f"Tasks of `{folder}`: split `{split}`" + (f": {told}." if told
+                                                                else f"{base}."))
+    return notes
 
 
 # ---- router evidence: Table 6 and Figure 7 -------------------------------------------------

@@ -328,14 +328,23 @@ def _get(record: Any, key: str) -> Any:
 
 def protocol_notes(recipe: Recipe) -> list[str]:
     """What the protocol allows and a report states: the airline calibration test states, the
-    content check (stated even past its threshold, where it is also a finding) and the paper's
-    retail eval count."""
+    content check (stated even past its threshold, where it is also a finding), the paper's
+    retail eval count and, for a split prour ships, the task set and its exclusions."""
     notes = []
     if _calibrates(recipe) and recipe.router.calibration.test_states:
         notes.append("calibration test states (airline) only evaluate thresholds fitted on "
                      f"{recipe.data.domain} dev states: allowed")
     notes += [note for note in (_shared_writes_note(recipe), _paper_count_note(recipe)) if note]
-    return notes
+    return notes + _task_set_notes(recipe)
+
+
+def _task_set_notes(recipe: Recipe) -> list[str]:
+    """Per eval domain on a split prour ships: its source and the tasks it leaves out (and where
+    they are listed); tau2's own splits need none."""
+    from prour.env.domains import task_set_note
+
+    notes = [task_set_note(domain, recipe.eval.split) for domain in recipe.eval.domains]
+    return [f"task set {note}" for note in notes if note]
 
 
 def protocol_block(recipe: Recipe) -> list[str]:

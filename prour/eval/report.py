@@ -296,6 +296,7 @@ def _header(run_dirs: Sequence[str | Path], systems: Sequence[System], ci: float
         commit = ((record.get("git") or {}).get("commit") or "")[:12]
         lines.append(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else "") + ": "
                      + _protocol_line(record, [s for s in systems if s.folder == Path(run_dir)]))
+        lines += [f"  - task set {note}" for note in _task_sets(record, mine)]
     for run_dir in run_dirs:
         block = _protocol_block(Path(run_dir))
         if block:
@@ -342,6 +343,23 @@ def _protocol_line(record: dict[str, Any], systems: Sequence[System]) -> str:
     split = record.get("split") or "?"
     return (f"protocol `{protocol}` (split {split}); seeds {', '.join(map(str, seeds))}; "
             f"tasks: {', '.join(counts)}")
+
+
+def _task_sets(record: dict[str, Any], systems: Sequence[System]) -> list[str]:
+    """Where a packaged split's tasks come from and which it leaves out, per domain the run's
+    result lines hold (:func:`prour.env.domains.task_set_note`); none for tau2's own splits."""
+    from prour.env.domains import task_set_note
+
+    split = record.get("split")
+    present = {line["domain"] for s in systems for line in s.lines}
+    notes = []
+    for domain in [d for d in DOMAINS if d in present] + sorted(present - set(DOMAINS)):
+        try:
+            note = task_set_note(domain, split) if split else None
+        except ValueError:  # a domain no longer registered: nothing known about its split
+            note = None
+        notes += [note] if note else []
+    return notes
 
 
 def _plots(systems: Sequence[System], summaries: Sequence[SystemSummary],

@@ -18,8 +18,13 @@ from prour.env.domains import (
 
 # Split sizes of tau2-bench as published with the benchmark (train / test).
 EXPECTED = {"retail": (74, 40), "airline": (30, 20), "telecom": (74, 40)}
-# Splits prour ships beside tau2's: retail's τ-bench v1 training tasks tau2 can replay.
-PACKAGED = {"retail": {"v1-train": 457}, "airline": {}, "telecom": {}}
+# Splits prour ships beside tau2's: τ-bench v1's training (retail) and test tasks tau2 can
+# replay, and τ³-bench's tasks (tests/env/test_tau_bench_v1.py, test_tau3_bench.py).
+# the ask-less paper's Table 6: dev / test of each domain
+PACKAGED = {"retail": {"v1-train": 457, "v1-test": 96, "tau3": 113, "ask-less-dev": 23,
+                       "ask-less-test": 91},
+            "airline": {"v1-test": 50, "tau3": 50, "ask-less-dev": 10, "ask-less-test": 40},
+            "telecom": {"tau3": 114, "ask-less-dev": 23, "ask-less-test": 91}}
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -67,13 +72,11 @@ def test_missing_tau2_names_the_install_command(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_domain_types_come_from_the_table() -> None:
-    from typing import get_args
-
     from prour.config.data import DataConfig
     from prour.config.eval import EvalConfig
-    from prour.env.domains import DOMAIN_SPECS, DomainName
+    from prour.env.domains import DOMAIN_SPECS, domain_names
 
-    assert DOMAINS == tuple(DOMAIN_SPECS) == get_args(DomainName)
+    assert DOMAINS == tuple(DOMAIN_SPECS) == domain_names()  # none registered here
     for domain in DOMAINS:
         assert DataConfig(domain=domain).domain == domain
         assert EvalConfig(domains=[domain]).domains == [domain]

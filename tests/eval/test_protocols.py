@@ -22,7 +22,8 @@ from prour.eval.report import write_report
 
 @pytest.mark.parametrize(("protocol", "domains", "split", "sizes"), [
     ("paper", ["retail", "airline"], "base", [114, 50]),
-    ("tau3", ["retail", "airline", "telecom"], "base", [114, 50, 114]),
+    ("v1-test", ["retail", "airline"], "v1-test", [96, 50]),
+    ("tau3", ["retail", "airline", "telecom"], "tau3", [113, 50, 114]),
     ("tau2-test", ["retail", "airline", "telecom"], "test", [40, 20, 40]),
 ])
 def test_a_protocol_sets_domains_split_and_seeds(protocol: str, domains: list[str], split: str,

@@ -1,2 +1,2 @@
-"""Data shipped with prour: τ-bench v1 retail training tasks converted to tau2
+"""Data shipped with prour: τ-bench v1 and τ³-bench tasks converted to tau2
 (docs/evaluation.md)."""
