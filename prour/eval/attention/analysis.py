@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,26 +358,139 @@ def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
     write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
+ENUMERATE_LIMIT = 200_000  # more possible pairs than this are sampled, not listed
+
+_Pairable = tuple[int, int, float]  # (record index, discretionary count, cost)
+
+
+def _pairable(records: Sequence[ConversationRecord], accounting: str,
+              weights: CostWeights | None) -> dict[tuple[str, str], list[_Pairable]]:
+    """Per task, the conversations a pair may hold: at least one discretionary question, every
+    counted request scored; in record order."""
+    tasks: dict[tuple[str, str], list[_Pairable]] = {}
+    for i, record in enumerate(records):
+        count = discretionary_count(record.requests)
+        if count and scorable(record, accounting):
+            cost = conversation_cost(record.requests, accounting, weights)
+            tasks.setdefault((record.domain, record.task_id), []).append((i, count, cost))
+    return tasks
+
+
+def _is_pair(a: _Pairable, b: _Pairable, equal: bool) -> bool:
+    return (a[1] == b[1]) == equal and not math.isclose(a[2], b[2], abs_tol=1e-9)
+
+
+def count_pairs(records: Sequence[ConversationRecord], accounting: str,
+                weights: CostWeights | None = None, *, equal: bool = True,
+                ) -> list[tuple[int, int]]:
+    """Index pairs (i < j, sorted) of conversations on the same task, both asking at least one
+    discretionary question and both scorable, whose costs differ: with ``equal``, the two ask
+    the same number of discretionary questions; otherwise different numbers."""
+    return _listed(_pairable(records, accounting, weights), equal)
+
+
+def _listed(tasks: Mapping[tuple[str, str], list[_Pairable]], equal: bool,
+            ) -> list[tuple[int, int]]:
+    pairs = [(a[0], b[0]) for members in tasks.values() for x, a in enumerate(members)
+             for b in members[x + 1:] if _is_pair(a, b, equal)]
+    return sorted(pairs)
+
+
+def _possible(members: Sequence[_Pairable], equal: bool) -> int:
+    """Pairs of one task with equal (or different) counts, costs not compared."""
+    same = sum(c * (c - 1) // 2 for c in Counter(m[1] for m in members).values())
+    return same if equal else len(members) * (len(members) - 1) // 2 - same
+
+
+def _draw(members: Sequence[_Pairable], equal: bool,
+          rng: np.random.Generator) -> tuple[_Pairable, _Pairable]:
+    """A uniform random pair of one task's conversations with equal (or different) counts."""
+    groups: dict[int, list[_Pairable]] = {}
+    for m in members:
+        groups.setdefault(m[1], []).append(m)
+    if equal:
+        counts = sorted(groups)
+        sizes = np.array([len(groups[c]) * (len(groups[c]) - 1) / 2 for c in counts])
+        group = groups[counts[rng.choice(len(counts), p=sizes / sizes.sum())]]
+        i, j = rng.choice(len(group), size=2, replace=False)
+        return group[i], group[j]
+    others = np.array([len(members) - len(groups[m[1]]) for m in members], dtype=float)
+    first = members[rng.choice(len(members), p=others / others.sum())]
+    rest = [m for m in members if m[1] != first[1]]
+    return first, rest[rng.integers(len(rest))]
+
+
+def sample_count_pairs(records: Sequence[ConversationRecord], n_pairs: int,
+                       rng: np.random.Generator, accounting: str,
+                       weights: CostWeights | None = None, *, equal: bool = True,
+                       ) -> tuple[list[tuple[int, int]], int]:
+    """Up to ``n_pairs`` of the :func:`count_pairs` pairs, in a seeded random order and each
+    side drawn as A or B with probability 1/2, and the number of possible pairs (same task,
+    equal or different counts). Up to :data:`ENUMERATE_LIMIT` possible pairs are listed and
+    drawn without replacement (:func:`choose_pairs`); beyond, each draw picks a task in
+    proportion to its possible pairs and a uniform pair within it, skipping equal costs and
+    repeats, so a large study is never listed pair by pair."""
+    tasks = _pairable(records, accounting, weights)
+    sizes = {key: _possible(members, equal) for key, members in tasks.items()}
+    possible = sum(sizes.values())
+    if possible <= ENUMERATE_LIMIT:
+        return choose_pairs(_listed(tasks, equal), n_pairs, rng), possible
+    keys = sorted(k for k, size in sizes.items() if size)
+    share = np.array([sizes[k] for k in keys], dtype=float) / possible
+    chosen: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    for _ in range(100 * n_pairs):
+        if len(chosen) >= n_pairs:
+            break
+        a, b = _draw(tasks[keys[rng.choice(len(keys), p=share)]], equal, rng)
+        pair = (min(a[0], b[0]), max(a[0], b[0]))
+        if pair in seen or not _is_pair(a, b, equal):
+            continue
+        seen.add(pair)
+        chosen.append(pair[::-1] if rng.random() < 0.5 else pair)
+    return chosen, possible
+
+
 def equal_count_pairs(records: Sequence[ConversationRecord], accounting: str,
                       weights: CostWeights | None = None) -> list[tuple[int, int]]:
     """Index pairs of conversations on the same task with the same number of discretionary
     requests (at least one), both scorable, whose costs differ."""
-    pairs = []
-    for i, a in enumerate(records):
-        for j in range(i + 1, len(records)):
-            b = records[j]
-            if (a.domain, a.task_id) != (b.domain, b.task_id):
-                continue
-            count = discretionary_count(a.requests)
-            if count == 0 or count != discretionary_count(b.requests):
-                continue
-            if not (scorable(a, accounting) and scorable(b, accounting)):
-                continue
-            ca = conversation_cost(a.requests, accounting, weights)
-            cb = conversation_cost(b.requests, accounting, weights)
-            if not math.isclose(ca, cb, abs_tol=1e-9):
-                pairs.append((i, j))
-    return pairs
+    return count_pairs(records, accounting, weights, equal=True)
+
+
+def choose_pairs(candidates: Sequence[tuple[int, int]], n_pairs: int,
+                 rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Up to ``n_pairs`` candidate pairs in a seeded random order, each side drawn as A or B
+    with probability 1/2 (the order annotators see)."""
+    chosen = []
+    for index in rng.permutation(len(candidates))[:n_pairs]:
+        i, j = candidates[index]
+        chosen.append((j, i) if rng.random() < 0.5 else (i, j))
+    return chosen
+
+
+def pair_rows(records: Sequence[ConversationRecord], chosen: Sequence[tuple[int, int]],
+              accounting: str, weights: CostWeights | None = None, prefix: str = "pair",
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What annotators see of each chosen pair (two transcripts) and its key (costs and which
+    side the cost ranks higher), with ids ``{prefix}-0000``, ``{prefix}-0001``, ..."""
+    shown, keys = [], []
+    for pair_no, (i, j) in enumerate(chosen):
+        a, b = records[i], records[j]
+        for record in (a, b):
+            if record.transcript is None:
+                raise ValueError(f"record of task {record.task_id!r} method {record.method!r} "
+                                 f"seed {record.seed} has no transcript to show annotators")
+        cost_a = conversation_cost(a.requests, accounting, weights)
+        cost_b = conversation_cost(b.requests, accounting, weights)
+        pair_id = f"{prefix}-{pair_no:04d}"
+        shown.append({"pair_id": pair_id, "domain": a.domain, "task_id": a.task_id,
+                      "conversation_a": render_history(a.transcript),
+                      "conversation_b": render_history(b.transcript)})
+        keys.append({"pair_id": pair_id, "cost_a": cost_a, "cost_b": cost_b,
+                     "higher": "a" if cost_a > cost_b else "b", "accounting": accounting,
+                     "a": [a.method, a.model, a.seed], "b": [b.method, b.model, b.seed]})
+    return shown, keys
 
 
 def export_annotation_pairs(records: Sequence[ConversationRecord], out_dir: str | Path,
@@ -385,27 +499,8 @@ def export_annotation_pairs(records: Sequence[ConversationRecord], out_dir: str 
     """Write ``pairs.jsonl`` (what annotators see: two transcripts, order shuffled) and
     ``pairs_key.jsonl`` (costs and which one the cost ranks higher; kept from annotators)."""
     candidates = equal_count_pairs(records, accounting, weights)
-    rng = np.random.default_rng(seed)
-    chosen = rng.permutation(len(candidates))[:n_pairs]
-    shown, keys = [], []
-    for pair_no, index in enumerate(chosen):
-        i, j = candidates[index]
-        if rng.random() < 0.5:
-            i, j = j, i
-        a, b = records[i], records[j]
-        for record in (a, b):
-            if record.transcript is None:
-                raise ValueError(f"record of task {record.task_id!r} method {record.method!r} "
-                                 f"seed {record.seed} has no transcript to show annotators")
-        cost_a = conversation_cost(a.requests, accounting, weights)
-        cost_b = conversation_cost(b.requests, accounting, weights)
-        pair_id = f"pair-{pair_no:04d}"
-        shown.append({"pair_id": pair_id, "domain": a.domain, "task_id": a.task_id,
-                      "conversation_a": render_history(a.transcript),
-                      "conversation_b": render_history(b.transcript)})
-        keys.append({"pair_id": pair_id, "cost_a": cost_a, "cost_b": cost_b,
-                     "higher": "a" if cost_a > cost_b else "b", "accounting": accounting,
-                     "a": [a.method, a.model, a.seed], "b": [b.method, b.model, b.seed]})
+    chosen = choose_pairs(candidates, n_pairs, np.random.default_rng(seed))
+    shown, keys = pair_rows(records, chosen, accounting, weights)
     out = Path(out_dir)
     _write_jsonl(out / "pairs.jsonl", shown)
     _write_jsonl(out / "pairs_key.jsonl", keys)
