@@ -77,6 +77,16 @@ class Builder:
         self._instances = _Instances(dict(llms or {}))
         self._wrap: Wrap | None = None
 
+    def sibling(self, recipe: Recipe) -> Builder:
+        """A builder of another recipe on this one's backends: equal model configs share one
+        instance (a study's cells load a model once); thresholds are read from its own recipe.
+        Closing the original closes them all."""
+        view = Builder.__new__(Builder)
+        ours = self._instances
+        view.recipe, view._wrap = recipe, None
+        view._instances = _Instances(dict(ours.given), ours.built, ours.lanes, ours.lock)
+        return view
+
     def metered(self, wrap: Wrap) -> Builder:
         """A view on the same backends whose components see a role's LLM as ``wrap(role, llm)``."""
         view = Builder.__new__(Builder)

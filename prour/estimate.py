@@ -397,6 +397,18 @@ def eval_estimate(recipe: Recipe, rates: Mapping[str, Rate] | None = None,
     return eval_totals(recipe, rates, step, folder).lines
 
 
+def study_totals(recipe: Recipe, rates: Mapping[str, Rate] | None = None) -> EvalTotals:
+    """The study's estimate (:func:`prour.cluster.study.study_estimate`) at the recorded
+    ``eval_episode_s`` rate where the study folder has no episode of a cell yet."""
+    from prour.cluster.study import study_estimate
+
+    rate = (recorded_rates() if rates is None else rates).get("eval_episode_s")
+    source = None if rate is None else \
+        f"{'measured' if rate.measured else 'assumed'}: {rate.what}; {rate.source}"
+    lines, seconds = study_estimate(recipe, rate.value if rate else None, source)
+    return EvalTotals(lines, seconds, seconds)
+
+
 def _ig_train_estimate(recipe: Recipe) -> list[str]:
     """The ``train-ig-clarifier`` step's training estimate: the recipe with IG-Clarifier's
     settings (its own output folder, so its own metrics), labelled by that step."""
@@ -405,6 +417,14 @@ def _ig_train_estimate(recipe: Recipe) -> list[str]:
     ig = ig_recipe(recipe)
     return [line.replace("estimate (train)", "estimate (train-ig-clarifier)", 1)
             for line in train_estimate(ig, ig.train)]
+
+
+def _runs(recipe: Recipe, name: str) -> bool:
+    """Whether a run of this recipe keeps step ``name`` (neither it nor its stage skips it)."""
+    from prour.stages import get_step, stage_of
+
+    step = get_step(name)
+    return stage_of(step).skip(recipe) is None and (step.skip is None or step.skip(recipe) is None)
 
 
 def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
@@ -426,7 +446,8 @@ def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
               ("train-ig-clarifier", ig_skipped is None,
                lambda: (_ig_train_estimate(recipe),
                         train_seconds(ig_recipe(recipe), ig_recipe(recipe).train))))
-    evals = (("eval", True, lambda: eval_totals(recipe)),
+    evals = (("eval", _runs(recipe, "eval"), lambda: eval_totals(recipe)),
+             ("study", _runs(recipe, "study"), lambda: study_totals(recipe)),
              *((step, get_step(step).skip(recipe) is None,
                 lambda step=step, name=name: eval_totals(
                     tradeoff_recipe(recipe, name), step=step,

@@ -24,18 +24,16 @@ whole run) is not required to exist yet; nor is the endpoint of a model ``serve`
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from prour.cluster.devices import visible_gpus
+from prour.cluster.endpoints import PROBE_TIMEOUT_S, probe_endpoint
 from prour.config import Recipe
 from prour.stages import (
     EXTERNAL,
@@ -47,7 +45,6 @@ from prour.stages import (
     writer_of,
 )
 
-PROBE_TIMEOUT_S = 2.0
 TOKENIZER_KEYS = ("data.tokenizer",)  # keys naming a folder whose tokenizer alone is read
 
 
@@ -113,30 +110,6 @@ def check_weights(recipe: Recipe, roles_by_stage: dict[str, tuple[str, ...]]) ->
 
 
 # ---- endpoints ---------------------------------------------------------------------------------
-
-
-def probe_endpoint(base_url: str, model: str | None, api_key: str | None = None,
-                   timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why ``GET <base_url>/models`` fails or does not list ``model``; None when healthy."""
-    url = base_url.rstrip("/") + "/models"
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        return f"{url} answered HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"{url} is unreachable ({reason})"
-    try:
-        served = [item["id"] for item in json.loads(body).get("data", [])]
-    except (ValueError, AttributeError, KeyError, TypeError):
-        return f"{url} did not answer an OpenAI model list"
-    if model and served and model not in served:
-        return f"{url} serves {served}, not {model!r}"
-    return None
 
 
 def _no_base_url(recipe: Recipe, role: str) -> str:
@@ -337,14 +310,14 @@ def check_gpus(recipe: Recipe, stages: Iterable[str]) -> list[Problem]:
 def check_protocol(recipe: Recipe) -> list[Problem]:
     """The broken protocol rules as problems (``protocol.on_breach: error``); none under ``warn``
     (the CLI prints them as warnings: :func:`protocol_warnings`)."""
-    if recipe.protocol.on_breach != "error" or _calibration_test_collection(recipe):
+    if recipe.protocol.on_breach != "error" or _no_training_protocol(recipe):
         return []
     return [Problem("protocol", line.removeprefix("protocol: ")) for line in _protocol_lines(recipe)]
 
 
 def protocol_warnings(recipe: Recipe) -> list[str]:
     """The ``protocol:`` lines a ``warn`` recipe prints instead of stopping."""
-    if recipe.protocol.on_breach != "warn" or _calibration_test_collection(recipe):
+    if recipe.protocol.on_breach != "warn" or _no_training_protocol(recipe):
         return []
     return _protocol_lines(recipe)
 
@@ -355,12 +328,20 @@ def protocol_note_lines(recipe: Recipe) -> list[str]:
     cannot have is left to :func:`check_protocol`, which names it."""
     from prour.eval.protocol import protocol_notes
 
-    if _calibration_test_collection(recipe):
+    if _no_training_protocol(recipe):
         return []
     try:
         return [f"note: {note}" for note in protocol_notes(recipe)]
     except ValueError:
         return []
+
+
+def _no_training_protocol(recipe: Recipe) -> bool:
+    """Whether the Prour paper's protocol rules (eval tasks apart from training tasks, ...) do
+    not apply: a standalone study trains nothing, and the calibration test collection is
+    checked by the steps that run the recipe as written."""
+    standalone = recipe.study is not None and recipe.study.standalone
+    return standalone or _calibration_test_collection(recipe)
 
 
 def _calibration_test_collection(recipe: Recipe) -> bool:

@@ -11,13 +11,13 @@ prour parses a recipe file (tests/test_architecture.py holds that line).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from prour.config import Recipe, apply_override, parse_recipe, read_recipe_data
 
-__all__ = ["flag_overrides", "load_recipe", "prour_command", "with_settings"]
+__all__ = ["flag_overrides", "load_recipe", "prour_command", "with_data", "with_settings"]
 
 
 def flag_overrides(flags: Mapping[str, Any]) -> list[str]:
@@ -68,6 +68,14 @@ def with_settings(recipe: Recipe, items: list[str], source: str) -> Recipe:
     for item in items:
         apply_override(data, item)
     return parse_recipe(data, source)
+
+
+def with_data(recipe: Recipe, change: Callable[[dict[str, Any]], dict[str, Any]],
+              source: str) -> Recipe:
+    """``recipe`` as a mapping, changed by ``change`` and validated again (``source`` names the
+    change in an error): a study's cell lays its axis values over the run's recipe."""
+    data = recipe.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return parse_recipe(change(data), source)
 
 
 def prour_command(recipe: Recipe, *argv: str) -> str:

@@ -77,15 +77,17 @@ def _selected(names: list[str] | None) -> list[Step]:
 
 def server_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
     """Each server the selected steps call: those steps, its GPUs and its command line."""
+    from prour.cluster.recipe import served_roles
     from prour.cluster.serve import ServeError, plan_servers, vllm_server
+    from prour.run_state import skip_reason
     from prour.stages import served_elsewhere
 
-    chosen = _selected(names)
+    chosen = [step for step in _selected(names) if skip_reason(recipe, step) is None]
     try:
         plans = plan_servers(recipe)
         for step in chosen:  # servers only a step's own recipe has (eval's exported generator)
             served = step.served_recipe(recipe)
-            if served is not recipe:
+            if served is not recipe and any(served_roles(served).values()):
                 known = {plan.model_id for plan in plans}
                 plans += [plan for plan in plan_servers(served) if plan.model_id not in known]
     except ServeError as exc:

@@ -173,6 +173,11 @@ class Runner:
                        if served_elsewhere(self.recipe, row.step) else "serves")
                 for model_id, roles in served.items():
                     self.say(f"      {how} {model_id} (roles {', '.join(roles)})")
+                if row.step.serves_itself:  # its serving groups, cells and servers
+                    from prour.cluster.study import describe_study
+
+                    for line in describe_study(self.recipe):
+                        self.say(f"      {line}")
         self._estimates(rows)
         return 2 if self._node_plan() else 0
 

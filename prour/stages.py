@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prour.cluster.steps import SERVE, serve_python, served_ids
+from prour.cluster.study_steps import STUDY
 from prour.data.steps import COLLECT, EXTRACT, NORMALIZE
 from prour.eval.steps import EVAL, REPORT, tradeoff_recipe
 from prour.router.steps import CALIBRATE
@@ -69,9 +70,22 @@ def writer_of(recipe: Recipe, path: Path) -> Step:
     return EXTERNAL
 
 
-# The paper's order.
-STAGES: tuple[Stage, ...] = (SERVE, COLLECT, NORMALIZE, CALIBRATE, EXTRACT, TRAIN, EXPORT, EVAL,
-                             REPORT)
+def _standalone_study(recipe: Recipe) -> str | None:
+    """Why a standalone study's run leaves the training chain out (None: it does not)."""
+    if recipe.study is not None and recipe.study.standalone:
+        return "the recipe is a study alone (study.standalone: true)"
+    return None
+
+
+def _in_chain(stage: Stage) -> Stage:
+    """A stage of the training chain: left out of a standalone study's run as well."""
+    return replace(stage, skip=lambda recipe: _standalone_study(recipe) or stage.skip(recipe))
+
+
+# The paper's order; a recipe's study runs after its evaluation, before the report that reads it.
+STAGES: tuple[Stage, ...] = (*map(_in_chain, (SERVE, COLLECT, NORMALIZE, CALIBRATE, EXTRACT,
+                                              TRAIN, EXPORT, EVAL)),
+                             STUDY, _in_chain(REPORT))
 
 
 def stage_inputs(stage: Stage, recipe: Recipe) -> list[tuple[File, Step]]:

@@ -105,6 +105,9 @@ class Step:
     # The recipe whose servers the step calls, when the step serves more than the recipe's own
     # openai roles (eval under eval.generator_backend vllm: the exported checkpoint too).
     serving: Callable[[Recipe], Recipe] | None = None
+    # The step starts the servers it calls itself, one serving group after another (the study:
+    # prour.cluster.study); the runner serves it nothing, and its dry run prints the groups.
+    serves_itself: bool = False
 
     def served_recipe(self, recipe: Recipe) -> Recipe:
         """The recipe whose ``serve.models`` and roles the servers of this step come from."""

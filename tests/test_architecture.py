@@ -339,11 +339,24 @@ def yaml_keys(data: Any, model: type[BaseModel], prefix: str = "") -> list[str]:
         if inner is None or not isinstance(value, dict):
             continue
         if get_origin(info.annotation) is dict:
-            for name, item in value.items():
-                if isinstance(item, dict):
-                    unknown += yaml_keys(item, inner, f"{prefix}{key}.{name}.")
+            unknown += _entries(value, get_args(info.annotation)[1], inner, f"{prefix}{key}.")
         else:
             unknown += yaml_keys(value, inner, f"{prefix}{key}.")
+    return unknown
+
+
+def _entries(value: dict[str, Any], annotation: Any, inner: type[BaseModel],
+             prefix: str) -> list[str]:
+    """The unknown keys of a ``dict[str, X]`` field's entries (``dict[str, dict[str, X]]``:
+    the study's axes, one level deeper)."""
+    unknown = []
+    for name, item in value.items():
+        if not isinstance(item, dict):
+            continue
+        if get_origin(annotation) is dict:
+            unknown += _entries(item, get_args(annotation)[1], inner, f"{prefix}{name}.")
+        else:
+            unknown += yaml_keys(item, inner, f"{prefix}{name}.")
     return unknown
 
 
@@ -833,6 +846,8 @@ YAML_PARSERS = {
     "prour.llm.scripted": "the scripted backend's rules file (tests only), not a recipe",
     "prour.eval.paper": "the paper's published values (package data paper_values.yaml), not a "
                         "recipe",
+    "prour.eval.attention.paper_values": "the Ask-Less paper's published values (package data "
+                                         "attention/paper_values.yaml), not a recipe",
 }
 YAML_LOADS = {"load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all"}
 # What only the loader may call: the pieces it is made of.

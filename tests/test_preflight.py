@@ -20,14 +20,13 @@ import wall_clock
 from typer.testing import CliRunner
 
 from prour.cli.main import app
+from prour.cluster.endpoints import PROBE_TIMEOUT_S, probe_endpoint
 from prour.config import parse_recipe
 from prour.llm.weights import MODELS_DIR_ENV, ModelNotFound, local_weights
 from prour.preflight import (
-    PROBE_TIMEOUT_S,
     check_endpoints,
     check_paths,
     preflight,
-    probe_endpoint,
     visible_gpus,
 )
 from prour.recipes import load_recipe

@@ -30,14 +30,16 @@ def test_the_stages_and_steps_follow_the_papers_chain() -> None:
     """DESIGN.md §6: serve beside everything, then collect retail and airline, normalize, the
     calibration states, annotate, review, search, held-out, extract, train, export, eval, report;
     the ig-clarifier baseline's own rows, training and export beside prour's (issues 24, 34);
-    the trade-off sweeps and the post-hoc pass after the main eval (issue 34)."""
+    the trade-off sweeps and the post-hoc pass after the main eval (issue 34); a recipe's study
+    (its episodes, judge pass, second judge and report) before the report that reads it."""
     assert stage_names() == ("serve", "collect", "normalize", "calibrate", "extract", "train",
-                             "export", "eval", "report")
+                             "export", "eval", "study", "report")
     assert [step.name for step in steps()] == [
         "serve", "collect-retail", "collect-dev", "collect-airline", "normalize", "states-dev",
         "states-test", "annotate", "review", "search", "heldout", "extract",
         "extract-ig-clarifier", "train", "train-ig-clarifier", "export", "export-ig-clarifier",
-        "eval", "eval-budget", "eval-every-n", "posthoc", "report"]
+        "eval", "eval-budget", "eval-every-n", "posthoc", "study", "judge", "second-judge",
+        "study-report", "report"]
     assert [step.name for step in steps() if step.command is None] == ["review"]  # the one gate
 
 
@@ -65,7 +67,7 @@ PAPER_ROLES = {  # hand-written from the recipe: data.teacher is on, models.rout
     "serve": set(), "collect": {"agent", "user", "teacher"}, "normalize": {"normalizer"},
     "calibrate": {"annotator", "decomposer", "router"}, "extract": {"decomposer"},
     "train": {"generator", "strict_user", "verifier"}, "export": set(), "eval": EVAL_PAPER,
-    "report": set(),
+    "study": set(), "report": set(),  # no study section
 }
 SMOKE_ROLES = {  # no models.router; methods base and prour only
     **PAPER_ROLES, "calibrate": {"annotator", "decomposer"},

@@ -95,16 +95,18 @@ def _register_subcommands() -> None:
         run,
         serve,
         slurm,
+        study,
         tau2,
         tiny,
         train,
         train_export,
         train_report,
+        validation,
         view,
     )
 
     for module in (env, collect, normalize, extract, data, train, eval, posthoc, report, serve,
-                   demo, tiny, run, tau2, view):
+                   demo, tiny, run, tau2, view, study):
         module.register(app)  # env/episode, collect, ..., train, eval, posthoc, report, ..., status
     for command in (train_export, train_report):
         command.register(train.train_app)  # `prour train export`, `prour train report`
@@ -112,6 +114,7 @@ def _register_subcommands() -> None:
     app.add_typer(calibrate.calibrate_app, name="calibrate")
     app.add_typer(reward.reward_app, name="reward")
     app.add_typer(slurm.slurm_app, name="slurm")
+    app.add_typer(validation.validation_app, name="validation")
 
 
 _register_subcommands()

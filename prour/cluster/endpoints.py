@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ logger = logging.getLogger(__name__)
 SCHEMA = "prour.endpoints/1"
 STATUSES = ("starting", "ready", "failed", "stopped")
 DEFAULT_NAME = "endpoints.json"
+PROBE_TIMEOUT_S = 2.0  # seconds a health probe of an OpenAI-compatible server waits
 
 
 class EndpointsError(RuntimeError):
@@ -124,3 +127,27 @@ def resolve_endpoints(recipe: Recipe) -> Recipe:
         logger.debug("endpoints file %s is %s; models.%s keep no base_url", path, status, missing)
         return recipe
     return apply_endpoints(recipe, record)
+
+
+def probe_endpoint(base_url: str, model: str | None, api_key: str | None = None,
+                   timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why ``GET <base_url>/models`` fails or does not list ``model``; None when healthy."""
+    url = base_url.rstrip("/") + "/models"
+    request = urllib.request.Request(url)
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        return f"{url} answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{url} is unreachable ({reason})"
+    try:
+        served = [item["id"] for item in json.loads(body).get("data", [])]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return f"{url} did not answer an OpenAI model list"
+    if model and served and model not in served:
+        return f"{url} serves {served}, not {model!r}"
+    return None

@@ -18,9 +18,11 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 # Stage sections live next to the code that uses them; they import their base from prour.section.
 from prour.config.cluster import ServeConfig, SlurmConfig
 from prour.config.data import DataConfig
+from prour.config.domains import register_plugins
 from prour.config.eval import EvalConfig
 from prour.config.rewards import RewardConfig
 from prour.config.router import RouterConfig
+from prour.config.study import StudyConfig
 from prour.config.train import TrainConfig
 from prour.registry import unknown_name
 from prour.section import ConfigError, Section
@@ -41,6 +43,8 @@ MODEL_ROLES = (
     "annotator",  # calibration labels
     "router",  # prompted LLM router ablation
     "judge",  # attention-cost judge
+    "classifier",  # request classifier of the attention protocol (absent: the judge's model)
+    "second_judge",  # a judge of another model family re-scoring a sample (ask-less Table 12)
 )
 
 
@@ -114,6 +118,11 @@ class EnvConfig(Section):
     agent_max_tokens: int = Field(1024, ge=1)  # task agent reply / tool call length
     user_temperature: float = Field(1.0, ge=0)  # user simulator (paper: 1.0)
     user_max_tokens: int = Field(512, ge=1)  # user simulator message length
+    # The simulated customer's regime (the ask-less paper's Table 25 compares two): standard is
+    # tau2's user simulator as it is; guarded adds that the customer volunteers nothing the
+    # agent has not asked for (prour.env.users.GUARDED_GUIDELINES), so a missing detail reaches
+    # the agent only through a question.
+    user_regime: Literal["standard", "guarded"] = "standard"
 
 
 class ProtocolConfig(Section):
@@ -185,6 +194,10 @@ class Recipe(Section):
     """
 
     name: str
+    # Python modules whose register() adds domains of the user's own (prour.env.plugins); they
+    # are imported and registered before the sections below are validated, in every process
+    # that reads the recipe.
+    plugins: list[str] = []
     seed: int = 0
     run_dir: str = "runs/${name}"
     models: dict[str, ModelConfig] = {}
@@ -205,9 +218,24 @@ class Recipe(Section):
     # from training trajectories, train/validation sharing a task, a baseline on the trained
     # checkpoint) does: `error` stops preflight, `warn` prints it and the report header says so.
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
+    # A study: axes (backbones, user simulators, role variants) x grids of methods and attention
+    # variants, run through one eval queue into <run_dir>/study (prour.config.study)
+    study: StudyConfig | None = None
     # The recipe file and the `key=value` overrides it was loaded with (prour.recipes.load_recipe),
     # so that a hint names the command on the same recipe as the user typed it.
     _origin: tuple[str, tuple[str, ...]] | None = PrivateAttr(None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _register_plugins(cls, data: Any) -> Any:
+        """Import ``plugins`` and call their register() first, so that the domain names of the
+        sections may be the ones they register."""
+        if isinstance(data, dict) and data.get("plugins"):
+            from prour.env.domains import quiet_tau2  # the domain table's loaders (no tau2)
+
+            quiet_tau2()  # plugin modules build on tau2, which logs as it is imported
+            register_plugins(data["plugins"])
+        return data
 
     @field_validator("models")
     @classmethod
@@ -216,6 +244,26 @@ class Recipe(Section):
             if role not in MODEL_ROLES:
                 raise ValueError(unknown_name("model role", role, MODEL_ROLES))
         return value
+
+    @model_validator(mode="after")
+    def _axis_values_fit(self) -> Recipe:
+        """Each study axis value's models (each a whole model config, replacing the recipe's)
+        and env (laid over the recipe's) are valid; a wrong one is named by its dotted key
+        under ``study.axes``."""
+        if self.study is None:
+            return self
+        for axis, values in self.study.axes.items():
+            for name, value in values.items():
+                where = f"study.axes.{axis}.{name}.set"
+                for role, model in value.set.get("models", {}).items():
+                    if role not in MODEL_ROLES:
+                        raise ConfigError(f"{where}.models",
+                                          unknown_name("model role", role, MODEL_ROLES))
+                    _checked(ModelConfig, model, f"{where}.models.{role}")
+                if "env" in value.set:
+                    _checked(EnvConfig, merge_recipe(self.env.model_dump(), value.set["env"]),
+                             f"{where}.env")
+        return self
 
     @model_validator(mode="after")
     def _one_path_rule(self) -> Recipe:
@@ -246,6 +294,19 @@ class Recipe(Section):
     def origin(self) -> tuple[str, tuple[str, ...]] | None:
         """(recipe file, ``key=value`` overrides) it was loaded from; None when built in code."""
         return self._origin
+
+
+def _checked(section: type[Section], data: Any, where: str) -> None:
+    """Validate ``data`` as ``section``; a ConfigError names ``where`` and the key inside it."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"must be a mapping, got {type(data).__name__}")
+    try:
+        section.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        inner = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{where}.{inner}" if inner else where,
+                          err["msg"].removeprefix("Value error, ")) from None
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
@@ -282,14 +343,15 @@ def read_recipe_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The mapping of a YAML recipe with its ``extends`` chain merged in (base first).
 
     ``extends: <file>`` (relative to the recipe) reads that recipe first and lays this one over
-    it, mappings merged key by key, any other value replaced. Reads no file but the recipe and
+    it, mappings merged key by key (a mapping tagged ``!replace`` replaces the base's whole),
+    any other value replaced. Reads no file but the recipe and
     those it extends; :func:`prour.recipes.load_recipe` is the loader that calls this.
     """
     if not path.is_file():
         where = f" (extended by {seen[-1]})" if seen else ""
         raise ConfigError("<file>", f"recipe file not found: {path}{where}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_RecipeLoader) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
@@ -306,21 +368,38 @@ def read_recipe_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return merge_recipe(read_recipe_data(base_path, (*seen, path.resolve())), data)
 
 
+class Replacing(dict):
+    """A mapping a recipe marks ``!replace``: laid over the recipe it extends, it replaces that
+    recipe's mapping whole instead of being merged into it (a rehearsal's own backbone panel
+    instead of the paper's eight)."""
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """YAML's safe loader plus the ``!replace`` tag on a mapping."""
+
+
+_RecipeLoader.add_constructor(
+    "!replace", lambda loader, node: Replacing(loader.construct_mapping(node, deep=True)))
+
+
 def unshared(value: Any) -> Any:
     """A copy in which no mapping or list is shared: YAML aliases (``agent: *tiny``) become
     separate copies, so that an override of one role's key leaves the other roles alone."""
     if isinstance(value, dict):
-        return {key: unshared(item) for key, item in value.items()}
+        return type(value)({key: unshared(item) for key, item in value.items()})
     if isinstance(value, list):
         return [unshared(item) for item in value]
     return value
 
 
 def merge_recipe(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` laid on ``base``: nested mappings merged, every other value replaced."""
+    """``over`` laid on ``base``: nested mappings merged (a :class:`Replacing` one replaces),
+    every other value replaced."""
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, Replacing):
+            out[key] = dict(value)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge_recipe(out[key], value)
         else:
             out[key] = value

@@ -6,8 +6,9 @@ when it loads; :mod:`prour.eval.attention.policies` builds the policy classes it
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -29,14 +30,20 @@ class PolicySpec:
     takes_budget: bool = False
     needs_threshold: bool = False
     self_review: bool = False  # takes evidence / memory windows
+    reviews: bool = False  # a model call reviews each discretionary draft (VoI estimate, self-review)
 
 
-_REVIEWED = {"needs_llm": True, "needs_budget": True, "takes_budget": True, "self_review": True}
+_REVIEWED = {"needs_llm": True, "needs_budget": True, "takes_budget": True, "self_review": True,
+             "reviews": True}
 POLICIES: Registry[PolicySpec] = Registry("attention policy", {
     "no-ask": PolicySpec("NoAsk"),
     "unrestricted": PolicySpec("Unrestricted"),
     "frugal": PolicySpec("Frugal"),
-    "voi-gate": PolicySpec("VoIGate", needs_llm=True, takes_budget=True, needs_threshold=True),
+    # the ask-less paper's VoI gate as its main evaluation ran it: the agent's own prompt holds the
+    # threshold c and the agent decides; no review call, no veto (its Table 7 "as run" row)
+    "voi-gate-as-run": PolicySpec("VoIGateAsRun", needs_threshold=True),
+    "voi-gate": PolicySpec("VoIGate", needs_llm=True, takes_budget=True, needs_threshold=True,
+                           reviews=True),
     "budgeted": PolicySpec("Budgeted", needs_budget=True, takes_budget=True),
     "budgeted+review": PolicySpec("ReviewedBudget", **_REVIEWED),
     "budgeted+review+summary": PolicySpec("ReviewSummary", **_REVIEWED),
@@ -63,6 +70,90 @@ def check_policy_options(name: str, budget: int | None, threshold: float | None,
         raise ValueError(f"policy {name!r} needs a threshold c in [0, 1]")
     if spec.needs_llm and not has_llm:
         raise ValueError(f"policy {name!r} reviews drafts with a model; pass llm=")
+
+
+# ---- attention variants: a policy, its budget and its own options, in one label ----------------
+
+# Options a variant label may carry in parentheses, and the AttentionConfig field each sets.
+VARIANT_OPTIONS: dict[str, tuple[str, type]] = {
+    "c": ("voi_threshold", float),  # the VoI threshold (voi-gate, voi-gate-as-run)
+    "evidence": ("evidence_window_tokens", int),  # self-review evidence window
+    "memory": ("memory_window_tokens", int),  # self-review memory window
+}
+_VARIANT = re.compile(r"^(?P<policy>[a-z][a-z+\-]*)(?:@(?P<budget>[^()]*))?"
+                      r"(?:\((?P<options>[^()]*)\))?$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An attention variant: ``policy[@N][(key=value,...)]``, e.g. ``budgeted+mgr@2``,
+    ``voi-gate(c=0.5)``, ``voi-gate@1(c=0.27)``, ``budgeted+review@2(evidence=9072)``.
+
+    The options (:data:`VARIANT_OPTIONS`) set the VoI threshold ``c`` and the self-review
+    windows for this variant alone; its :attr:`label` is canonical (options in table order,
+    numbers as ``%g`` writes them), so two spellings of one variant share their episodes."""
+
+    policy: str
+    budget: int | None = None
+    options: tuple[tuple[str, float | int], ...] = ()
+
+    @property
+    def label(self) -> str:
+        text = self.policy if self.budget is None else f"{self.policy}@{self.budget}"
+        if self.options:
+            text += "(" + ",".join(f"{k}={v:g}" for k, v in self.options) + ")"
+        return text
+
+    def option(self, key: str) -> float | int | None:
+        return dict(self.options).get(key)
+
+    def settings(self) -> dict[str, Any]:
+        """The ``eval.attention`` fields this variant sets (policy, budget and its options)."""
+        out: dict[str, Any] = {"policy": self.policy, "budget": self.budget}
+        for key, value in self.options:
+            out[VARIANT_OPTIONS[key][0]] = value
+        return out
+
+
+def variant_of(text: str) -> Variant:
+    """Parse a variant label; a ValueError says what is wrong with it and what is allowed."""
+    match = _VARIANT.match(text.strip())
+    if match is None:
+        raise ValueError(f"attention variant {text!r} is not policy[@N][(key=value,...)] "
+                         f"(e.g. budgeted@2, voi-gate(c=0.5))")
+    policy, budget_text = match["policy"], match["budget"]
+    spec = policy_spec(policy)
+    budget = None
+    if budget_text is not None:
+        try:
+            budget = int(budget_text)
+        except ValueError:
+            raise ValueError(f"attention variant {text!r}: the budget after '@' must be an "
+                             "integer") from None
+        if budget < 0:
+            raise ValueError(f"attention variant {text!r}: the budget must be >= 0")
+    options: dict[str, float | int] = {}
+    for part in filter(None, (p.strip() for p in (match["options"] or "").split(","))):
+        key, sep, raw = part.partition("=")
+        key = key.strip()
+        if not sep or key not in VARIANT_OPTIONS:
+            raise ValueError(f"attention variant {text!r}: option {part!r} is not key=value with "
+                             f"a key of {', '.join(VARIANT_OPTIONS)}")
+        kind = VARIANT_OPTIONS[key][1]
+        try:
+            value = kind(raw.strip())
+        except ValueError:
+            raise ValueError(f"attention variant {text!r}: {key}={raw.strip()!r} is not "
+                             f"{'a number' if kind is float else 'an integer'}") from None
+        if key == "c" and not (spec.needs_threshold and 0 <= value <= 1):
+            raise ValueError(f"attention variant {text!r}: c is a VoI threshold in [0, 1] of "
+                             "voi-gate or voi-gate-as-run")
+        if key != "c" and not (spec.self_review and value >= 1):
+            raise ValueError(f"attention variant {text!r}: {key} is a self-review window (>= 1 "
+                             "token) of the budgeted+review policies")
+        options[key] = value
+    order = list(VARIANT_OPTIONS)
+    return Variant(policy, budget, tuple(sorted(options.items(), key=lambda kv: order.index(kv[0]))))
 
 
 class CostWeights(Section):

@@ -178,6 +178,7 @@ class SlurmConfig(Section):
     train: SlurmResources = SlurmResources()
     export: SlurmResources = SlurmResources()
     eval: SlurmResources = SlurmResources()
+    study: SlurmResources = SlurmResources()  # a recipe's study: episodes, judge, report
     report: SlurmResources = SlurmResources()
     # Shell lines run before any prour command (module load, venv activation). None: put the
     # bin folder of the python running `prour slurm submit` first on PATH.
@@ -210,6 +211,7 @@ class SlurmConfig(Section):
             "train": self.train,
             "export": self.export,
             "eval": self.eval,
+            "study": self.study,
             "report": self.report,
         }
         if stage not in own:

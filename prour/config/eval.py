@@ -15,7 +15,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prour.config.attention import AttentionConfig, check_policy_options
+from prour.config.attention import (
+    AttentionConfig,
+    Variant,
+    check_policy_options,
+    variant_of,
+)
 from prour.config.domains import DomainName, SplitName
 from prour.registry import unknown_name
 from prour.section import Section
@@ -31,11 +36,16 @@ ROUTED_METHODS = ("prour", "clarify-only", "verify-only", "llm-router")
 
 # Evaluation protocols: named presets of (domains, split, seeds). ``paper``: the Prour paper's
 # Table 1 (section 4, A.2.1), tau2's ``base`` retail split (114 tasks: τ-bench v1's 115 test tasks
-# with the maintainers' corrections) and airline's 50, Pass@1 over 3 seeds; ``tau3``: the same
-# on τ³-bench's three domains (the paper's transfer study); ``tau2-test``: tau2's RL test split.
+# with the maintainers' corrections) and airline's 50, Pass@1 over 3 seeds; ``v1-test``: the same
+# on τ-bench v1's own test tasks, converted (split ``v1-test``: the 96 of 115 retail and 50 of 50
+# airline tasks whose reference actions tau2's tools take); ``tau3``: the paper's Table 4 on
+# τ³-bench's tasks (split ``tau3``: its retail and airline tasks, 113 of 114 and 50, and the 114
+# telecom tasks it shares with tau2); ``tau2-test``: tau2's RL test split. Each packaged split's
+# data file lists the tasks it leaves out (prour/env/data, docs/evaluation.md).
 PROTOCOLS: dict[str, dict[str, Any]] = {
     "paper": {"domains": ["retail", "airline"], "split": "base", "seeds": [0, 1, 2]},
-    "tau3": {"domains": ["retail", "airline", "telecom"], "split": "base", "seeds": [0, 1, 2]},
+    "v1-test": {"domains": ["retail", "airline"], "split": "v1-test", "seeds": [0, 1, 2]},
+    "tau3": {"domains": ["retail", "airline", "telecom"], "split": "tau3", "seeds": [0, 1, 2]},
     "tau2-test": {"domains": ["retail", "airline", "telecom"], "split": "test",
                   "seeds": [0, 1, 2]},
 }
@@ -50,17 +60,11 @@ def check_method_name(name: str) -> str:
 
 
 def parse_variant(text: str) -> tuple[str, int | None]:
-    """``"budgeted@2"`` → ``("budgeted", 2)``; ``"no-ask"`` → ``("no-ask", None)``."""
-    name, sep, number = text.partition("@")
-    if not sep:
-        return name, None
-    try:
-        budget = int(number)
-    except ValueError:
-        raise ValueError(f"attention variant {text!r}: the budget after '@' must be an integer") from None
-    if budget < 0:
-        raise ValueError(f"attention variant {text!r}: the budget must be >= 0")
-    return name, budget
+    """``"budgeted@2"`` → ``("budgeted", 2)``; ``"no-ask"`` → ``("no-ask", None)``; a variant's
+    own options (``voi-gate(c=0.5)``) are left out (:func:`prour.config.attention.variant_of`
+    keeps them)."""
+    variant = variant_of(text)
+    return variant.policy, variant.budget
 
 
 # The router keys a trade-off sweep varies (eval.sweep, ``prour eval --sweep KEY=V1,V2``).
@@ -185,7 +189,8 @@ class EvalConfig(Section):
     attention: AttentionConfig | None = None
     attention_policies: list[str] = Field(default_factory=list)
     judge: bool = True  # score delivered requests with models.judge after each episode
-    classifier: Literal["judge", "heuristic"] = "judge"  # request labels: models.judge or rules
+    # request labels: models.judge, models.classifier (a model of its own) or rules
+    classifier: Literal["judge", "classifier", "heuristic"] = "judge"
     saber: SaberConfig = Field(default_factory=SaberConfig)  # the saber baseline's settings
     sage_agent: SageAgentConfig = Field(default_factory=SageAgentConfig)  # sage-agent's settings
     # Trade-off sweep (paper Figures 5 and 8, A.2.3): values of router.budget (null: unlimited)
@@ -261,8 +266,10 @@ class EvalConfig(Section):
             raise ValueError("attention_policies needs an `attention` section (its other settings)")
         threshold = self.attention.voi_threshold if self.attention else None
         for text in self.attention_policies:
-            name, budget = parse_variant(text)
-            check_policy_options(name, budget, threshold)
+            variant = variant_of(text)
+            check_policy_options(variant.policy, variant.budget,
+                                 variant.option("c") if variant.option("c") is not None
+                                 else threshold)
         return self
 
     def variants(self) -> list[AttentionConfig | None]:
@@ -271,8 +278,14 @@ class EvalConfig(Section):
             return [None]
         if not self.attention_policies:
             return [self.attention]
-        out = []
-        for text in self.attention_policies:
-            name, budget = parse_variant(text)
-            out.append(self.attention.model_copy(update={"policy": name, "budget": budget}))
-        return out
+        return [self.attention.model_copy(update=variant_of(text).settings())
+                for text in self.attention_policies]
+
+    def variant_labels(self) -> list[str | None]:
+        """The label of each of :meth:`variants` (``budgeted@2``, ``voi-gate(c=0.5)``; None
+        without the protocol): what result lines and episode keys name the variant by."""
+        if self.attention is None:
+            return [None]
+        if not self.attention_policies:
+            return [Variant(self.attention.policy, self.attention.budget).label]
+        return [variant_of(text).label for text in self.attention_policies]

@@ -79,11 +79,22 @@ def flip_roles(messages: Sequence[Message]) -> list[Message]:
     return flipped
 
 
+# The guarded regime (env.user_regime: guarded), in our words: tau2's simulated customer, told
+# to hold back what the agent has not asked for, so that what the task leaves unsaid reaches the
+# agent only through its questions.
+GUARDED_GUIDELINES = """\
+## How much to volunteer
+Answer what the agent asks, and only that. Do not offer details from your instructions that the
+agent has not asked about, and do not list everything you want at once: wait for the agent's
+questions. When a question is vague, ask the agent what exactly it needs instead of guessing."""
+
+
 class LLMUser(SeededChat):
     """The standard simulated customer, prompted as tau2's UserSimulator (its guidelines, the tool
     guidelines when the domain gives the user tools, then ``str(task.user_scenario)``); it stops
     on tau2's stop tokens and decodes as the recipe's ``env`` section says (``user_temperature``,
-    ``user_max_tokens``)."""
+    ``user_max_tokens``). Under ``env.user_regime: guarded`` the prompt ends with
+    :data:`GUARDED_GUIDELINES`, after the scenario."""
 
     name = "llm"
 
@@ -91,10 +102,13 @@ class LLMUser(SeededChat):
         sampling = SamplingParams(temperature=env.user_temperature, max_tokens=env.user_max_tokens)
         super().__init__(llm, sampling, enable_thinking)
         self.system_prompt = ""
+        self.guarded = env.user_regime == "guarded"
 
     def reset(self, domain: str, task: Task, seed: int = 0) -> None:
         with_tools = bool(user_tool_schemas(domain))
         self.system_prompt = user_system_prompt(str(task.user_scenario), with_tools)
+        if self.guarded:
+            self.system_prompt = f"{self.system_prompt}\n\n{GUARDED_GUIDELINES}"
         self.restart(seed)
 
     def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> UserTurn:

@@ -61,10 +61,15 @@ class Arm:
     checkpoint: GeneratorCheckpoint | None = None
     # The eval.sweep point (router key, value) pairs this arm runs under (None: no sweep).
     point: tuple[tuple[str, int | None], ...] | None = None
+    # The attention variant's label (eval.attention_policies, options included: voi-gate(c=0.5));
+    # None: named from ``attention`` (policy@N)
+    label: str | None = None
+    # A study's axis values this arm runs under ((axis, value) pairs; None: not a study)
+    axes: tuple[tuple[str, str], ...] | None = None
 
     @property
     def variant(self) -> str | None:
-        return variant_name(self.attention)
+        return self.label if self.label is not None else variant_name(self.attention)
 
     @property
     def sweep(self) -> dict[str, int | None] | None:
@@ -85,6 +90,8 @@ class Arm:
             key += f" [{sweep_label(self.sweep)}]"
         if self.checkpoint is not None and self.checkpoint.step is not None:
             key += f" [step {self.checkpoint.step}]"
+        if self.axes:
+            key += " <" + " ".join(f"{axis}={value}" for axis, value in self.axes) + ">"
         return key
 
 

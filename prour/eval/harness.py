@@ -146,8 +146,9 @@ class Evaluation:
             else self.run_dir / "attention"
         self.kit = MethodKit(builder or Builder(recipe), attention_caches(cache_root))
         self.checkpoint, self.sweep_steps = checkpoint, sweep_steps
-        self.arms = [Arm(m, a, checkpoint if uses_generator(m) else None, point)
-                     for m in self.cfg.methods for a in self.cfg.variants()
+        self.arms = [Arm(m, a, checkpoint if uses_generator(m) else None, point, label)
+                     for m in self.cfg.methods
+                     for a, label in zip(self.cfg.variants(), self.cfg.variant_labels())
                      for point in arm_points(self.cfg, m)]
         self.arm_of = {arm.key: arm for arm in self.arms}
 

@@ -121,11 +121,13 @@ def check_method(name: str) -> MethodSpec:
 
 def method_roles(cfg: EvalConfig, method: str,
                  attention: AttentionConfig | None) -> tuple[str, ...]:
-    """The ``models.<role>`` an evaluation arm calls: its method's roles, and ``judge`` under an
-    attention setting whose requests ``models.judge`` labels (``eval.classifier: judge``) or
-    judges (``eval.judge``)."""
+    """The ``models.<role>`` an evaluation arm calls: its method's roles, and under an attention
+    setting the role that labels its requests (``eval.classifier``: ``judge`` or
+    ``classifier``) and ``judge`` when it judges them (``eval.judge``)."""
     roles = list(check_method(method).roles)
-    if attention is not None and (cfg.classifier == "judge" or cfg.judge):
+    if attention is not None and cfg.classifier != "heuristic":
+        roles.append(cfg.classifier)
+    if attention is not None and cfg.judge:
         roles.append("judge")
     return tuple(dict.fromkeys(roles))
 

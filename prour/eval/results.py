@@ -86,6 +86,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
         "question_writer": writer,  # the model (folder or served id) that wrote its questions
         "checkpoint": arm.checkpoint.record() if arm.checkpoint is not None else None,
         "sweep": arm.sweep,  # the eval.sweep point ({"router.budget": 2, ...}; None: none)
+        "axes": dict(arm.axes) if arm.axes else None,  # a study's axis values ({"backbone": ...})
         "attention": None,
     }
     line["model_calls_total"] = sum(line["model_calls"].values())

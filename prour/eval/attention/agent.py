@@ -117,6 +117,7 @@ class AttentiveAgent(AgentWrapper):
             "budget_spent": self.state.budget.spent,
             "budget_limit": self.state.budget.limit,
             "reviews": self.state.reviews,
+            "vetoes": self.state.vetoes,
         }
         if outcome.message is not None:
             request: DeliveredRequest = self.state.delivered[-1]
@@ -229,6 +230,7 @@ def attention_summary(trajectory: Trajectory, config: AttentionConfig, reward: f
         "blocked": sum(r["actions"].count("block") for r in records),
         "fallbacks": sum(1 for d in delivered if d.fallback),
         "reviews": max((r["reviews"] for r in records), default=0),
+        "vetoes": max((r.get("vetoes", 0) for r in records), default=0),
         "judged": judge is not None,
         "judge_failures": sum(1 for j in judgments if j is not None and j.failed),
         "costs": costs,

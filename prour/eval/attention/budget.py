@@ -109,6 +109,7 @@ class ConversationState:
     blocked: list[GateDecision] = field(default_factory=list)
     fallbacks: int = 0
     reviews: int = 0
+    vetoes: int = 0  # reviewed drafts the review blocked (a VoI veto, a self-review block)
 
     def dialogue_text(self, max_chars: int | None = None) -> str:
         """The dialogue as plain text (system prompt left out), the last ``max_chars`` of it."""
@@ -158,6 +159,7 @@ class AttentionGate:
             decision = self.policy.review(current, state)
             decisions.append(decision)
             state.reviews += int(decision.reviewed)
+            state.vetoes += int(decision.reviewed and decision.action is GateAction.BLOCK)
             if decision.action is not GateAction.BLOCK:
                 kind = self._deliver(decision, current, state)
                 return GateOutcome(decision.message, "redrafted" if attempt else kind,

@@ -19,12 +19,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def request_classifier(builder: Builder, domain: str, attention: AttentionConfig,
                        cache: JsonCache | None = None) -> RequestClassifier:
-    """The request classifier of ``eval.attention``: labels from ``models.judge`` when
-    ``eval.classifier`` is ``judge``, else from the heuristic rules."""
+    """The request classifier of ``eval.attention``: labels from the model of the role
+    ``eval.classifier`` names (``judge`` or ``classifier``), else from the heuristic rules."""
     from prour.env.domains import domain_policy
     from prour.eval.attention.classifier import RequestClassifier
 
-    labeller = builder.llm("judge") if builder.recipe.eval.classifier == "judge" else None
+    role = builder.recipe.eval.classifier
+    labeller = builder.llm(role) if role != "heuristic" else None
     return RequestClassifier(labeller, domain_policy(domain), attention.classifier_attempts,
                              cache=cache)
 

@@ -8,6 +8,9 @@ delivered (exempt). A discretionary draft is blocked once the conversation's bud
 ``no-ask``                  block every discretionary request (budget 0)
 ``unrestricted``            deliver
 ``frugal``                  deliver; the system prompt asks the agent to ask sparingly
+``voi-gate-as-run``         deliver; the system prompt gives the agent the threshold c and
+                            asks it to ask only when it judges the answer's value ≥ c (no
+                            review call, no veto: the ask-less paper's gate "as run")
 ``voi-gate``                a review call estimates the value of asking, p ∈ [0, 1]; the
                             draft is vetoed when p < c (enforced veto)
 ``budgeted``                deliver while the budget N lasts
@@ -50,6 +53,12 @@ NO_ASK_ADDENDUM = (
 BUDGET_ADDENDUM = (
     "You may ask the customer at most {n} discretionary question(s) in this conversation; "
     "identity checks and confirmations required by the policy do not count. Spend them well.")
+
+VOI_AS_RUN_ADDENDUM = (
+    "Before you ask the customer for anything the policy does not require, estimate the "
+    "probability, from 0 to 1, that their answer changes whether you complete the task "
+    "correctly. Ask only when that estimate is at least {c:.2f}; below it, go on with your tools, "
+    "the policy and what you already know.")
 
 VOI_SYSTEM = """\
 A customer-service agent is about to ask its customer the draft question below. Estimate how
@@ -135,6 +144,23 @@ class Budgeted(AttentionPolicy):
 
     def system_prompt_addendum(self) -> str:
         return BUDGET_ADDENDUM.format(n=self.budget)
+
+
+class VoIGateAsRun(AttentionPolicy):
+    """The agent is told the VoI threshold c and weighs each question itself: no review call,
+    no veto, no budget (the ask-less paper's original gate)."""
+
+    name = "voi-gate-as-run"
+
+    def __init__(self, classifier: RequestClassifier, threshold: float,
+                 context_chars: int = 3000):
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"voi-gate-as-run threshold c must be in [0, 1], got {threshold}")
+        super().__init__(classifier, None, context_chars)
+        self.threshold = threshold
+
+    def system_prompt_addendum(self) -> str:
+        return VOI_AS_RUN_ADDENDUM.format(c=self.threshold)
 
 
 def validate_voi(data: dict[str, Any]) -> float:
