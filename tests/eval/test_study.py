@@ -198,7 +198,9 @@ def test_a_study_runs_every_cell_through_one_queue_and_resumes(tmp_path: Path) -
     from prour.eval.harness import load_result_lines
     from prour.eval.study import grid_lines, planned_count, study_dir
 
-    loaded = parse_recipe(study_recipe(tmp_path))
+    data = study_recipe(tmp_path)
+    data["study"]["grids"]["main"]["tasks"] = ["retail:65"]  # one task keeps the test short
+    loaded = parse_recipe(data)
     said: list[str] = []
     results = run_study(loaded, progress=False, say=said.append)
     folder = study_dir(loaded)
@@ -215,7 +217,7 @@ def test_a_study_runs_every_cell_through_one_queue_and_resumes(tmp_path: Path) -
             assert asked == 1  # the script's one question, within every budget here
         assert not line["attention"]["judged"]  # the judge pass has not run
     by_grid = grid_lines(loaded)
-    assert len(by_grid["main"]) == 2 * len(POLICIES) * 2 and len(by_grid["table25"]) == 4
+    assert len(by_grid["main"]) == 2 * len(POLICIES) and len(by_grid["table25"]) == 4
     guarded = [x for x in by_grid["table25"] if x["axes"]["simulator"] == "guarded"]
     assert len(guarded) == 2
     provenance = json.loads((folder / "provenance.json").read_text())
@@ -263,3 +265,35 @@ def test_the_judge_pass_scores_every_request_once_and_names_a_failing_judge(
     before = (study_dir(loaded) / "results.jsonl").read_text()
     judge_study(loaded, say=lambda _: None)  # nothing left to judge: nothing appended
     assert (study_dir(loaded) / "results.jsonl").read_text() == before
+
+
+def test_a_backbone_that_is_down_is_named_in_one_line_and_nothing_runs(tmp_path: Path) -> None:
+    """The installed `prour study run` on a study whose backbone's endpoint does not answer:
+    exit 2, one line naming the backbone, its role and the URL, no traceback, no episode."""
+    import subprocess
+    import sys
+
+    rules = tmp_path / "quiet.yaml"
+    rules.write_text(json.dumps({"default": CLOSING}))
+    scripted = {"backend": "scripted", "script": str(rules)}
+    data = study_recipe(tmp_path)
+    data["models"] = {role: scripted for role in ("agent", "user", "judge")}
+    data["study"]["axes"]["backbone"] = {
+        "down": {"set": {"models": {"agent": {"backend": "openai", "model": "m",
+                                              "base_url": "http://127.0.0.1:9/v1",
+                                              "max_retries": 0, "timeout_s": 2}}}},
+        "local": {"set": {"models": {"agent": scripted}}}}
+    data["study"]["grids"] = {"main": {"policies": ["no-ask"],
+                                       "axes": {"simulator": ["original"]}}}
+    path = tmp_path / "down.yaml"
+    path.write_text(json.dumps(data))
+    prour = Path(sys.executable).with_name("prour")
+    done = subprocess.run([str(prour), "study", "run", "--recipe", str(path), "--no-progress"],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and len(errors) == 1, done.stderr
+    assert "backbone=down simulator=original (models.agent, m)" in errors[0]
+    assert "http://127.0.0.1:9/v1/models is unreachable" in errors[0]
+    assert not (tmp_path / "run" / "study" / "episodes.jsonl").exists()

@@ -449,8 +449,11 @@ def table12_section(rows: Iterable[Mapping[str, Any]], n_boot: int = DEFAULT_BOO
                       "--questions", 1989, "--seed", 0)
         why = (f"the second judge failed on all {found['failed']} questions"
                if found["failed"] else "no second-judge scores")
-        return [title, "", (f"Not measured: {why}. Score a sample with `{run}` (a recipe whose "
-                f"models.judge is the second judge)."), ""], \
+        return [title, "", (f"Not measured: {why}. A study's recipe with models.second_judge "
+                f"and study.second_judge_sample scores its sample in the step `prour study "
+                f"second-judge`; any recipe whose models.judge is the second judge does with "
+                f"`{run}`. Only delivered discretionary requests the first judge scored are "
+                f"sampled."), ""], \
             {"status": "not run", "failed": found["failed"], "command": run}
     dims = [found["dimensions"][d] for d in ("value", "reading_effort")]
     body = [["Questions", found["questions"], found["questions"]],
