@@ -157,6 +157,11 @@ class Builder:
 
     # ---- router ----------------------------------------------------------------------------
 
+    def thresholds_model_id(self) -> str:
+        """The key of the calibrated thresholds this recipe routes with: ``router.thresholds_model``
+        when set, else the decomposer's own (:meth:`decomposer_model_id`)."""
+        return self.recipe.router.thresholds_model or self.decomposer_model_id()
+
     def decomposer_model_id(self) -> str:
         """The key calibrated thresholds are stored under (``decomposer`` for a given instance)."""
         from prour.router.thresholds import decomposer_model_id
@@ -172,7 +177,7 @@ class Builder:
             from prour.router.thresholds import router_thresholds, thresholds_path
 
             instances.thresholds = router_thresholds(
-                self.recipe.router, self.decomposer_model_id(), thresholds_path(self.recipe)
+                self.recipe.router, self.thresholds_model_id(), thresholds_path(self.recipe)
             )
         return instances.thresholds
 

@@ -81,6 +81,10 @@ class RouterConfig(Section):
     tau_au: float | None = Field(None, ge=0)  # explicit thresholds win over thresholds_file
     tau_eu: float | None = Field(None, ge=0)
     thresholds_file: str | None = None  # JSON keyed by decomposer model id (prour calibrate)
+    # Route with the thresholds calibrated for this decomposer model id (as the thresholds file
+    # keys it, e.g. "openai:Qwen/Qwen3-8B") instead of the decomposer's own: the Prour paper's
+    # Table 7 runs GLM-4-32B with Qwen3-8B's thresholds beside its own. None: its own.
+    thresholds_model: str | None = None
     empty_route: RouteName = "act"  # route when no valid candidate (or no goal) survives
     budget: int | None = Field(None, ge=0)  # max decomposer runs per episode; None: unlimited
     every_n: int = Field(1, ge=1)  # run the decomposer every n-th agent decision step

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -85,9 +86,16 @@ def labels_path(recipe: Recipe, split: str) -> Path:
     return calibration_dir(recipe) / f"labels_{split}.jsonl"
 
 
-def cache_path(recipe: Recipe, split: str) -> Path:
-    """The split's decomposer decisions (resumable cache)."""
-    return calibration_dir(recipe) / f"uncertainty_{split}.jsonl"
+def cache_path(recipe: Recipe, split: str, tag: str | None = None) -> Path:
+    """The split's decomposer decisions (resumable cache); ``tag`` names another decomposer's
+    (a study recalibrating its own: :func:`decomposer_tag`)."""
+    return calibration_dir(recipe) / f"uncertainty_{split}{'.' + tag if tag else ''}.jsonl"
+
+
+def decomposer_tag(model_id: str) -> str:
+    """A file-name-safe tag of a decomposer model id (``openai:THUDM/GLM-4-32B-0414`` ->
+    ``openai_THUDM_GLM-4-32B-0414``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", model_id)
 
 
 def state_seed(recipe_seed: int, state_id: str) -> int:
@@ -210,14 +218,16 @@ def read_cache(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def measure_split(
-    builder: CalibrationParts, split: str, progress: Callable[[Iterable], Iterable] = iter
+    builder: CalibrationParts, split: str, progress: Callable[[Iterable], Iterable] = iter,
+    tag: str | None = None,
 ) -> int:
     """Run the decomposer on every uncached state of the split, appending each result; count.
 
-    The decomposer measures AU/EU only (no thresholds yet); one per domain (tools differ)."""
+    The decomposer measures AU/EU only (no thresholds yet); one per domain (tools differ).
+    ``tag``: the cache of a decomposer other than the calibration's own (:func:`cache_path`)."""
     recipe, model_id = builder.recipe, _model_id(builder)
     states = split_states(recipe, split)
-    cache = cache_path(recipe, split)
+    cache = cache_path(recipe, split, tag)
     done = set(read_cache(cache))
     todo = [s for s in states if s.state_id not in done]
     decomposer_for = functools.cache(
@@ -258,9 +268,10 @@ class Joined:
         return lines
 
 
-def join_split(recipe: Recipe, split: str) -> Joined:
-    """Match labels to cached AU/EU by state id; a missing one is an error naming the files;
-    a state whose label is unusable is left out (:attr:`Joined.unlabelled`)."""
+def join_split(recipe: Recipe, split: str, tag: str | None = None) -> Joined:
+    """Match labels to cached AU/EU by state id (``tag``: another decomposer's cache); a missing
+    one is an error naming the files; a state whose label is unusable is left out
+    (:attr:`Joined.unlabelled`)."""
     from prour.recipes import prour_command
 
     unusable: list[str] = []
@@ -268,14 +279,14 @@ def join_split(recipe: Recipe, split: str) -> Joined:
         raise ValueError(f"labels file not found: {labels_path(recipe, split)}; run "
                          f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first")
     labels = read_labels(labels_path(recipe, split), unusable)
-    cache = read_cache(cache_path(recipe, split))
+    cache = read_cache(cache_path(recipe, split, tag))
     states = [s.state_id for s in split_states(recipe, split)]
     skipped = set(unusable)
     missing = [s for s in states if s not in skipped and (s not in labels or s not in cache)]
     if missing:
         raise ValueError(
             f"{len(missing)} {split} states lack a label ({labels_path(recipe, split)}) or AU/EU "
-            f"({cache_path(recipe, split)}), e.g. {missing[:3]}; run "
+            f"({cache_path(recipe, split, tag)}), e.g. {missing[:3]}; run "
             f"`{prour_command(recipe, 'calibrate', '--stage', 'label')}` first"
         )
     joined = Joined([], [], [], [], [], [s for s in states if s in skipped])
@@ -296,15 +307,17 @@ def join_split(recipe: Recipe, split: str) -> Joined:
     return joined
 
 
-def search_thresholds(builder: CalibrationParts) -> tuple[Calibration, Thresholds, Joined]:
+def search_thresholds(builder: CalibrationParts,
+                      tag: str | None = None) -> tuple[Calibration, Thresholds, Joined]:
     """Grid-search (τ_AU, τ_EU) on the dev split and store them under the decomposer's model id,
     with the digest of the dev labels read; the dev mix record is rewritten as the walk the
-    search used.
+    search used. ``tag``: another decomposer's AU/EU cache on the same labels (its own
+    thresholds, the Prour paper's Table 7).
 
     States whose decision had no valid candidate have no AU/EU and are left out of the search.
     """
     recipe = builder.recipe
-    joined = join_split(recipe, "dev")
+    joined = join_split(recipe, "dev", tag)
     if joined.empty:
         logger.warning(
             "%d dev states had no valid candidate; left out of the search", len(joined.empty)

@@ -120,13 +120,22 @@ def _thresholds_stored(recipe: Recipe) -> bool:
     """The thresholds file holds a pair for this recipe's decomposer model, fitted on the dev
     labels as they are now (a review that changed them makes the search due again; a pair
     stored without the labels' digest is taken as fitted on them)."""
-    from prour.router.thresholds import decomposer_model_id, labels_sha256, load_thresholds
+    from prour.router.thresholds import decomposer_model_id
 
-    if "decomposer" not in recipe.models or not thresholds_file(recipe).path.is_file():
+    if "decomposer" not in recipe.models:
+        return False
+    return thresholds_fitted(recipe, decomposer_model_id(recipe.models["decomposer"]))
+
+
+def thresholds_fitted(recipe: Recipe, model_id: str) -> bool:
+    """The thresholds file holds a pair for ``model_id`` fitted on the dev labels as they are
+    now (:func:`_thresholds_stored` for the recipe's decomposer; a study's other decomposers)."""
+    from prour.router.thresholds import labels_sha256, load_thresholds
+
+    if not thresholds_file(recipe).path.is_file():
         return False
     try:
-        stored = load_thresholds(thresholds_file(recipe).path,
-                                 decomposer_model_id(recipe.models["decomposer"]))
+        stored = load_thresholds(thresholds_file(recipe).path, model_id)
     except (LookupError, ValueError):
         return False
     if stored.labels_sha256 is None or not _states(recipe, "dev"):

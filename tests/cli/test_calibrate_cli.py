@@ -329,3 +329,87 @@ def test_heldout_evaluation_saves_the_router_evidence(recipe: Path, tmp_path: Pa
         "target": {"clarify": 60, "verify": 90, "act": 90},
         "used": {"act": 1, "clarify": 2, "verify": 3},
         "short": {"clarify": 58, "verify": 87, "act": 89}, "policy": "annotate", "complete": True}
+
+
+def _second_score(context: str, target: str) -> list[float]:
+    """Another decomposer: as the first, but less sure of its action in the other dialogues
+    (EU about 0.42 there, where the first model's is about 0), so its act states need a higher
+    τ_EU than the first model's."""
+    dialogue = context.split("Conversation so far:")[1].split("Assume the customer's goal")[0]
+    if "refund" in dialogue.lower() or "order" in dialogue.lower():
+        return _score(context, target)
+    index = CANDIDATES.index(json.loads(target.removesuffix("<|im_end|>")))
+    return [0.0 if index == 0 else -2.0]
+
+
+register_script(
+    "router-test-second-decomposer",
+    lambda: ScriptedLLM(rules=[("The customer's goal, in one sentence:", GOALS),
+                               ("Propose one plausible next action", ACTIONS)],
+                        scorer=_second_score))
+
+
+def _grid_search(au: list[float], eu: list[float], labels: list[str]) -> tuple[float, float]:
+    """The paper's search, written out: every (τ_AU, τ_EU) on [0, 0.8]^2 in steps of 0.01, AU
+    first, the best three-class macro-F1, ties to the smallest τ_AU then τ_EU."""
+    classes = ("act", "clarify", "verify")
+    best = (-1.0, 0.0, 0.0)
+    for i in range(81):
+        for j in range(81):
+            tau_au, tau_eu = i / 100, j / 100
+            routed = ["clarify" if a >= tau_au else "verify" if e >= tau_eu else "act"
+                      for a, e in zip(au, eu)]
+            f1s = []
+            for c in classes:
+                tp = sum(r == c and y == c for r, y in zip(routed, labels))
+                fp = sum(r == c and y != c for r, y in zip(routed, labels))
+                fn = sum(r != c and y == c for r, y in zip(routed, labels))
+                f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+            macro = sum(f1s) / 3
+            if macro > best[0] + 1e-12:
+                best = (macro, tau_au, tau_eu)
+    return best[1], best[2]
+
+
+def test_a_study_decomposer_is_recalibrated_from_its_own_scores(recipe: Path,
+                                                                 tmp_path: Path) -> None:
+    """The Prour paper's Table 7 (A.2.2: the same calibration procedure for GLM-4-32B): a study
+    cell whose decomposer is another model gets thresholds grid-searched on that model's own
+    AU/EU of the same reviewed dev states, stored under its id beside the first model's."""
+    from prour.cluster.study import recalibrate
+    from prour.eval.study import Planned
+    from prour.recipes import load_recipe
+
+    runner = CliRunner()
+    for stage in ("label", "search"):
+        done = runner.invoke(app, ["calibrate", "--recipe", str(recipe), "--stage", stage])
+        assert done.exit_code == 0, done.output
+    out_dir = tmp_path / "run" / "calibration"
+    first = load_thresholds(out_dir / "thresholds.json", "scripted:router-test-decomposer")
+    other = ('models.decomposer={"backend": "scripted", '
+             '"script": "router-test-second-decomposer"}')
+    second = load_recipe(recipe, [other])
+    said: list[str] = []
+    recalibrate(second, [Planned("prour", None, "retail", "base", "0", 0)], said.append)
+    cache = [json.loads(x) for x in
+             (out_dir / "uncertainty_dev.scripted_router-test-second-decomposer.jsonl")
+             .read_text().splitlines()]
+    assert {c["model_id"] for c in cache} == {"scripted:router-test-second-decomposer"}
+    labels = {r["state_id"]: r["label"] for r in map(json.loads, (out_dir / "labels_dev.jsonl")
+                                                     .read_text().splitlines())}
+    ids = [c["state_id"] for c in cache if c["au"] is not None]
+    au = [next(c["au"] for c in cache if c["state_id"] == s) for s in ids]
+    eu = [next(c["eu"] for c in cache if c["state_id"] == s) for s in ids]
+    own = load_thresholds(out_dir / "thresholds.json", "scripted:router-test-second-decomposer")
+    assert (own.tau_au, own.tau_eu) == _grid_search(au, eu, [labels[s] for s in ids])
+    assert (own.tau_au, own.tau_eu) != (first.tau_au, first.tau_eu)  # its scores, not the first's
+    assert load_thresholds(out_dir / "thresholds.json",
+                           "scripted:router-test-decomposer") == first  # left as it was
+    assert any("stored for scripted:router-test-second-decomposer" in line for line in said)
+    said.clear()
+    recalibrate(second, [Planned("prour", None, "retail", "base", "0", 0)], said.append)
+    assert said == []  # fitted on these labels already: nothing to do
+    pinned = load_recipe(recipe, [other, "router.thresholds_model=scripted:router-test-decomposer"])
+    from prour.build import Builder
+
+    assert Builder(pinned).thresholds() == (first.tau_au, first.tau_eu)  # the first model's pair
