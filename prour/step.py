@@ -67,6 +67,21 @@ Files = Callable[["Recipe"], tuple[File, ...]]
 Roles = Callable[["Recipe"], tuple[str, ...]]
 
 
+@dataclass(frozen=True)
+class Approval:
+    """How a gate of its own passes (the taxonomy's review; the calibration review is the
+    runner's own): ``approve(recipe, by)`` records the approval (``by``: ``--approve-labels`` or
+    the recipe key) and returns one line saying what it approved, raising ``ValueError`` when
+    there is nothing it can approve; ``waiting(recipe)`` gives a line per file a person reviews;
+    ``unattended(recipe)`` names the recipe key that approves without a person when the recipe
+    sets it (else None); ``correct`` says what a wrong line's ``corrected`` field takes."""
+
+    approve: Callable[[Recipe, str], str]
+    waiting: Callable[[Recipe], list[str]]
+    unattended: Callable[[Recipe], str | None]
+    correct: str
+
+
 def _nothing(recipe: Recipe) -> tuple:
     return ()
 
@@ -108,6 +123,9 @@ class Step:
     # The step starts the servers it calls itself, one serving group after another (the study:
     # prour.cluster.study); the runner serves it nothing, and its dry run prints the groups.
     serves_itself: bool = False
+    # A gate that says how it passes (``prour run --approve-labels`` or its recipe key), what a
+    # person reviews and how; None: the calibration review, which the runner knows.
+    approval: Approval | None = None
 
     def served_recipe(self, recipe: Recipe) -> Recipe:
         """The recipe whose ``serve.models`` and roles the servers of this step come from."""
@@ -319,19 +337,26 @@ def _ig_exported(recipe: Recipe) -> Path | None:
     return exported(ig_recipe(recipe)) if ig_trains(recipe) else None
 
 
-def _ig_clarifier_set(recipe: Recipe) -> str:
-    """Eval's ``--set`` of ``models.ig_clarifier``: the exported ig-clarifier checkpoint, loaded
-    as ``prour eval --checkpoint`` loads prour's (dtype, device and context of an ``hf``
-    generator kept); empty without its training."""
-    import json
-
+def ig_clarifier_model(recipe: Recipe) -> dict[str, Any] | None:
+    """``models.ig_clarifier`` as eval and a study load it: the exported ig-clarifier checkpoint,
+    loaded as ``prour eval --checkpoint`` loads prour's (dtype, device and context of an ``hf``
+    generator kept); None without its training."""
     if not ig_trains(recipe):
-        return ""
+        return None
     model: dict[str, Any] = {"backend": "hf", "path": str(_ig_exported(recipe))}
     base = recipe.models.get("generator")
     if base is not None and base.backend == "hf":
         model.update(dtype=base.dtype, device=base.device, max_model_len=base.max_model_len)
-    return "models.ig_clarifier=" + json.dumps({k: v for k, v in model.items() if v is not None})
+    return {k: v for k, v in model.items() if v is not None}
+
+
+def _ig_clarifier_set(recipe: Recipe) -> str:
+    """Eval's ``--set`` of ``models.ig_clarifier`` (:func:`ig_clarifier_model`); empty without
+    its training."""
+    import json
+
+    model = ig_clarifier_model(recipe)
+    return "" if model is None else "models.ig_clarifier=" + json.dumps(model)
 
 
 def ig_sets() -> tuple[str, ...]:

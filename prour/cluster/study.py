@@ -245,7 +245,9 @@ def describe_study(recipe: Recipe) -> list[str]:
                  f"plan runs once), {len(plan)} cell(s)")
     recipes, roles, groups = cell_parts(recipe, plan)
     own = {cell: {role for axis, value in cell.values
-                  for role in study.axes[axis][value].set.get("models", {})} for cell in plan}
+                  for role in [*study.axes[axis][value].set.get("models", {}),
+                               *(["generator"] if study.axes[axis][value].trained else [])]}
+           for cell in plan}
     for number, group in enumerate(groups, 1):
         served = ", ".join(f"{m} ({_gpus(spec.gpus)})" for m, spec in group.servers.items())
         lines.append(f"serving group {number}: serves {served or 'nothing'}")
@@ -256,7 +258,8 @@ def describe_study(recipe: Recipe) -> list[str]:
             mine = [r for r in roles[cell] if r in own[cell]]
             lines.append(f"  {cell.label}: "
                          + ("; ".join(_reaches(recipes[cell], mine)) or "the recipe's models"))
-    shared = sorted({r for cell in plan for r in roles[cell] if r not in own[cell]})
+    shared = sorted({r for cell in plan for r in roles[cell]}
+                    - {r for cell in plan for r in own[cell]})  # no cell changes them
     if plan:
         first = next(iter(plan))
         lines.append("every cell: " + "; ".join(_reaches(recipes[first], shared)))

@@ -34,7 +34,9 @@ def _results(recipe: Recipe) -> File:
 
 
 def no_study(recipe: Recipe) -> str | None:
-    return None if recipe.study is not None else "the recipe has no `study` section"
+    if recipe.study is None:
+        return "the recipe has no `study` section"
+    return None if recipe.study.run else "study.run is false"
 
 
 def study_roles(recipe: Recipe) -> tuple[str, ...]:
@@ -54,6 +56,17 @@ def study_roles(recipe: Recipe) -> tuple[str, ...]:
                     cfg.attention.model_copy(update=variant_of(variant).settings())
                 roles.update(dict.fromkeys(method_roles(cfg, method, attention)))
     return tuple(roles)
+
+
+def _study_reads(recipe: Recipe) -> tuple[File, ...]:
+    """The exported final checkpoint when an axis value is the run's trained generator."""
+    from prour.step import exported
+
+    if recipe.study is None or not any(value.trained for values in recipe.study.axes.values()
+                                       for value in values.values()):
+        return ()
+    return (File("--checkpoint (study.axes: trained)", exported(recipe) / "config.json",
+                 checked=False),)
 
 
 def _served_by_itself(recipe: Recipe) -> Recipe:
@@ -77,6 +90,22 @@ def _episodes_done(recipe: Recipe) -> bool:
                for p in planned)
 
 
+def _no_judge(recipe: Recipe) -> str | None:
+    if no_study(recipe):
+        return no_study(recipe)
+    if not any(grid.policies for grid in recipe.study.grids.values()):
+        return "no grid of the study runs an attention variant: no request to judge"
+    return None
+
+
+def _no_study_report(recipe: Recipe) -> str | None:
+    if no_study(recipe):
+        return no_study(recipe)
+    if recipe.study.report != "ask-less":
+        return "study.report is prour: the report step sets its tables in the paper's report"
+    return None
+
+
 def _judge_done(recipe: Recipe) -> bool:
     from prour.eval.study_judge import judge_done
 
@@ -84,8 +113,8 @@ def _judge_done(recipe: Recipe) -> bool:
 
 
 def _no_second_judge(recipe: Recipe) -> str | None:
-    if recipe.study is None:
-        return "the recipe has no `study` section"
+    if no_study(recipe):
+        return no_study(recipe)
     if not recipe.study.second_judge_sample:
         return "study.second_judge_sample is 0"
     return None if "second_judge" in recipe.models else "the recipe has no models.second_judge"
@@ -105,16 +134,17 @@ def _report_reads(recipe: Recipe) -> tuple[File, ...]:
 
 STUDY = Stage("study", "the study's grids: episodes per serving group, judge pass, report", (
     Step("study", "every episode the study's grids plan, each serving group in turn",
-         ("study", "run", *_R), writes=lambda r: (_results(r),), roles=study_roles,
+         ("study", "run", *_R), reads=_study_reads, writes=lambda r: (_results(r),),
+         roles=study_roles,
          done=_episodes_done, keys=("study", "eval", "-eval.concurrency", "models", "env",
                                     "router", "seed"),
          skip=no_study, serving=_served_by_itself, serves_itself=True),
     Step("judge", "the judge's reading effort and value of every delivered request",
          ("study", "judge", *_R), reads=lambda r: (_results(r),),
          writes=lambda r: (_results(r),), clears=lambda r: (),
-         roles=lambda r: ("judge",) if r.study is not None else (), done=_judge_done,
+         roles=lambda r: ("judge",) if _no_judge(r) is None else (), done=_judge_done,
          keys=("models.judge", "eval.attention.judge_attempts", "study.max_judge_failures"),
-         skip=no_study),
+         skip=_no_judge),
     Step("second-judge", "a fixed sample of questions re-scored by models.second_judge",
          ("study", "second-judge", *_R), reads=lambda r: (_results(r),),
          writes=lambda r: (File("study second-judge", study_folder(r) / SECOND_JUDGE_FILE),),
@@ -125,5 +155,6 @@ STUDY = Stage("study", "the study's grids: episodes per serving group, judge pas
          ("study", "report", *_R), reads=_report_reads,
          writes=lambda r: (File("study report (run_dir/study/report)",
                                 study_folder(r) / REPORT_INDEX),),
-         keys=("study", "eval.attention.accounting", "eval.attention.lam"), skip=no_study),
+         keys=("study", "eval.attention.accounting", "eval.attention.lam"),
+         skip=_no_study_report),
 ), placement="servers", slurm_command=("run", *_R, "--only", "study"), skip=no_study)

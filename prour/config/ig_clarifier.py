@@ -25,7 +25,10 @@ normalized goal), ``reward.aggregation: mean``, ``reward.invalid_penalty: 0`` an
 term. Everything else (the generator's initial weights, DAPO's optimiser and batch settings, the
 strict user as the answering simulator, the train/validation split by task, the prompt budget)
 is the run's own recipe, so the baseline trains on the same backbone with the same budget as
-prour's generator. :data:`SETTINGS` is the one place those settings live:
+prour's generator. The Prour paper reimplements its baselines "on the Qwen3-8B backbone"
+(A.2.1); for IG-Clarifier, whose clarifier is a trained policy, that would be an 8B policy,
+which the paper's 2 x 80 GiB node cannot train beside the 8B responder (recipes/paper.yaml says
+so, with the dry run that prints the plan), so it starts from the generator's Qwen3-1.7B. :data:`SETTINGS` is the one place those settings live:
 ``recipes/ig-clarifier.yaml`` is paper.yaml with them, and the chain's ``extract-ig-clarifier``,
 ``train-ig-clarifier`` and ``export-ig-clarifier`` steps apply them to any recipe as ``--set``
 items.

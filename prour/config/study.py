@@ -30,7 +30,7 @@ from prour.section import Section
 # thresholds (the Prour paper's Table 7 recalibrates them for another decomposer), the episode
 # section (the user simulator's regime), and the servers of the models it names.
 AXIS_SECTIONS = ("models", "router", "env", "serve")
-ROUTER_KEYS = ("thresholds_file", "tau_au", "tau_eu")
+ROUTER_KEYS = ("thresholds_file", "thresholds_model", "tau_au", "tau_eu")
 SERVE_KEYS = ("models",)
 STUDY_FOLDER = "study"  # the study's evaluation folder under run_dir
 
@@ -41,6 +41,16 @@ class AxisValue(Section):
 
     paper: str | None = None  # the paper's name for it (e.g. the model "GPT-4.1")
     set: dict[str, Any] = Field(default_factory=dict)  # {models: {agent: {...}}, env: {...}}
+    # The run's own trained query generator (its exported final checkpoint, served as the eval
+    # step serves it) as models.generator: the Prour paper's "trained Qwen3-1.7B" of Tables 2-4
+    trained: bool = False
+
+    @model_validator(mode="after")
+    def _one_generator(self) -> AxisValue:
+        if self.trained and "generator" in self.set.get("models", {}):
+            raise ValueError("trained: true is the run's own generator: set no models.generator "
+                             "beside it")
+        return self
 
     @field_validator("set")
     @classmethod
@@ -95,6 +105,7 @@ class StudyGrid(Section):
 class StudyConfig(Section):
     """A study: its axes and grids, and what the chain runs of it."""
 
+    run: bool = True  # false: prour run leaves the study's steps out (the report says so)
     # true: the recipe is the study alone (the ask-less paper evaluates models as they are:
     # nothing is collected or trained, and `prour run` walks only the study's steps)
     standalone: bool = False

@@ -1,11 +1,13 @@
 """One episode's result line: the compact, report-ready record the harness appends to
-``results.jsonl`` (reward, termination, turn split and tags, model calls by role, decisions,
-router, generator and question writer, checkpoint, sweep point, attention costs), and the
-appending of the lines that episodes lack."""
+``results.jsonl`` (reward, termination, turn split and tags, model calls and tokens by role,
+decisions, router, generator and question writer, checkpoint, sweep point, attention costs),
+and the appending of the lines that episodes lack."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,58 @@ def model_calls(trajectory: Trajectory) -> dict[str, int]:
         for key, n in (step.meta.get("model_calls") or {}).items():
             total[key] = total.get(key, 0) + int(n)
     return dict(sorted(total.items()))
+
+
+def model_tokens(trajectory: Trajectory) -> dict[str, int]:
+    """Tokens of the episode's chat calls by ``role.kind`` (``requests``, ``prompt``: each
+    request's prompt once, ``sequences``, ``completion``: every generated token), summed over
+    the steps' meta; empty when its backends count none."""
+    total: dict[str, int] = {}
+    for step in trajectory.steps:
+        for key, n in (step.meta.get("model_tokens") or {}).items():
+            total[key] = total.get(key, 0) + int(n)
+    return dict(sorted(total.items()))
+
+
+@dataclass(frozen=True)
+class RoleTokens:
+    """One role's chat requests and tokens over a run's finished episodes."""
+
+    episodes: int
+    requests: int
+    prompt: int
+    sequences: int
+    completion: int
+
+    @property
+    def context(self) -> float:
+        """Mean tokens one request reaches: its prompt and one generated sequence."""
+        return self.prompt / self.requests + self.completion / max(self.sequences, 1)
+
+    @property
+    def generated_per_episode(self) -> float:
+        return self.completion / self.episodes
+
+
+def role_tokens(lines: Iterable[Mapping[str, Any]]) -> dict[str, RoleTokens]:
+    """Role -> its requests and tokens over the result lines that recorded any (errored
+    episodes left out: they end early)."""
+    sums: dict[str, Counter[str]] = {}
+    episodes: Counter[str] = Counter()
+    for line in lines:
+        tokens = line.get("model_tokens")
+        if line.get("error") or not isinstance(tokens, Mapping):
+            continue
+        roles = set()
+        for key, n in tokens.items():
+            role, _, kind = str(key).rpartition(".")
+            if isinstance(n, (int, float)) and role:
+                sums.setdefault(role, Counter())[kind] += int(n)
+                roles.add(role)
+        episodes.update(roles)
+    return {role: RoleTokens(episodes[role], c["requests"], c["prompt"], c["sequences"],
+                             c["completion"])
+            for role, c in sorted(sums.items()) if c["requests"] > 0}
 
 
 def decisions(trajectory: Trajectory) -> list[dict[str, Any]]:
@@ -63,6 +117,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
         "variant": arm.variant,
         "domain": trajectory.domain,
         "task_id": trajectory.task_id,
+        "split": trajectory.split,  # the task set the task was drawn from (tau3, base, ...)
         "seed": trajectory.seed,
         "reward": trajectory.reward,
         "score": score,
@@ -77,6 +132,7 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
         "tau2_steps": tau2_steps(trajectory.steps),  # what env.max_steps caps
         "records": len(trajectory.steps),
         "model_calls": model_calls(trajectory),
+        "model_tokens": model_tokens(trajectory),  # by role: requests, prompt, sequences, completion
         "seconds": trajectory.seconds,
         "decisions": decisions(trajectory),
         # router.budget / router.every_n of the episode and its router calls (None: no router)

@@ -99,6 +99,7 @@ def cell_recipe(recipe: Recipe, cell: Cell) -> Recipe:
     """The recipe one cell runs on: its values laid over ``recipe``; the episodes do not judge
     (the judge pass is a step of its own)."""
     from prour.recipes import with_data
+    from prour.step import ig_clarifier_model
 
     study = study_of(recipe)
 
@@ -106,9 +107,26 @@ def cell_recipe(recipe: Recipe, cell: Cell) -> Recipe:
         for axis, value in cell.values:
             data = lay(data, study.axes[axis][value].set)
         data.setdefault("eval", {})["judge"] = False
+        clarifier = ig_clarifier_model(recipe)  # the run trains the IG-Clarifier baseline
+        if clarifier is not None and "ig_clarifier" not in data.get("models", {}):
+            data["models"]["ig_clarifier"] = clarifier
         return data
 
-    return with_data(recipe, laid, f"{recipe.name} with study.axes {cell.label}")
+    made = with_data(recipe, laid, f"{recipe.name} with study.axes {cell.label}")
+    if any(study.axes[axis][value].trained for axis, value in cell.values):
+        made = with_trained_generator(made)
+    return made
+
+
+def with_trained_generator(recipe: Recipe) -> Recipe:
+    """The recipe with the run's exported final checkpoint as ``models.generator``: served by
+    vLLM as the eval step serves it (``eval.generator_backend: vllm``), else loaded in process."""
+    from prour.eval.arms import with_checkpoint
+    from prour.step import eval_serving, exported
+
+    if recipe.eval.generator_backend == "vllm":
+        return eval_serving(recipe)
+    return with_checkpoint(recipe, exported(recipe))
 
 
 # ---- the episodes each grid plans ----------------------------------------------------------------
