@@ -1,6 +1,7 @@
 """``prour import tau2`` (tau2 results files into prour trajectories), ``prour export tau2`` (an
-eval run folder's episodes as tau2 results files) and ``prour score`` (re-score stored episodes
-offline with tau2's evaluators and compare with the recorded rewards)."""
+eval run folder's episodes as tau2 results files), ``prour score`` (re-score stored episodes
+offline with tau2's evaluators and compare with the recorded rewards) and ``prour
+nl-assertions`` (judge the natural-language assertions that the offline scoring leaves out)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import NoReturn
 
 import typer
 
+from prour.cli.recipe import RecipeOpt, SetOpt
 from prour.env.tau2_import import TRAJECTORIES_FILE
 
 import_app = typer.Typer(help="Bring runs of other tools into prour.", no_args_is_help=True)
@@ -129,15 +131,51 @@ def score_command(
         typer.echo(f"{domain}: {tally['episodes']} episodes: {parts}")
         if tally["not scored"]:
             typer.echo(f"  {tally['not scored']} not scored: their tasks' reward basis includes "
-                       "NL assertions, which need an LLM judge")
+                       "NL assertions, which need an LLM judge (`prour nl-assertions RUN "
+                       "--recipe R`)")
     for line in lines:
         typer.echo(line)
     if any(t["disagree"] or t["failed"] for t in counts.values()):
         raise typer.Exit(1)
 
 
+def nl_assertions_command(
+    run: str = typer.Argument(..., metavar="RUN", help="An eval run folder or a study folder "
+                              "(<run_dir>/study): its results.jsonl and episodes.jsonl."),
+    recipe: str = RecipeOpt,
+    overrides: list[str] | None = SetOpt,
+) -> None:
+    """Score the episodes of RUN left unscored by tau2's natural-language assertions: the
+    recipe's models.nl_judge (else models.judge) grades them with tau2's own prompt, and each
+    line is appended again with the reward (the product of its checks, as tau2 multiplies them),
+    the judge and every verdict. A task without assertions scores the check 1 with no model, as
+    tau2 does. Resumable (verdicts cached in RUN/nl_assertions_cache.jsonl); exits 1 when the
+    judge left a line unscored."""
+    from prour.cli.failures import backend_failures
+    from prour.cli.recipe import hold_run_folder, recipe_errors, resumable, saved_lines
+    from prour.eval.nl_judge import judge_nl_assertions
+    from prour.recipes import load_recipe
+
+    results = Path(run) / "results.jsonl"
+    if not results.is_file():
+        _fail(f"{run} holds no results.jsonl: run `prour eval` (or `prour study run`) into it "
+              "first")
+    with recipe_errors():
+        loaded = load_recipe(recipe, overrides, endpoints=True)
+    saved = lambda: (f"{saved_lines(results, 'result lines')}; rerun the same command to judge "
+                     "only the rest")
+    with hold_run_folder(run), resumable(saved), backend_failures(loaded, "nl-assertions", run):
+        try:
+            tally = judge_nl_assertions(run, loaded, say=typer.echo)
+        except (OSError, ValueError, LookupError) as exc:
+            _fail(f"nl-assertions on {run}: {exc}")
+    if tally.failed:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``import`` and ``export`` groups and ``score``."""
+    """Add the ``import`` and ``export`` groups, ``score`` and ``nl-assertions``."""
     app.add_typer(import_app, name="import")
     app.add_typer(export_app, name="export")
     app.command("score")(score_command)
+    app.command("nl-assertions")(nl_assertions_command)

@@ -120,6 +120,25 @@ def _no_second_judge(recipe: Recipe) -> str | None:
     return None if "second_judge" in recipe.models else "the recipe has no models.second_judge"
 
 
+def _nl_judged(recipe: Recipe) -> bool:
+    """Done: no latest result line of the study waits for the NL-assertion judge (unscored with
+    only NL_ASSERTION left, as its episode's offline scoring recorded)."""
+    from prour.eval.harness import load_result_lines
+
+    path = _results(recipe).path
+    if not path.is_file():
+        return False
+    return not any(line.get("unscored") and line.get("not_evaluated") == ["NL_ASSERTION"]
+                   for line in load_result_lines(path).values())
+
+
+def _nl_role(recipe: Recipe) -> tuple[str, ...]:
+    """The judge of NL assertions: ``models.nl_judge``, else ``models.judge``."""
+    if no_study(recipe):
+        return ()
+    return ("nl_judge",) if "nl_judge" in recipe.models else ("judge",)
+
+
 def _second_judged(recipe: Recipe) -> bool:
     from prour.eval.study_second_judge import second_judged
 
@@ -139,6 +158,11 @@ STUDY = Stage("study", "the study's grids: episodes per serving group, judge pas
          done=_episodes_done, keys=("study", "eval", "-eval.concurrency", "models", "env",
                                     "router", "seed"),
          skip=no_study, serving=_served_by_itself, serves_itself=True),
+    Step("nl-assertions", "the natural-language assertions of the study's episodes judged as "
+         "tau2 judges them (τ³-bench retail)", ("nl-assertions", "{study_dir}", *_R),
+         reads=lambda r: (_results(r),), writes=lambda r: (_results(r),), clears=lambda r: (),
+         roles=_nl_role, done=_nl_judged, keys=("models.nl_judge", "models.judge"),
+         skip=no_study),
     Step("judge", "the judge's reading effort and value of every delivered request",
          ("study", "judge", *_R), reads=lambda r: (_results(r),),
          writes=lambda r: (_results(r),), clears=lambda r: (),

@@ -4,8 +4,11 @@ tau2's ``evaluate_simulation`` imports its LLM stack; prour calls the three offl
 (``EnvironmentEvaluator``, ``ActionEvaluator``, ``CommunicateEvaluator``) directly and multiplies
 the checks named in the task's ``reward_basis``, as tau2 does. Natural-language assertions need
 an LLM judge: a task whose basis includes them gets ``reward=None`` and the check listed under
-``not_evaluated`` instead of an invented value. A registered domain with a scoring function of
-its own (:mod:`prour.env.plugins`) is scored by it instead, once the episode ended normally.
+``not_evaluated`` instead of an invented value (``prour nl-assertions`` judges them later,
+:mod:`prour.eval.nl_judge`), except when the task lists no assertion: tau2's
+``NLAssertionsEvaluator`` then scores the check 1 without calling a model, and so does this.
+A registered domain with a scoring function of its own (:mod:`prour.env.plugins`) is scored by
+it instead, once the episode ended normally.
 """
 
 from __future__ import annotations
@@ -45,15 +48,23 @@ def score_episode(
         _action_check(task, messages, checks, failed)
     if "COMMUNICATE" in basis:
         _communicate_check(task, messages, checks, failed)
-    not_evaluated = [kind for kind in basis if kind == "NL_ASSERTION"]
-    reward: float | None = 1.0
+    if "NL_ASSERTION" in basis and not criteria.nl_assertions:
+        checks["NL_ASSERTION"] = 1.0  # tau2: no assertion to judge scores 1, no model asked
+    not_evaluated = [kind for kind in basis if kind == "NL_ASSERTION" and kind not in checks]
+    reward = None if not_evaluated else combine_checks(basis, checks)
+    breakdown = {"basis": basis, "checks": checks, "failed": failed, "not_evaluated": not_evaluated}
+    return reward, breakdown
+
+
+def combine_checks(basis: list[str], checks: dict[str, float]) -> float:
+    """The episode's reward from its checks: the product over the kinds of the task's reward
+    basis, as tau2's ``evaluate_simulation`` multiplies them; a kind that tau2's evaluator gave
+    no value (an environment check of a task with no reference action) counts 1, as there."""
+    reward = 1.0
     for kind in basis:
         if kind in checks:
             reward *= checks[kind]
-    if not_evaluated:
-        reward = None
-    breakdown = {"basis": basis, "checks": checks, "failed": failed, "not_evaluated": not_evaluated}
-    return reward, breakdown
+    return reward
 
 
 def _env_checks(domain: str, task: Task, messages: list[Any], checks: dict, failed: list) -> None:

@@ -152,8 +152,8 @@ def table4_item(runs: StudyRuns, n_boot: int) -> Item:
         _text(item, row, paper)
         if summary is not None and summary.unscored:
             item.notes.append(f"{method}: {summary.unscored} episode(s) unscored (a task whose "
-                              "check is a natural-language assertion needs a judge: `prour eval "
-                              "nl-assertions`); they count 0 in Pass@1")
+                              "check is a natural-language assertion needs a judge: `prour "
+                              "nl-assertions STUDY_DIR --recipe R`); they count 0 in Pass@1")
     for split in sorted({line.get("split") for line in grid} - {None}):
         for domain in domains:
             note = task_set_note(domain, split)

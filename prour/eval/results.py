@@ -126,6 +126,8 @@ def result_line(trajectory: Trajectory, arm: Arm, judge: Any = None,
         "error": trajectory.termination == "error",
         "timeout": is_timeout(trajectory),
         "unscored": trajectory.reward is None,
+        # checks the offline scoring left for a judge (tau2's NL_ASSERTION; prour nl-assertions)
+        "not_evaluated": list(trajectory.reward_breakdown.get("not_evaluated") or []),
         "errors": trajectory.errors[:3],
         "steps": paper_split(labels),  # the paper's Act / Clarify / Verify split
         "turns": labels,  # turn tag of every agent turn in order (prour.eval.agent.TURN_TAGS)

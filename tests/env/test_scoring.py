@@ -107,10 +107,14 @@ def test_nl_assertions_in_the_basis_are_reported_not_evaluated() -> None:
     task = get_task("retail", "5")
     traj = _oracle("retail", task)
     task.evaluation_criteria.reward_basis = [RewardType.DB, RewardType.NL_ASSERTION]
+    task.evaluation_criteria.nl_assertions = ["Agent should confirm the change to the user."]
     reward, breakdown = score_episode("retail", task, traj)
     assert reward is None
     assert breakdown["not_evaluated"] == ["NL_ASSERTION"]
     assert breakdown["checks"] == {"DB": 1.0}
+    # no assertion to judge: tau2 scores the check 1 without a model (tests/env/test_nl_assertions)
+    task.evaluation_criteria.nl_assertions = []
+    assert score_episode("retail", task, traj)[0] == 1.0
 
 
 def test_tau2_messages_leave_out_system_and_unexecuted_calls() -> None:

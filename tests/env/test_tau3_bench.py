@@ -219,7 +219,8 @@ def test_the_oracle_replays_tau3s_version_of_a_changed_task(tmp_path: Path) -> N
     """Airline 2 and 7 (changed by τ³) under split ``tau3``: the oracle replays τ³'s actions,
     so tau2's DB and COMMUNICATE checks of τ³'s criteria pass. Retail 12 (τ³ dropped base's
     refused return and keeps the transfer to a human): the oracle makes no write, the database
-    check passes; its NL assertions need an LLM judge, so the episode is unscored, not failed."""
+    check passes; its reward basis has NL_ASSERTION but it lists no assertion, which tau2 scores
+    1 without a judge, so the episode scores 1."""
     cfg = EvalConfig(methods=["oracle"], seeds=[0], domains=["retail", "airline"], split="tau3",
                      tasks=["airline:2", "airline:7", "retail:12"], concurrency=2, judge=False)
     results = Evaluation(Recipe(name="tau3-oracle", env={"max_steps": 200}, eval=cfg), tmp_path,
@@ -227,7 +228,7 @@ def test_the_oracle_replays_tau3s_version_of_a_changed_task(tmp_path: Path) -> N
     by_task = {(r["domain"], r["task_id"]): r for r in results}
     assert [by_task["airline", i]["reward"] for i in ("2", "7")] == [1.0, 1.0]
     retail = by_task["retail", "12"]
-    assert (retail["reward"], retail["unscored"], retail["termination"]) == (None, True,
+    assert (retail["reward"], retail["unscored"], retail["termination"]) == (1.0, False,
                                                                              "user_stop")
     [traj] = [t for t in read_trajectories(tmp_path / EPISODES_FILE)
               if t.task_id == "12"]
@@ -245,5 +246,5 @@ def test_the_oracle_replays_tau3s_version_of_a_changed_task(tmp_path: Path) -> N
     notes = table1_item(systems, [summarize(s, n_boot=20) for s in systems]).notes
     assert f"Tasks of `{tmp_path}`: split `tau3`: {task_set_note('retail', 'tau3')}; " \
            f"{task_set_note('airline', 'tau3')}." in notes
-    assert traj.reward_breakdown["checks"] == {"DB": 1.0}
-    assert traj.reward_breakdown["not_evaluated"] == ["NL_ASSERTION"]
+    assert traj.reward_breakdown["checks"] == {"DB": 1.0, "NL_ASSERTION": 1.0}
+    assert traj.reward_breakdown["not_evaluated"] == []
