@@ -110,6 +110,25 @@ def table2_item(runs: StudyRuns, n_boot: int) -> Item:
     return item
 
 
+def _agents_by_generator(item: Item, runs: StudyRuns, grid: list[dict[str, Any]],
+                         base: Callable[[str], list[dict[str, Any]]], base_label: str,
+                         domains: Sequence[str], n_boot: int) -> None:
+    """Per agent value: the base agent's row (``base(agent)``'s lines), then Prour with each
+    generator value, each beside the paper's row (model: the agent, label: the generator)."""
+    for agent in dict.fromkeys(line["axes"]["agent"] for line in grid):
+        agent_name = _name(runs, "agent", agent)
+        item.rows.append(_row(base(agent), f"{agent_name} / {base_label}", domains,
+                              runs.folder, n_boot)[0])
+        for generator in dict.fromkeys(line["axes"]["generator"] for line in grid):
+            generator_name = _name(runs, "generator", generator)
+            label = f"{agent_name} / {generator_name}"
+            row, _ = _row(_pick(grid, "prour", agent=agent, generator=generator), label,
+                          domains, runs.folder, n_boot)
+            paper = _paper(item.key, label, domains, model=agent_name, label=generator_name)
+            item.rows += [row, paper]
+            _text(item, row, paper)
+
+
 def table3_item(runs: StudyRuns, n_boot: int) -> Item:
     """Each agent backbone: the base agent, Prour with the prompted and the trained generator."""
     grid = runs.grids.get("table3", [])
@@ -117,19 +136,9 @@ def table3_item(runs: StudyRuns, n_boot: int) -> Item:
     item = Item("table3", header=_header(domains, "Agent / query generator"))
     if _missing_grid(item, runs, "table3"):
         return item
-    for agent in dict.fromkeys(line["axes"]["agent"] for line in grid):
-        agent_name = _name(runs, "agent", agent)
-        base = _pick(runs.grids.get("table3-base", []), "base", agent=agent)
-        item.rows.append(_row(base, f"{agent_name} / none (base agent)", domains,
-                              runs.folder, n_boot)[0])
-        for generator in dict.fromkeys(line["axes"]["generator"] for line in grid):
-            generator_name = _name(runs, "generator", generator)
-            label = f"{agent_name} / {generator_name}"
-            row, _ = _row(_pick(grid, "prour", agent=agent, generator=generator), label,
-                          domains, runs.folder, n_boot)
-            paper = _paper("table3", label, domains, model=agent_name, label=generator_name)
-            item.rows += [row, paper]
-            _text(item, row, paper)
+    base = runs.grids.get("table3-base", [])
+    _agents_by_generator(item, runs, grid, lambda agent: _pick(base, "base", agent=agent),
+                         "none (base agent)", domains, n_boot)
     item.notes.append("The base agent calls no query generator: its rows are grid "
                       "`table3-base`'s, one run of each agent.")
     _unrun(item, runs, "agent", {line["axes"]["agent"] for line in grid})
@@ -169,19 +178,9 @@ def table7_item(runs: StudyRuns, n_boot: int) -> Item:
     item = Item("table7", header=_header(domains, "Thresholds / query generator"))
     if _missing_grid(item, runs, "table7"):
         return item
-    base = runs.grids.get("table7-base", [])
-    for block in dict.fromkeys(line["axes"]["agent"] for line in grid):
-        block_name = _name(runs, "agent", block)
-        item.rows.append(_row(_pick(base, "base"), f"{block_name} / none (base agent, no "
-                              "thresholds)", domains, runs.folder, n_boot)[0])
-        for generator in dict.fromkeys(line["axes"]["generator"] for line in grid):
-            generator_name = _name(runs, "generator", generator)
-            label = f"{block_name} / {generator_name}"
-            row, _ = _row(_pick(grid, "prour", agent=block, generator=generator), label,
-                          domains, runs.folder, n_boot)
-            paper = _paper("table7", label, domains, model=block_name, label=generator_name)
-            item.rows += [row, paper]
-            _text(item, row, paper)
+    base = runs.grids.get("table7-base", [])  # routes with no thresholds: one run for both
+    _agents_by_generator(item, runs, grid, lambda agent: _pick(base, "base"),
+                         "none (base agent, no thresholds)", domains, n_boot)
     item.notes += [f"Thresholds stored for {model}: τ_AU {au:.2f}, τ_EU {eu:.2f}"
                    for model, (au, eu) in sorted(runs.thresholds.items())]
     return item
