@@ -194,10 +194,16 @@ def request_costs(line: dict[str, Any] | None) -> dict[int, float | None]:
 # ---- pages ----------------------------------------------------------------------------------
 
 
-def page(title: str, body: Iterable[str]) -> str:
-    """A whole HTML document with the inline style sheet."""
+def page(title: str, body: Iterable[str], style: str = "") -> str:
+    """A whole HTML document with the inline style sheet (``style`` added after it)."""
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
-            f"<style>{STYLE}</style></head><body>\n{''.join(body)}\n</body></html>\n")
+            f"<style>{STYLE}{style}</style></head><body>\n{''.join(body)}\n</body></html>\n")
+
+
+def contents(entries: Iterable[tuple[str, str]]) -> str:
+    """A list of links to a page's sections: (section id, title) pairs."""
+    return "<ul>" + "".join(f'<li><a href="#{esc(key)}">{esc(title)}</a></li>'
+                            for key, title in entries) + "</ul>"
 
 
 def table(headers: list[str], rows: Iterable[list[str]], table_id: str = "") -> str:

@@ -1,7 +1,8 @@
 """The pages of the Ask-Less study report: an item's markdown file, ``index.html`` (one
 ``<section id=ITEM>`` per item) and ``report.json``. Text that comes from the run (backbone
-names, variants, task ids, notes that name them) is escaped for each format: ``|``, ``<``, ``>``
-and ``&`` in markdown (a table cell never breaks), everything through ``html.escape`` in HTML."""
+names, variants, task ids, notes that name them) is escaped for each format: in markdown by
+:func:`prour.eval.markdown.md` (``|``, ``<``, ``>``, ``&``; the tables escape their cells
+themselves), in HTML through ``html.escape``."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 from prour.eval.attention.study_items import StudyItem, Table
 from prour.eval.attention.study_paper import shown
-from prour.eval.markdown import jsonable
+from prour.eval.markdown import jsonable, md
 from prour.eval.markdown import table as markdown_table
-from prour.eval.viewer import STYLE, esc
+from prour.eval.viewer import contents, esc, page
 from prour.eval.viewer import table as html_table
 
 PAPER_HEADER = ["Value", "Source", "The paper's row (cell)", "Column", "Id"]
@@ -23,22 +24,13 @@ img{max-width:100%;border:1px solid #ddd}
 """
 
 
-def md(text: Any) -> str:
-    """Text for a markdown table cell or paragraph: ``&``, ``<``, ``>`` as entities, ``|`` as
-    ``\\|``, line breaks as spaces."""
-    value = "" if text is None else str(text)
-    value = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return value.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-
-
 def _paper_rows(values: Sequence[Any]) -> list[list[str]]:
     return [[shown(v), v.source, v.cell, v.column, v.id] for v in values]
 
 
 def _md_table(table: Table) -> list[str]:
     lines = [f"## {md(table.caption)}", ""] if table.caption else []
-    return [*lines, *markdown_table([md(h) for h in table.header],
-                                    [[md(c) for c in row] for row in table.rows]), ""]
+    return [*lines, *markdown_table(table.header, table.rows), ""]
 
 
 def item_markdown(item: StudyItem, file: str) -> str:
@@ -57,7 +49,7 @@ def item_markdown(item: StudyItem, file: str) -> str:
     lines += [*(f"- missing: {md(m)}" for m in item.missing)] or ["Nothing missing."]
     values = [v for t in own for v in t.paper] if file != item.file else item.paper
     lines += ["", "## The paper's values used", ""]
-    lines += markdown_table(PAPER_HEADER, [[md(c) for c in row] for row in _paper_rows(values)]) \
+    lines += markdown_table(PAPER_HEADER, _paper_rows(values)) \
         if values else ["None: the paper prints no value for this item in our copy."]
     return "\n".join(lines) + "\n"
 
@@ -100,12 +92,9 @@ def index_page(items: Sequence[StudyItem], header: Sequence[str]) -> str:
             ("<p>Each table sets this study's numbers beside the values the paper prints (rows "
              "or columns marked <em>paper</em>; \"–\" where it prints none); each figure draws "
              "the paper's points hollow and dashed where its tables give them.</p>"),
-            "<ul>" + "".join(f'<li><a href="#{esc(i.key)}">{esc(i.title)}</a></li>'
-                             for i in items) + "</ul>"]
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Ask Less, Ask Better "
-            f"beside the study</title><style>{STYLE}{EXTRA_STYLE}</style></head><body>\n"
-            + "\n".join(head) + "\n" + "".join(_section(i) for i in items)
-            + "</body></html>\n")
+            contents((i.key, i.title) for i in items)]
+    return page("Ask Less, Ask Better beside the study",
+                ["\n".join(head), "\n", *(_section(i) for i in items)], EXTRA_STYLE)
 
 
 def report_json(items: Sequence[StudyItem], data: Any, n_boot: int, ci: float,
