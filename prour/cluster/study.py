@@ -109,6 +109,8 @@ def run_study(recipe: Recipe, progress: bool = True,
     from prour.cluster.endpoints import apply_endpoints
     from prour.eval.harness import run_evaluations
     from prour.eval.kit import attention_caches
+    from prour.eval.methods import check_method
+    from prour.router.recalibrate import recalibrate
 
     if recipe.eval.attention is None and any(s.policies for s in study_of(recipe).grids.values()):
         raise StudyError("the study's grids list attention variants: the recipe needs an "
@@ -131,7 +133,8 @@ def run_study(recipe: Recipe, progress: bool = True,
             served = {cell: apply_endpoints(recipes[cell], record) for cell in group.cells}
             check_reachable(served, roles)
             for cell in group.cells:
-                recalibrate(served[cell], plan[cell], say)
+                if any(check_method(p.method).router == "decomposer" for p in plan[cell]):
+                    recalibrate(served[cell], say)
             evaluations = [StudyEvaluation(served[cell], folder, cell, plan[cell], settings,
                                            root.sibling(served[cell]), caches, progress)
                            for cell in group.cells]
@@ -142,36 +145,6 @@ def run_study(recipe: Recipe, progress: bool = True,
         servers.stop_all()
         root.close()
     return results
-
-
-def recalibrate(recipe: Recipe, planned: list[Planned], say: Callable[[str], None]) -> None:
-    """A cell that routes with a decomposer of its own (an axis value sets models.decomposer)
-    whose thresholds are not yet fitted on the reviewed dev labels: its own AU/EU on the same dev
-    states, then the same grid search, stored under its model id in the run's thresholds file
-    (the Prour paper's A.2.2 and Table 7: "we repeat the same calibration procedure for
-    GLM-4-32B"). A cell that pins thresholds (router.tau_au, router.thresholds_model) or routes
-    with none is left alone."""
-    from prour.build import Builder
-    from prour.eval.methods import check_method
-    from prour.router.pipeline import decomposer_tag, measure_split, search_thresholds
-    from prour.router.steps import thresholds_fitted
-
-    routed = any(check_method(p.method).router == "decomposer" for p in planned)
-    pinned = recipe.router.tau_au is not None or recipe.router.thresholds_model is not None
-    if not routed or pinned or "decomposer" not in recipe.models:
-        return
-    builder = Builder(recipe)
-    try:
-        model_id = builder.decomposer_model_id()
-        if thresholds_fitted(recipe, model_id):
-            return
-        say(f"   recalibrating {model_id}: its own AU/EU on the reviewed dev states")
-        measure_split(builder, "dev", tag=decomposer_tag(model_id))
-        result, stored, _ = search_thresholds(builder, tag=decomposer_tag(model_id))
-    finally:
-        builder.close()
-    say(f"   τ_AU = {stored.tau_au:.2f}, τ_EU = {stored.tau_eu:.2f} (dev macro-F1 "
-        f"{result.macro_f1:.3f} on {result.n_states} states) stored for {model_id}")
 
 
 def check_reachable(recipes: dict[Cell, Recipe], roles: dict[Cell, tuple[str, ...]]) -> None:

@@ -29,7 +29,6 @@ from prour.eval.harness import Evaluation, load_result_lines, result_key, wanted
 if TYPE_CHECKING:  # pragma: no cover
     from prour.build import Builder
     from prour.config import Recipe
-    from prour.llm.strict_json import JsonCache
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +233,7 @@ class StudyEvaluation(Evaluation):
     jobs exactly the planned episodes; settings and provenance are the study's."""
 
     def __init__(self, recipe: Recipe, run_dir: Path, cell: Cell, planned: list[Planned],
-                 settings: dict[str, Any], builder: Builder, caches: dict[str, JsonCache],
+                 settings: dict[str, Any], builder: Builder, caches: dict[str, Any],
                  progress: bool = True):
         super().__init__(recipe, run_dir, progress, builder=builder)
         self.kit.caches = caches

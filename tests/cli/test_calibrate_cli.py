@@ -376,9 +376,8 @@ def test_a_study_decomposer_is_recalibrated_from_its_own_scores(recipe: Path,
     """The Prour paper's Table 7 (A.2.2: the same calibration procedure for GLM-4-32B): a study
     cell whose decomposer is another model gets thresholds grid-searched on that model's own
     AU/EU of the same reviewed dev states, stored under its id beside the first model's."""
-    from prour.cluster.study import recalibrate
-    from prour.eval.study import Planned
     from prour.recipes import load_recipe
+    from prour.router.recalibrate import recalibrate
 
     runner = CliRunner()
     for stage in ("label", "search"):
@@ -390,7 +389,7 @@ def test_a_study_decomposer_is_recalibrated_from_its_own_scores(recipe: Path,
              '"script": "router-test-second-decomposer"}')
     second = load_recipe(recipe, [other])
     said: list[str] = []
-    recalibrate(second, [Planned("prour", None, "retail", "base", "0", 0)], said.append)
+    recalibrate(second, said.append)
     cache = [json.loads(x) for x in
              (out_dir / "uncertainty_dev.scripted_router-test-second-decomposer.jsonl")
              .read_text().splitlines()]
@@ -407,7 +406,7 @@ def test_a_study_decomposer_is_recalibrated_from_its_own_scores(recipe: Path,
                            "scripted:router-test-decomposer") == first  # left as it was
     assert any("stored for scripted:router-test-second-decomposer" in line for line in said)
     said.clear()
-    recalibrate(second, [Planned("prour", None, "retail", "base", "0", 0)], said.append)
+    recalibrate(second, said.append)
     assert said == []  # fitted on these labels already: nothing to do
     pinned = load_recipe(recipe, [other, "router.thresholds_model=scripted:router-test-decomposer"])
     from prour.build import Builder
