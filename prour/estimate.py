@@ -4,265 +4,30 @@
 Rates come from what was measured: a previous run's own metrics when its folder has them (the
 training ``metrics.jsonl``, the evaluation ``results.jsonl``), else the rates recorded under
 ``benchmarks/results`` (:data:`RATES_FILE` names each rate and the raw result file it is read
-from). Every line names its source and what it assumes; the numbers are estimates, not promises.
+from, or, for a rate prour has not measured, the public source it is assumed from: the
+paper's episode time, a vLLM benchmark's tokens per second). Every line names its source and
+what it assumes; the numbers are estimates, not promises.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prour.train.estimate import (
+    Rate,
+    hours_text,
+    recorded_rates,
+    seconds_text,
+    train_estimate,
+    train_seconds,
+)
+
 if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
-    from prour.config.train import TrainConfig
-
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-RATES_FILE = RESULTS_DIR / "rates.json"
-
-# Per-phase seconds of a step as metrics name them (prour.train.metrics.PHASE_KEYS), and the
-# local trainer's earlier three phases, which runs written before those keys carry.
-EARLIER_PHASE_KEYS = (("rollout", "time_rollout_s"), ("reward", "time_reward_s"),
-                      ("update", "time_update_s"))
-
-
-@dataclass(frozen=True)
-class Rate:
-    """One recorded rate: its number, unit, what it times, where it comes from, the shape it
-    was measured at (sample and token counts) for scaling to a recipe's shape, and whether it
-    was measured (read from a benchmark result) or is a stated assumption."""
-
-    value: float
-    unit: str
-    what: str
-    source: str
-    shape: Mapping[str, int]
-    measured: bool
-
-
-def _dig(data: Mapping[str, Any], dotted: str, where: Path) -> float:
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise ValueError(f"{where}: no key {dotted!r} (missing {part!r})")
-        node = node[part]
-    try:
-        return float(node)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: {dotted} is {node!r}, not a number") from None
-
-
-def recorded_rates(path: Path = RATES_FILE) -> dict[str, Rate]:
-    """The rates of ``rates.json``: an entry with ``file`` and ``key`` reads its number from
-    that raw benchmark result (beside the rates file); one with ``value`` states an assumption
-    and its ``source``. A missing file gives ``{}``; a broken one raises ValueError naming it."""
-    if not path.exists():
-        return {}
-    try:
-        entries = json.loads(path.read_text())["rates"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a rates file ({exc})") from None
-    if not isinstance(entries, dict):
-        raise ValueError(  # noqa: TRY004 - a bad file, reported like the others
-            f"{path}: rates is a {type(entries).__name__}, not a mapping of names to entries")
-    rates = {}
-    for name, entry in entries.items():
-        where = f"{path}: rates.{name}"
-        if not isinstance(entry, dict):
-            raise ValueError(  # noqa: TRY004 - a bad file, reported like the others
-                f"{where}: {entry!r} is not an entry (give file + key, or value)")
-        if "file" in entry:
-            raw = path.parent / entry["file"]
-            if not raw.exists():
-                raise ValueError(f"{where}.file: {raw} does not exist")
-            try:
-                data = json.loads(raw.read_text())
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{raw}: not JSON ({exc}); named by {where}.file") from None
-            value = _dig(data, entry["key"], raw)
-            source = f"benchmarks/results/{entry['file']} {entry['key']}"
-        elif isinstance(entry.get("value"), (int, float)):
-            value, source = float(entry["value"]), entry.get("source", "stated in rates.json")
-        else:
-            raise ValueError(f"{where}: give file + key, or a numeric value")
-        rates[name] = Rate(value, entry.get("unit", ""), entry.get("what", name), source,
-                           entry.get("shape", {}), measured="file" in entry)
-    return rates
-
-
-def _s(seconds: float) -> str:
-    return f"{seconds:,.1f} s" if seconds < 100 else f"{seconds:,.0f} s"
-
-
-def _h(seconds: float) -> str:
-    return f"{seconds / 3600:,.1f} h"
-
-
-def _median(records: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    values = [float(r[key]) for r in records if isinstance(r.get(key), (int, float))]
-    return statistics.median(values) if values else None
-
-
-def train_from_metrics(records: Sequence[Mapping[str, Any]], total_steps: int,
-                       where: Path) -> list[str] | None:
-    """The estimate from a previous run's step metrics (median seconds of each phase over its
-    steps); None when no step recorded its time."""
-    from prour.train.metrics import PHASE_KEYS, PHASES, STEP_TIME_KEY
-
-    step_s = _median(records, STEP_TIME_KEY)
-    if step_s is None:
-        return None
-    timed = [r for r in records if isinstance(r.get(STEP_TIME_KEY), (int, float))]
-    done = max(int(r.get("step", 0)) for r in timed)
-    named = [(p.replace("_", " "), key) for p, key in zip(PHASES, PHASE_KEYS)]
-    if not any(key in r for r in timed for _, key in named):
-        named = list(EARLIER_PHASE_KEYS)
-    phases = [(label, s) for label, key in named if (s := _median(timed, key)) is not None]
-    # medians of the phases need not add up to the median step: listed beside it, not as a sum
-    split = ("; median of each phase: " + ", ".join(f"{label} {_s(s)}" for label, s in phases)
-             if phases else "")
-    return [
-        f"estimate (train): from this run's metrics, {where}: median of {len(timed)} step(s)",
-        f"  per step: {_s(step_s)}{split}",
-        (f"  total: {_h(step_s * total_steps)} for {total_steps:,} steps; "
-         f"{_h(step_s * max(total_steps - done, 0))} left after step {done}"),
-        "  assumes: later steps take as long as the measured ones (same recipe and machine)",
-    ]
-
-
-def _token_scale(rate: Rate, prompt: int, response: int) -> float:
-    """Tokens per sample in the recipe over those of the measurement (1.0 without a shape)."""
-    measured = rate.shape.get("prompt_tokens", 0) + rate.shape.get("response_tokens", 0)
-    return (prompt + response) / measured if measured else 1.0
-
-
-def train_from_rates(cfg: TrainConfig, prompt_tokens: int,
-                     rates: Mapping[str, Rate]) -> list[str]:
-    """The estimate from the recorded benchmark rates: generation (every sample generated to
-    ``train.rollout.max_response_tokens``), prior + posterior scoring, and the update (epochs x
-    states x kept samples, each as costly as one sample of the measured optimizer step)."""
-    parts = _rate_parts(cfg, prompt_tokens, rates)
-    if parts is None:
-        return [("estimate (train): no recorded rates (benchmarks/results/rates.json is missing "
-                "or lacks update, generate and score rates) and no metrics of a previous run")]
-    update, gen = rates["update_s_per_optimizer_step"], rates["generate_tokens_per_s"]
-    score = rates["score_s_per_8_contexts"]
-    n, keep, response = cfg.rollout.n, cfg.rollout.keep, cfg.rollout.max_response_tokens
-    states, epochs = cfg.states_per_step, cfg.ppo.epochs
-    opt_steps = epochs * (states // cfg.ppo.mini_batch_states)
-    generation_s, score_s, update_s = parts["generation"], parts["score"], parts["update"]
-    step_s, low_s, steps = parts["step"], parts["low"], cfg.total_steps
-    overlap = cfg.overlap != "off"
-    total = (f"  total: {_h(step_s * steps)} for {steps:,} steps (update alone "
-             f"{_h(update_s * steps)}, generation alone {_h(generation_s * steps)})")
-    if cfg.backend == "verl":  # vLLM rollouts: only the hf rate is recorded, an upper bound
-        total = (f"  total: between {_h(low_s * steps)} (update and scoring "
-                 f"alone) and {_h(step_s * steps)} (generation at the hf backend's rate) for "
-                 f"{steps:,} steps")
-    lines = [
-        ("estimate (train): from recorded benchmark rates (an estimate, not a measurement of "
-         "this recipe)"),
-        (f"  per step: {_s(step_s)} = max(generation {_s(generation_s)} + prior and posterior "
-         f"{_s(score_s)}, update {_s(update_s)}) with train.overlap {cfg.overlap} (the first "
-         "step in full)" if overlap else
-         f"  per step: {_s(step_s)} = generation {_s(generation_s)} + prior and posterior "
-         f"{_s(score_s)} + update {_s(update_s)}"),
-        total,
-        (f"  update: {opt_steps} optimizer steps/step ({epochs} epochs x {states} states / "
-         f"{cfg.ppo.mini_batch_states} per mini-batch) of "
-         f"{cfg.ppo.mini_batch_states * keep} kept samples each, "
-         f"{update.value:.2f} s per {update.shape.get('samples', 1)} samples; {update.what}; "
-         f"{update.source}"),
-        (f"  generation: {states} states x {n} samples x {response:,} tokens at "
-         f"{gen.value:,.1f} tokens/s; {gen.what}; {gen.source}"),
-        (f"  prior and posterior: {states} x ({n} posterior + 1 prior) contexts at {score.value:.2f} s "
-         f"per {score.shape.get('contexts', 8)}; {score.what}; {score.source}"),
-        ("  assumes: every sample runs to max_response_tokens and every prompt to "
-         f"data.max_prompt_tokens ({prompt_tokens:,}); time is linear in samples and tokens; one "
-         "GPU (more data-parallel GPUs are not credited); responder calls (strict user, "
-         "verifier) and waiting are not counted: no rate is recorded for them"),
-    ]
-    if cfg.backend == "verl":
-        lines.append("  assumes: verl generates with vLLM, whose rate is not recorded: the "
-                     "hf-backend generation above bounds it from above")
-    if overlap:
-        lines.append(f"  assumes: train.overlap {cfg.overlap} samples and scores step k + 1 "
-                     "(on a frozen copy of the policy) while step k updates, and the two do not "
-                     "slow each other: a lower bound where they share one GPU")
-    return lines
-
-
-def _rate_parts(cfg: TrainConfig, prompt_tokens: int,
-                rates: Mapping[str, Rate]) -> dict[str, float] | None:
-    """Seconds of a step from the recorded rates: generation, scoring, update, the step (with
-    ``train.overlap``, its mean over the run) and its low end (verl: generation left out)."""
-    update, gen = rates.get("update_s_per_optimizer_step"), rates.get("generate_tokens_per_s")
-    score = rates.get("score_s_per_8_contexts")
-    if update is None or gen is None or score is None:
-        return None
-    n, keep, response = cfg.rollout.n, cfg.rollout.keep, cfg.rollout.max_response_tokens
-    states, epochs = cfg.states_per_step, cfg.ppo.epochs
-    per_sample = update.value / update.shape.get("samples", 1)
-    update_s = epochs * states * keep * per_sample * _token_scale(update, prompt_tokens, response)
-    generation_s = states * n * response / gen.value
-    score_s = states * (n + 1) * score.value / score.shape.get("contexts", 8)
-    step_s = generation_s + score_s + update_s
-    low_s = update_s + score_s  # verl: generation at vLLM's unrecorded rate, taken as nothing
-    if cfg.overlap != "off":  # the next step samples and scores while this one updates
-        step_s = _overlapped(generation_s + score_s, update_s, cfg.total_steps)
-        low_s = _overlapped(score_s, update_s, cfg.total_steps)
-    return {"generation": generation_s, "score": score_s, "update": update_s, "step": step_s,
-            "low": low_s if cfg.backend == "verl" else step_s}
-
-
-def train_seconds(recipe: Recipe, cfg: TrainConfig,
-                  rates: Mapping[str, Rate] | None = None) -> tuple[float, float] | None:
-    """(low, high) seconds the training has left, as :func:`train_estimate` says: the run's own
-    median step times the steps not yet done, else the recorded rates' total; None: no rate."""
-    from prour.train.metrics import METRICS_FILE, STEP_TIME_KEY
-    from prour.train.report import read_metrics
-
-    out = Path(cfg.output_dir)
-    if (out / METRICS_FILE).exists():
-        records = read_metrics(out)
-        step_s = _median(records, STEP_TIME_KEY)
-        if step_s is not None:
-            done = max(int(r.get("step", 0)) for r in records
-                       if isinstance(r.get(STEP_TIME_KEY), (int, float)))
-            left = step_s * max(cfg.total_steps - done, 0)
-            return left, left
-    parts = _rate_parts(cfg, recipe.data.max_prompt_tokens,
-                        recorded_rates() if rates is None else rates)
-    if parts is None:
-        return None
-    return parts["low"] * cfg.total_steps, parts["step"] * cfg.total_steps
-
-
-def _overlapped(sample_s: float, update_s: float, steps: int) -> float:
-    """Mean seconds per step when each step's sampling runs during the previous update: the
-    first step samples then updates, each later one takes the longer of the two."""
-    if steps <= 0:
-        return sample_s + update_s
-    return (sample_s + update_s + (steps - 1) * max(sample_s, update_s)) / steps
-
-
-def train_estimate(recipe: Recipe, cfg: TrainConfig, rates: Mapping[str, Rate] | None = None,
-                   ) -> list[str]:
-    """The training estimate of the dry-run: from the run's own metrics when ``train.output_dir``
-    has any, else from the recorded rates."""
-    from prour.train.metrics import METRICS_FILE
-    from prour.train.report import read_metrics
-
-    out = Path(cfg.output_dir)
-    if (out / METRICS_FILE).exists():
-        lines = train_from_metrics(read_metrics(out), cfg.total_steps, out / METRICS_FILE)
-        if lines is not None:
-            return lines
-    rates = recorded_rates() if rates is None else rates
-    return train_from_rates(cfg, recipe.data.max_prompt_tokens, rates)
 
 
 def _eval_tasks(recipe: Recipe) -> dict[str, int]:
@@ -297,23 +62,113 @@ class EvalTotals:
     after_s: float | None
 
 
-def _lanes(recipe: Recipe) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
+@dataclass(frozen=True)
+class _Served:
+    """A served model of the eval step: its lane, the requests its replicas run at once (None:
+    vLLM's own), its replicas and the roles that call it."""
+
+    lane: str
+    slots: int | None
+    replicas: int
+    roles: tuple[str, ...]
+
+
+def _lanes(recipe: Recipe, step: str = "eval") -> tuple[
+        dict[str, int], dict[str, tuple[str, ...]], dict[str, _Served], dict[str, set[str]]]:
     """The queue's lanes as ``prour eval`` holds them (:mod:`prour.eval.queue`): lane -> limit,
-    and method -> its lanes; a generator eval serves with vLLM counts as that server."""
+    method -> its lanes, the served models with the requests their replicas run at once as the
+    step sizes them (:func:`prour.cluster.gpu_plan.step_sizing`: what the endpoints file hands
+    ``prour eval``), and method -> its roles; a generator eval serves with vLLM counts as that
+    server."""
+    from prour.cluster.gpu_plan import step_sizing
     from prour.cluster.recipe import serves_generator, with_served_generator
     from prour.eval.methods import eval_roles, method_roles
     from prour.eval.queue import lane_limits
     from prour.llm.registry import lane_name
+    from prour.stages import get_step
 
+    try:
+        sizing = step_sizing(recipe, get_step(step))
+    except (KeyError, ValueError):  # a step of no stage (a test's name): the recipe's own limits
+        sizing = None
     if serves_generator(recipe):
         recipe = with_served_generator(recipe, recipe.models["generator"].path or "")
+    models = dict(recipe.models)
+    served: dict[str, _Served] = {}
+    for role, model in recipe.models.items():
+        model_id = str(model.model)
+        if model.backend != "openai" or model.base_url or sizing is None \
+                or model_id not in sizing.instances:
+            continue
+        slots = sizing.slots(model_id)
+        if slots is not None:
+            models[role] = model.model_copy(update={"server_slots": slots})
+        known = served.get(model_id)
+        served[model_id] = _Served(lane_name(model), slots, len(sizing.instances[model_id]),
+                                   (*(known.roles if known else ()), role))
+    recipe = recipe.model_copy(update={"models": models})
     cfg = recipe.eval
     limits = lane_limits(recipe, eval_roles(cfg))
+    roles = {m: {r for a in cfg.variants() for r in method_roles(cfg, m, a) if r in recipe.models}
+             for m in cfg.methods}
     lanes = {m: tuple(dict.fromkeys(lane_name(recipe.models[r])
                                     for a in cfg.variants() for r in method_roles(cfg, m, a)
                                     if r in recipe.models))
              for m in cfg.methods}
-    return limits, lanes
+    return limits, lanes, served, roles
+
+
+def _method_tokens(*paths: Path) -> dict[str, dict[str, Any]]:
+    """Method -> role -> its tokens (:class:`prour.eval.results.RoleTokens`) over the finished
+    episodes of the first of ``paths`` that records any for the method."""
+    from prour.eval.harness import load_result_lines
+    from prour.eval.results import role_tokens
+
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        by_method: dict[str, list[dict[str, Any]]] = {}
+        for line in load_result_lines(path).values():
+            by_method.setdefault(str(line.get("method")), []).append(line)
+        for method, lines in by_method.items():
+            tokens = role_tokens(lines)
+            if tokens and method not in found:
+                found[method] = tokens
+    return found
+
+
+def _throughput(served: Mapping[str, _Served], episodes: Mapping[str, int],
+                roles: Mapping[str, set[str]], tokens: Mapping[str, Mapping[str, Any]],
+                rates: Mapping[str, Rate],
+                where: str) -> tuple[list[str], dict[str, float]]:
+    """Each served model's bound on the evaluation: the tokens its roles generate per episode
+    of each method (a run's own results) x the method's episodes, over the model's recorded
+    vLLM rate x its replicas (each credited in full). Lines say what is missing instead."""
+    lines: list[str] = []
+    bounds: dict[str, float] = {}
+    for model_id, info in served.items():
+        rate = next((r for r in rates.values() if r.model == model_id), None)
+        users = {m: roles[m] & set(info.roles) for m in episodes if roles[m] & set(info.roles)}
+        if rate is None:
+            lines.append(f"  throughput of {model_id}: not bounded (no vLLM rate of it is "
+                         "recorded in benchmarks/results/rates.json)")
+            continue
+        lacking = [m for m in users if any(r not in tokens.get(m, {}) for r in users[m])]
+        if lacking or not users:
+            lines.append(f"  throughput of {model_id}: not bounded (no generated tokens per "
+                         f"episode recorded for {', '.join(lacking) or 'any method'}: a run's "
+                         "results.jsonl records them per role)")
+            continue
+        generated = sum(episodes[m] * sum(tokens[m][r].generated_per_episode for r in users[m])
+                        for m in users)
+        seconds = generated / (rate.value * info.replicas)
+        bounds[model_id] = seconds
+        lines.append(
+            f"  throughput of {model_id}: {generated:,.0f} generated tokens ({where}) / "
+            f"({rate.value:,.1f} tokens/s x {info.replicas} replica(s)) = {hours_text(seconds)} "
+            f"({'measured' if rate.measured else 'assumed'}: {rate.what}; {rate.source})")
+    return lines, bounds
 
 
 def eval_totals(recipe: Recipe, rates: Mapping[str, Rate] | None = None,
@@ -340,16 +195,18 @@ def eval_totals(recipe: Recipe, rates: Mapping[str, Rate] | None = None,
     measured = {**_episode_seconds(main), **_episode_seconds(results)} if results != main \
         else _episode_seconds(main)
     rate = (recorded_rates() if rates is None else rates).get("eval_episode_s")
-    limits, lanes = _lanes(recipe)
+    limits, lanes, served, roles = _lanes(recipe, step)
     per_task = ", ".join(f"{d} {n}" for d, n in tasks.items())
     capped = ", ".join(f"{lane} {n}" for lane, n in limits.items() if n < conc)
     lines = [(f"estimate ({step}): {len(cfg.methods)} methods x {n_tasks} tasks ({per_task}) x "
               f"{seeds} seeds x seconds per episode / episodes at once (eval.concurrency {conc}"
               + (f"; per model: {capped}" if capped else "") + ")")]
     work: dict[str, float] = {}
+    counts: dict[str, int] = {}
     after, sources = 0.0, set()
     for method in cfg.methods:
         episodes = len(arm_points(cfg, method)) * len(cfg.variants()) * n_tasks * seeds
+        counts[method] = episodes
         if measured.get(method):
             episode_s = statistics.median(measured[method])
             source = f"median of {len(measured[method])} in " \
@@ -364,8 +221,12 @@ def eval_totals(recipe: Recipe, rates: Mapping[str, Rate] | None = None,
         alone = min([conc, *(limits.get(lane, conc) for lane in lanes[method])])
         work[method] = episodes * episode_s
         after += work[method] / alone
-        lines.append(f"  {method}: {episodes:,} episodes x {_s(episode_s)} ({source}) / {alone} "
-                     f"= {_h(work[method] / alone)} alone")
+        lines.append(f"  {method}: {episodes:,} episodes x {seconds_text(episode_s)} ({source}) / {alone} "
+                     f"= {hours_text(work[method] / alone)} alone")
+    if served:
+        lines.append(f"  requests in flight at once per model, as {step} sizes its servers (the "
+                     "GPU plan; the lower of these and eval.concurrency holds): " + ", ".join(
+                         f"{model_id} {_slots(info)}" for model_id, info in served.items()))
     if not work:
         lines.append("  total: none (no episode rate)")
         return EvalTotals(lines, None, None)
@@ -383,12 +244,29 @@ def eval_totals(recipe: Recipe, rates: Mapping[str, Rate] | None = None,
     else:
         held = conc if busiest == "eval.concurrency" else limits[busiest]
         why = (f"all methods at once, bound by {busiest} at {held} in flight")
-    lines.append(f"  total: {_h(queue_s)} through one queue ({why}); {_h(after)} one method "
+    tokens = _method_tokens(results, main)
+    where = f"per episode by role, from {results if results.exists() else main}"
+    more, throughput = _throughput(served, {m: counts[m] for m in work}, roles, tokens,
+                                   recorded_rates() if rates is None else rates, where)
+    if throughput and max(throughput.values()) > queue_s:
+        model_id = max(throughput, key=throughput.__getitem__)
+        queue_s = after = max(after, throughput[model_id])
+        why = f"bound by {model_id}'s token throughput, below"
+    lines.append(f"  total: {hours_text(queue_s)} through one queue ({why}); {hours_text(after)} one method "
                  "after another")
+    lines += more
     lines += [f"  episode seconds {s}" for s in sorted(sources)]
     lines.append("  assumes: an episode takes the seconds above at any number in flight up to "
-                 "the limits (the servers keep up); the queue keeps the busiest limit full")
+                 "the limits, unless a server's token throughput bounds it (where tokens per "
+                 "episode are recorded); the queue keeps the busiest limit full")
     return EvalTotals(lines, queue_s, after)
+
+
+def _slots(info: _Served) -> str:
+    copies = f" ({info.replicas} replicas)" if info.replicas > 1 else ""
+    if info.slots is None:
+        return f"at vLLM's own max_num_seqs{copies}"
+    return f"{info.slots:,}{copies}"
 
 
 def eval_estimate(recipe: Recipe, rates: Mapping[str, Rate] | None = None,
@@ -486,14 +364,14 @@ def chain_estimates(recipe: Recipe, step_names: Sequence[str]) -> list[str]:
                 queue, after = queue + totals.queue_s, after + totals.after_s
                 eval_steps.append(name)
     if counted or eval_steps:
-        span = _h(train_low + queue) if train_low == train_high else \
-            f"between {_h(train_low + queue)} and {_h(train_high + queue)}"
-        trained = (f"training {_h(train_low)}" if train_low == train_high else
-                   f"training {_h(train_low)} to {_h(train_high)}")
+        span = hours_text(train_low + queue) if train_low == train_high else \
+            f"between {hours_text(train_low + queue)} and {hours_text(train_high + queue)}"
+        trained = (f"training {hours_text(train_low)}" if train_low == train_high else
+                   f"training {hours_text(train_low)} to {hours_text(train_high)}")
         lines.append(
             f"estimate (chain): {span} = {trained} ({', '.join(counted) or 'none'}) + "
-            f"evaluation {_h(queue)} through one queue ({', '.join(eval_steps) or 'none'}; "
-            f"{_h(after)} one method after another)"
+            f"evaluation {hours_text(queue)} through one queue ({', '.join(eval_steps) or 'none'}; "
+            f"{hours_text(after)} one method after another)"
             + (f"; not counted: {', '.join(missing)} (no rate)" if missing else "")
             + "; collection, calibration and extraction are not estimated")
     return lines

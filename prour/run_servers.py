@@ -38,13 +38,15 @@ class StepServers:
 
     def ensure(self, step: Step) -> None:
         """Serve exactly what ``step`` calls; raises ServeError when a server cannot start."""
+        from prour.cluster import serve as serving
         from prour.cluster.serve import ServeError, ServerGroup, check_memory, plan_servers
         from prour.llm.run_key import ensure_run_key
         from prour.llm.weights import ModelNotFound
 
         wanted = step_servers(self.recipe, step)
         elsewhere = served_elsewhere(self.recipe, step)
-        for model_id in [m for m in self.groups if m not in wanted or elsewhere]:
+        resized = set() if elsewhere else serving.resized_servers(self.recipe, step, self.groups)
+        for model_id in [m for m in self.groups if m not in wanted or elsewhere or m in resized]:
             self._stop(model_id)
         if elsewhere and wanted:
             self.await_elsewhere(step, wanted)
@@ -54,7 +56,7 @@ class StepServers:
             return
         roles = sorted({role for m in missing for role in wanted[m]})
         served = step.served_recipe(self.recipe)  # eval: the exported generator's server too
-        plans = [plan for plan in plan_servers(served, roles) if plan.model_id in missing]
+        plans = [p for p in plan_servers(self.recipe, roles, step=step) if p.model_id in missing]
         check_memory(served, [*plans, *(g.plans[m] for m, g in self.groups.items())])
         try:
             group = ServerGroup(plans, self.recipe.serve.python,

@@ -207,6 +207,8 @@ class Stage:
     preflight: bool = True  # its command checks the setup before its first step
     long_running: bool = False  # runs beside the later stages (serve): they start once it runs
     refuse_idle: bool = False  # with nothing to do (skip) its command fails: refuse to submit it
+    # the run's own result lines its servers are sized from (tokens per request; None: none)
+    sized_from: Callable[[Recipe], Path | None] = lambda recipe: None
 
     def roles(self, recipe: Recipe) -> tuple[str, ...]:
         return union(step.roles(recipe) for step in self.steps)
@@ -399,6 +401,7 @@ def command_values(recipe: Recipe) -> dict[str, str]:
         # eval's models.ig_clarifier: the exported ig-clarifier checkpoint (none: not trained)
         "ig_clarifier": _ig_clarifier_set(recipe),
         "eval_dir": str(eval_dir(recipe)),
+        "study_dir": str(run_folder(recipe) / "study"),  # prour.config.study.STUDY_FOLDER
         # the trade-off sweeps' run folders and settings (eval.tradeoff; steps eval-budget and
         # eval-every-n): eval.tradeoff.methods over one router key's values
         **{f"{name}_dir": str(tradeoff_dir(recipe, name)) for name in TRADEOFF_NAMES},

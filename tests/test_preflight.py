@@ -271,13 +271,17 @@ def test_a_gpu_memory_plan_that_does_not_fit_is_one_line(monkeypatch, tmp_path):
 def test_a_stage_that_reaches_the_servers_over_http_needs_none_of_their_gpus():
     """A collect job (a Slurm job without GPUs) checks no GPU of the servers it calls; serve's
     own check counts them."""
+    from prour.cluster.recipe import served_roles
     from prour.preflight import gpu_needs
 
     recipe = load_recipe(PAPER)
     # the exported generator's server is the eval step's (eval.generator_backend: vllm), once
-    # export wrote its folder; the serve stage starts the frozen models
+    # export wrote its folder; the serve stage starts the frozen models a role calls (the
+    # study's own, Qwen3-1.7B and GLM-4-32B, only its serving groups start)
+    called = served_roles(recipe)
+    assert {"Qwen/Qwen3-1.7B", "THUDM/GLM-4-32B-0414"} <= set(recipe.serve.models) - set(called)
     gpus = {model_id: max(spec.gpus) + 1 for model_id, spec in recipe.serve.models.items()
-            if spec.gpus and model_id != "exported-generator"}
+            if spec.gpus and model_id != "exported-generator" and model_id in called}
     assert gpus  # the paper places its servers on listed GPUs
     assert gpu_needs(recipe, ["collect"]) == {}
     assert gpu_needs(recipe, ["serve"]) == {f"serve.models.{m}.gpus": n for m, n in gpus.items()}

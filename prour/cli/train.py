@@ -75,7 +75,7 @@ def train(
 def _estimate(loaded: Recipe, cfg: TrainConfig) -> None:
     """Print the dry-run's run-time estimate (:mod:`prour.estimate`); a broken rates file is
     named and skipped, never a reason to stop the dry-run."""
-    from prour.estimate import train_estimate
+    from prour.train.estimate import train_estimate
 
     try:
         lines = train_estimate(loaded, cfg)

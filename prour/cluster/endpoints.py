@@ -101,7 +101,9 @@ def process_alive(pid: int | None) -> bool:
 
 
 def apply_endpoints(recipe: Recipe, record: dict[str, Any]) -> Recipe:
-    """A copy of ``recipe`` whose ``openai`` roles without ``base_url`` point at their servers."""
+    """A copy of ``recipe`` whose ``openai`` roles without ``base_url`` point at their servers:
+    the first copy's URL, the other copies' as ``replica_urls`` (the client spreads requests
+    over them all), and the requests all copies run at once as ``server_slots``."""
     servers = record.get("servers") or {}
     resolved = recipe.model_copy(deep=True)
     for role, cfg in resolved.models.items():
@@ -111,7 +113,14 @@ def apply_endpoints(recipe: Recipe, record: dict[str, Any]) -> Recipe:
         if server:
             cfg.base_url = server["base_url"]
             cfg.api_key_file = record.get("key_file") or cfg.api_key_file
-            logger.info("models.%s: %s served at %s", role, cfg.model, cfg.base_url)
+            copies = [copy.get("base_url") for copy in server.get("replicas") or []
+                      if isinstance(copy, dict) and copy.get("base_url")]
+            cfg.replica_urls = [url for url in copies if url != cfg.base_url]
+            slots = server.get("slots")
+            cfg.server_slots = slots if isinstance(slots, int) and slots > 0 else None
+            logger.info("models.%s: %s served at %s%s", role, cfg.model, cfg.base_url,
+                        f" and {len(cfg.replica_urls)} more replica(s)" if cfg.replica_urls
+                        else "")
     return resolved
 
 

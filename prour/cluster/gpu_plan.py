@@ -23,111 +23,47 @@ per GPU, in GiB:
 ``prour run`` starts the servers a step calls and stops the others, so a stage is planned step
 by step (each with its own servers and in-process roles) and a GPU of the stage's plan shows the
 step that holds the most on it; servers of one step whose shares of a GPU add up to more than
-1.0 are a problem naming their keys.
+1.0 are a problem naming their keys. Each step's servers are sized to what it leaves
+(:mod:`prour.cluster.sizing`: shares, replicas, requests at once), and the plan prints how.
 
 Parameter counts and shapes come from a local model folder's ``config.json`` when there is one,
-else from :data:`KNOWN_MODELS` (the hub configs of the paper's models). The reserves are
+else from the hub configs of the paper's models (:mod:`prour.cluster.shapes`). The reserves are
 estimates, marked as such; everything else is arithmetic on the recipe.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prour.cluster.recipe import EXPORTED_GENERATOR, served_models, served_roles
+from prour.cluster.shapes import (
+    CUDA_CONTEXT_GIB,
+    DTYPE_BYTES,
+    GIB,
+    TIGHT_FRACTION,
+    VLLM_RESERVE_GIB,
+    model_shape,
+)
 from prour.config import Recipe
 from prour.config.cluster import VLLM_DEFAULT_GPU_SHARE, ServedModel, share_overflow
 from prour.stages import Step, get_stage, stage_roles, supplied_model
 
-GIB = 1024**3
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}  # auto: Qwen3's bfloat16
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.cluster.sizing import Sizing
+
 TRAIN_STATE_BYTES = 16  # fp32 params (4) + fp32 grads (4) + AdamW exp_avg and exp_avg_sq (8)
 # fp32 vocabulary-wide tensors of one micro-batch (logits, log-probs, entropy, their gradients),
 # fitted to a measurement: one DAPO update at Qwen3-1.7B shape peaked at 34.5 GiB on one GPU
 # (benchmarks/RESULTS.md, gpu_step.py) = 25.6 GiB of fp32 state + 8.9 GiB, i.e. ~4.8 copies of
 # 3,160 x 151,936 fp32 logits beside the checkpointed hidden states.
 LOGIT_COPIES = 5
-VLLM_RESERVE_GIB = 1.5  # per vLLM instance and GPU: activations, sampler, CUDA graphs (estimate)
-CUDA_CONTEXT_GIB = 0.5  # per process and GPU (estimate)
-TIGHT_FRACTION = 0.05  # a plan within 5% of a GPU's memory fits, with a warning
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the plan needs of a decoder-only transformer."""
-
-    params: int
-    layers: int
-    hidden: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """Key and value of every layer for one token."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
-
-
-def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
-    """Shape and parameter count of a Qwen3/Llama-style dense model from its ``config.json``
-    (attention with separate q/k/v/o projections, gated MLP, RMS norms, q/k norms)."""
-    hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-    heads = int(cfg["num_attention_heads"])
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    vocab, ffn = int(cfg["vocab_size"]), int(cfg["intermediate_size"])
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads) + 2 * head_dim
-    per_layer = attention + 3 * hidden * ffn + 2 * hidden
-    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    params = layers * per_layer + embeddings + hidden
-    return ModelShape(params, layers, hidden, kv_heads, head_dim, vocab)
-
-
-def _qwen3(hidden: int, layers: int, heads: int, ffn: int, tied: bool) -> ModelShape:
-    return shape_from_config(
-        {
-            "hidden_size": hidden,
-            "num_hidden_layers": layers,
-            "num_attention_heads": heads,
-            "num_key_value_heads": 8,
-            "head_dim": 128,
-            "vocab_size": 151936,
-            "intermediate_size": ffn,
-            "tie_word_embeddings": tied,
-        }
-    )
-
-
-# The paper's models, from their config.json on the Hugging Face hub (Qwen/Qwen3-*): 1.72 B,
-# 8.19 B and 32.76 B parameters, matching the model cards' 1.7B / 8.2B / 32.8B; and the model of
-# recipes/gpu-smoke.yaml, 0.60 B (card: 0.6B, 0.44B without the embeddings).
-KNOWN_MODELS: dict[str, ModelShape] = {
-    "Qwen/Qwen3-0.6B": _qwen3(1024, 28, 16, 3072, tied=True),
-    "Qwen/Qwen3-1.7B": _qwen3(2048, 28, 16, 6144, tied=True),
-    "Qwen/Qwen3-8B": _qwen3(4096, 36, 32, 12288, tied=False),
-    "Qwen/Qwen3-32B": _qwen3(5120, 64, 64, 25600, tied=False),
-}
 
 
 class GpuPlanError(ValueError):
     """The recipe's models do not fit the node's GPUs (the message carries the numbers)."""
-
-
-def model_shape(model_id: str, path: str | None = None) -> ModelShape | None:
-    """The shape from ``path``'s (or a local ``model_id``'s) config.json, else the known table
-    (also for a config without the sizes or not JSON, e.g. a stand-in folder: then the size is
-    unknown)."""
-    for candidate in (path, model_id):
-        if candidate and (Path(candidate) / "config.json").is_file():
-            try:  # a config.json that is not JSON (ValueError) or not a mapping: size unknown
-                cfg = json.loads((Path(candidate) / "config.json").read_text())
-                return shape_from_config(cfg.get("text_config", cfg))
-            except (AttributeError, KeyError, TypeError, ValueError):
-                break
-    return KNOWN_MODELS.get(model_id) or (KNOWN_MODELS.get(path) if path else None)
 
 
 @dataclass
@@ -142,6 +78,9 @@ class GpuPlan:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # fits, but with little to spare
     during: dict[int, str] = field(default_factory=dict)  # GPU -> the steps its line shows
+    # per step (or servers started together): each server's replicas, shares, KV cache and
+    # requests at once (prour.cluster.sizing)
+    serving: list[str] = field(default_factory=list)
 
     def add(self, gpu: int, what: str, gib: float) -> None:
         self.uses[gpu].append((what, gib))
@@ -161,6 +100,7 @@ class GpuPlan:
             during = f" ({self.during[gpu]})" if gpu in self.during else ""
             lines.append(f"  GPU {gpu}: {self.total(gpu):.1f} / {self.gpu_gib:g} GiB{during} = "
                          f"{parts or 'nothing'}")
+        lines += [f"  serving {line}" for line in self.serving]
         lines += [f"  note: {note}" for note in self.notes]
         lines += [f"  warning: {warning}" for warning in self.warnings]
         lines += [f"  does not fit: {problem}" for problem in self.problems]
@@ -173,22 +113,26 @@ class GpuPlan:
 
 
 def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel, running: bool = False,
-                like: str | None = None) -> None:
+                like: str | None = None, label: str | None = None) -> None:
     """Add one vLLM server (``running``: one the endpoints files show on this node); a share too
     small for weights + one full-length sequence is a problem. A server without ``gpus`` runs on
     whatever GPUs its job is given: checked, not placed. ``like``: the model it is a checkpoint
-    of, sized in its place while its own folder is not written yet (eval's exported generator)."""
+    of, sized in its place while its own folder is not written yet (eval's exported generator).
+    ``label``: how its GPU lines name it (a replica: ``<id> replica 2``)."""
     share = spec.gpu_memory_utilization or VLLM_DEFAULT_GPU_SHARE
     share_gib = share * plan.gpu_gib
     for gpu in spec.gpus or []:
-        plan.add(gpu, f"{model_id} vLLM ({share:g}{', running' if running else ''})", share_gib)
+        plan.add(gpu, f"{label or model_id} vLLM ({share:g}{', running' if running else ''})",
+                 share_gib)
         plan.add(gpu, "CUDA context", CUDA_CONTEXT_GIB)
-    if spec.gpus is None:
+    if spec.gpus is None and label is None:
         plan.notes.append(
             f"{model_id}: no serve.models.{model_id}.gpus, so it is not placed "
             f"(it takes {share:g} of the GPUs it inherits)"
         )
     shape = model_shape(model_id, spec.path) or (model_shape(like, like) if like else None)
+    if shape is None and label is not None:
+        return  # a further replica: its size was named with the first
     if shape is None:
         plan.notes.append(
             f"{model_id}: size unknown (no config.json, not a known model); its "
@@ -202,7 +146,8 @@ def plan_server(plan: GpuPlan, model_id: str, spec: ServedModel, running: bool =
     kv_left = share_gib - weights - VLLM_RESERVE_GIB
     if kv_left < kv_needed:
         plan.problems.append(
-            f"{key}: gpu_memory_utilization {share:g} x {plan.gpu_gib:g} GiB = {share_gib:.1f} GiB "
+            f"{key}: {'' if label in (None, model_id) else f'{label}: '}"
+            f"gpu_memory_utilization {share:g} x {plan.gpu_gib:g} GiB = {share_gib:.1f} GiB "
             f"per GPU holds {weights:.1f} GiB of weights + {VLLM_RESERVE_GIB:g} GiB reserve, "
             f"leaving {kv_left:.1f} GiB of KV cache < {kv_needed:.1f} GiB for one "
             f"{spec.max_model_len}-token sequence; raise the share or tensor_parallel_size, or "
@@ -288,6 +233,7 @@ def _running_spec(entry: dict[str, Any]) -> ServedModel | None:
             tensor_parallel_size=int(tp) if tp else 1,
             max_model_len=int(length) if length else ServedModel().max_model_len,
             dtype=dtype if dtype in DTYPE_BYTES else "auto",
+            max_num_seqs=int(seqs) if (seqs := _flag(command, "--max-num-seqs")) else None,
         )
     except ValueError:  # a record this version cannot read: not counted
         return None
@@ -304,15 +250,16 @@ def endpoints_files(recipe: Recipe) -> list[Path]:
     return list(dict.fromkeys(path.resolve() for path in found))
 
 
-def running_servers(recipe: Recipe) -> dict[str, ServedModel]:
+def running_servers(recipe: Recipe) -> dict[str, ServedModel | list[ServedModel]]:
     """Model id -> the vLLM servers that run now on this node, by the run folder's endpoints files
     (``starting`` or ``ready``, written on this host, server process alive): they hold their
-    GPU share whatever the stage calls."""
+    GPU share whatever the stage calls. A server run as several replicas gives the list of its
+    live ones."""
     import socket
 
     from prour.cluster.endpoints import EndpointsError, process_alive, read_endpoints
 
-    running: dict[str, ServedModel] = {}
+    running: dict[str, ServedModel | list[ServedModel]] = {}
     for path in endpoints_files(recipe):
         try:
             record = read_endpoints(path)
@@ -322,7 +269,16 @@ def running_servers(recipe: Recipe) -> dict[str, ServedModel]:
                 or record.get("node") != socket.gethostname():
             continue
         for model_id, entry in (record.get("servers") or {}).items():
-            spec = _running_spec(entry) if isinstance(entry, dict) else None
+            if not isinstance(entry, dict):
+                continue
+            replicas = [r for r in entry.get("replicas") or [] if isinstance(r, dict)]
+            if replicas:
+                specs = [spec for r in replicas if process_alive(r.get("pid"))
+                         and (spec := _running_spec({**entry, **r})) is not None]
+                if specs:
+                    running[model_id] = specs
+                continue
+            spec = _running_spec(entry)
             if spec is not None and process_alive(entry.get("pid")):
                 running[model_id] = spec
     return running
@@ -363,8 +319,11 @@ def _planned_steps(recipe: Recipe, stage: str) -> list[Step]:
     return kept or commands
 
 
-def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None = None,
-             running: dict[str, ServedModel] | None = None) -> GpuPlan:
+Servers = dict[str, ServedModel | list[ServedModel]]  # model id -> spec, or its replicas as run
+
+
+def gpu_plan(recipe: Recipe, stage: str, servers: Servers | None = None,
+             running: Servers | None = None) -> GpuPlan:
     """The node's memory during ``stage`` (one that places something: :func:`has_plan`).
 
     ``prour run`` serves per step, so each step of the stage is planned with what runs while it
@@ -374,7 +333,9 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
     :func:`running_servers`, from the endpoints files) count in every step. Steps that hold the
     same things share one plan; with several, each GPU shows the step that holds the most on it
     and every step's problems count. ``servers`` (e.g. those of ``prour serve --roles``, which
-    starts them together) replaces the steps' servers with one plan of them all."""
+    starts them together) replaces the steps' servers with one plan of them all (a list: the
+    replicas of a server as sized already). Each step's servers are sized to what it leaves
+    free (:mod:`prour.cluster.sizing`), and the plan says how, step by step."""
     placement = get_stage(stage).placement
     if placement == "none":
         raise ValueError(f"stage {stage!r} places nothing on the GPUs: it has no memory plan")
@@ -383,7 +344,7 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
         servers = stage_servers(recipe, stage) if servers is None else servers
         roles = _union_roles(get_stage(stage).steps, recipe)
         return _step_plan(recipe, stage, servers, running, roles, recipe,
-                          "they are served together")
+                          "they are served together", steps=False)
     groups: dict[str, tuple[list[str], GpuPlan]] = {}
     for step in _planned_steps(recipe, stage):
         plan = _step_plan(recipe, stage, step_servers(recipe, step), running,
@@ -392,6 +353,8 @@ def gpu_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel] | None 
         groups.setdefault(plan.text(), ([], plan))[0].append(step.name)  # same plan: one group
     if not groups:
         return _step_plan(recipe, stage, {}, running, (), recipe, f"stage {stage} runs")
+    for names, plan in groups.values():
+        plan.serving = [f"({', '.join(names)}) {line}" for line in plan.serving]
     return _peak_plan(stage, list(groups.values()))
 
 
@@ -413,6 +376,7 @@ def _peak_plan(stage: str, groups: list[tuple[list[str], GpuPlan]]) -> GpuPlan:
             plan.during[gpu] = ", ".join(names)
     for names, group in groups:
         label = ", ".join(names)
+        plan.serving += group.serving
         plan.problems += [f"{label}: {problem}" for problem in group.problems]
         plan.warnings += [f"{label}: {warning}" for warning in group.warnings]
         plan.notes += [note for note in group.notes if note not in plan.notes]
@@ -421,43 +385,58 @@ def _peak_plan(stage: str, groups: list[tuple[list[str], GpuPlan]]) -> GpuPlan:
     return plan
 
 
-def _step_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel],
-               running: dict[str, ServedModel], roles: tuple[str, ...],
-               models: Recipe, during: str) -> GpuPlan:
+def _step_plan(recipe: Recipe, stage: str, servers: Servers, running: Servers,
+               roles: tuple[str, ...], models: Recipe, during: str,
+               steps: bool = True) -> GpuPlan:
     """The node's memory while one step runs, or a set of servers started together (``during``
-    says which, in a problem's words)."""
+    says which, in a problem's words): its servers sized to what the step leaves
+    (:func:`step_sizing`), then the models it loads in process and the trainer."""
     placement = get_stage(stage).placement
     trainer = placement == "trainer"
     if trainer and not recipe.serve.colocate_train:
         servers = {}
     servers = {**{m: spec for m, spec in servers.items() if m not in running}, **running}
+    sizing = _sizing(recipe, stage, servers, roles, models, steps)
     verl = trainer and recipe.train is not None and recipe.train.backend == "verl"
     trainer_gpus = recipe.train.verl.n_gpus_per_node if verl and recipe.train else 0
-    listed = [gpu for spec in servers.values() for gpu in spec.gpus or []]
+    listed = [gpu for insts in sizing.instances.values() for inst in insts
+              for gpu in inst.spec.gpus or []]
     plan = GpuPlan(
         stage, recipe.serve.gpu_memory_gib, max([trainer_gpus, *(g + 1 for g in listed)])
     )
     generator = recipe.models.get("generator")
-    for model_id, spec in servers.items():
+    for model_id, insts in sizing.instances.items():
         like = generator.path or generator.model if generator and model_id == EXPORTED_GENERATOR \
             else None
-        plan_server(plan, model_id, spec, running=model_id in running, like=like)
+        for inst in insts:
+            plan_server(plan, model_id, inst.spec, running=model_id in running, like=like,
+                        label=None if inst.index == 0 else inst.label)
     if placement == "in_process":
         plan_in_process(plan, recipe, roles, models)
     if trainer:
         plan_trainer(plan, recipe)
         _note_other_servers(plan, recipe, stage, servers)
+    plan.problems += sizing.problems
+    plan.notes += sizing.notes
+    if steps or any(len(insts) > 1 for insts in sizing.instances.values()):
+        plan.serving = sizing.lines()  # servers started together keep their settings: no news
+    if any(inst.share_from == "derived" or inst.slots_from == "derived"
+           for insts in sizing.instances.values() for inst in insts):
+        plan.notes.append(DERIVED_NOTE)
     plan.n_gpus = max(plan.n_gpus, max(plan.uses, default=-1) + 1)
-    overflow = share_overflow(servers)
+    instances = {inst.label: inst.spec for insts in sizing.instances.values() for inst in insts}
+    overflow = share_overflow(instances)
     if overflow is not None:  # servers that run together ask vLLM for more than the whole GPU
         gpu, users = overflow
         listing = ", ".join(f"{name} ({share:g})" for name, share in users)
         plan.problems.append(
-            f"serve.models.{users[-1][0]}.gpu_memory_utilization: GPU {gpu} is shared by "
-            f"{listing} while {during}: shares add up to "
+            f"serve.models.{users[-1][0].split(' replica ')[0]}.gpu_memory_utilization: GPU "
+            f"{gpu} is shared by {listing} while {during}: shares add up to "
             f"{sum(share for _, share in users):g} > 1.0; set gpu_memory_utilization on each "
             f"so that they fit"
         )
+    placed = {model_id: {gpu for inst in insts for gpu in inst.spec.gpus or []}
+              for model_id, insts in sizing.instances.items()}
     for gpu in range(plan.n_gpus):
         if overflow is not None and gpu == overflow[0]:
             continue  # named above, by its keys
@@ -467,8 +446,8 @@ def _step_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel],
                 f"GPU {gpu} needs {plan.total(gpu):.1f} GiB > {plan.gpu_gib:g} GiB ({parts})"
             )
         elif plan.total(gpu) > (1 - TIGHT_FRACTION) * plan.gpu_gib:
-            keys = [f"serve.models.{m}.gpu_memory_utilization" for m, spec in servers.items()
-                    if gpu in (spec.gpus or [])]
+            keys = [f"serve.models.{m}.gpu_memory_utilization" for m, gpus in placed.items()
+                    if gpu in gpus]
             if trainer and verl:
                 keys.append("train.verl.gpu_memory_utilization")
             plan.warnings.append(
@@ -478,6 +457,102 @@ def _step_plan(recipe: Recipe, stage: str, servers: dict[str, ServedModel],
                 f"KV cache: lower {' or '.join(keys) or 'what it holds'} for more headroom"
             )
     return plan
+
+
+DERIVED_NOTE = (
+    "derived: a server without gpu_memory_utilization (or with size_per_step) gets 95% of its "
+    "GPUs less what its step holds besides, servers sharing a GPU splitting its KV cache to hold "
+    "as many tokens each; replicas: auto adds a copy on each GPU with room beside no trainer; a "
+    "replica without max_num_seqs runs its KV tokens // the tokens one request reaches "
+    "(prour/cluster/sizing.py)")
+
+
+def node_gpus(recipe: Recipe) -> int:
+    """GPUs of a node, as the recipe names them: the trainer's (verl) and every GPU a server of
+    ``serve.models`` lists."""
+    train = recipe.train
+    trainer = train.verl.n_gpus_per_node if train is not None and train.backend == "verl" \
+        and train.verl.engine != "cpu_rehearsal" else 0
+    listed = [gpu for spec in recipe.serve.models.values() for gpu in spec.gpus or []]
+    return max([trainer, *(gpu + 1 for gpu in listed)])
+
+
+def _sizing(recipe: Recipe, stage: str, servers: Servers, roles: tuple[str, ...],
+            models: Recipe, steps: bool = True) -> Sizing:
+    """The servers sized to what the stage's step leaves on the node (``steps``: a step of
+    ``prour run``; else servers started together): the trainer and the models loaded in process
+    are placed first (a scratch plan), then the servers around them."""
+    from prour.cluster.sizing import contexts, size_servers
+
+    placement = get_stage(stage).placement
+    scratch = GpuPlan(stage, recipe.serve.gpu_memory_gib, 0)
+    if placement == "in_process":
+        plan_in_process(scratch, recipe, roles, models)
+    trainer_gpus: list[int] = []
+    if placement == "trainer":
+        plan_trainer(scratch, recipe)
+        trainer_gpus = sorted({gpu for gpu, uses in scratch.uses.items() if uses})
+    generator = recipe.models.get("generator")
+    like = (generator.path or generator.model) if generator is not None else None
+    shapes = {}
+    for model_id, given in servers.items():
+        spec = given if isinstance(given, ServedModel) else given[0]
+        shapes[model_id] = model_shape(model_id, spec.path) or (
+            model_shape(like, like) if like and model_id == EXPORTED_GENERATOR else None)
+    measured, where = _measured(models, stage)
+    return size_servers(
+        servers, gpu_gib=recipe.serve.gpu_memory_gib, node_gpus=node_gpus(models),
+        fixed={gpu: scratch.total(gpu) for gpu in scratch.uses}, trainer_gpus=trainer_gpus,
+        shapes=shapes, contexts=contexts(models, servers, measured, where), steps=steps)
+
+
+def _measured(recipe: Recipe, stage: str) -> tuple[dict[str, tuple[float, int]], Path | None]:
+    """Role -> (mean tokens per request, requests) in the run's own eval results, for the eval
+    stage's servers (none yet: empty)."""
+    path = get_stage(stage).sized_from(recipe)
+    if path is None:
+        return {}, None
+    from prour.eval.results import role_tokens
+
+    found = {role: (t.context, t.requests) for role, t in _read_tokens(path, role_tokens).items()}
+    return found, path if found else None
+
+
+def _read_tokens(path: Path, reader: Any) -> dict[str, Any]:
+    """``reader`` over the latest result line of each key in ``path`` (missing: nothing), kept
+    while the file is unchanged: the plans of one dry run read it once."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return {}
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _TOKENS_CACHE:
+        from prour.eval.harness import load_result_lines
+
+        _TOKENS_CACHE.clear()
+        _TOKENS_CACHE[key] = reader(load_result_lines(path).values())
+    return _TOKENS_CACHE[key]
+
+
+_TOKENS_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def step_sizing(recipe: Recipe, step: Step, running: Servers | None = None) -> Sizing:
+    """How ``step``'s servers are sized on this node (:mod:`prour.cluster.sizing`): what
+    ``prour run`` starts them with before the step. ``running``: servers that hold their memory
+    already (default none: the runner restarts what it resizes)."""
+    from prour.stages import stage_of
+
+    stage = stage_of(step).name
+    servers: Servers = {**step_servers(recipe, step), **(running or {})}
+    if stage_of(step).placement == "trainer" and not recipe.serve.colocate_train:
+        servers = {}
+    return _sizing(recipe, stage, servers, step.roles(recipe), step.served_recipe(recipe))
+
+
+def together_sizing(recipe: Recipe, servers: Servers) -> Sizing:
+    """``servers`` sized as started together on a node with nothing else (``prour serve``)."""
+    return _sizing(recipe, "serve", servers, (), recipe, steps=False)
 
 
 def _note_other_servers(

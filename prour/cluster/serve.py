@@ -15,10 +15,10 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prour.cluster.endpoints import (
     endpoints_path,
@@ -32,6 +32,9 @@ from prour.cluster.vllm_server import VLLMServer, free_port, log_tail
 from prour.config import MODEL_ROLES, Recipe
 from prour.config.cluster import ServedModel
 from prour.llm.run_key import KEY_ENV, ensure_run_key, read_run_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prour.step import Step
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,20 @@ class ServerPlan:
     host: str
     log_path: Path
     advertise: str | None = None  # serve.advertise_host
+    # further copies of the server, each with its own GPUs, share and max_num_seqs
+    # (prour.cluster.sizing); the first is ``spec``
+    replicas: tuple[ServedModel, ...] = ()
+
+    @property
+    def specs(self) -> tuple[ServedModel, ...]:
+        """The settings of every copy, the first one's first."""
+        return (self.spec, *self.replicas)
+
+    def replica_log(self, index: int) -> Path:
+        """The log file of copy ``index`` (0: ``log_path``)."""
+        if index == 0:
+            return self.log_path
+        return self.log_path.with_name(f"{self.log_path.stem}.replica{index + 1}.log")
 
     @property
     def advertised_host(self) -> str:
@@ -104,9 +121,17 @@ def node_address() -> str:
     return own[0]
 
 
-def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[ServerPlan]:
+def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None, *,
+                 step: Step | None = None) -> list[ServerPlan]:
     """The servers the recipe asks for, restricted to those used by ``roles`` when given; a recipe
-    that serves nothing is refused."""
+    that serves nothing is refused. With ``step`` (``recipe`` the run's own), the servers of the
+    recipe the step runs on (eval's exported generator too), those it calls with the sizes and
+    replicas of that step (:func:`prour.cluster.gpu_plan.step_sizing`), as ``prour run`` starts
+    them; without, the recipe's own settings (the copies of a server without ``gpus``
+    included)."""
+    run = recipe
+    if step is not None:
+        recipe = step.served_recipe(recipe)
     why = nothing_to_serve(recipe)
     if why:
         raise ServeError(why)
@@ -117,7 +142,7 @@ def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[Ser
         check_roles(recipe, roles, users)
         wanted = [model_id for model_id, used in users.items() if set(used) & set(roles)]
     log_dir = Path(recipe.serve.log_dir)
-    return [
+    plans = [
         ServerPlan(
             model_id=model_id,
             spec=specs[model_id],
@@ -128,6 +153,37 @@ def plan_servers(recipe: Recipe, roles: Sequence[str] | None = None) -> list[Ser
         )
         for model_id in wanted
     ]
+    if step is not None:
+        from prour.cluster.gpu_plan import step_sizing
+
+        return sized_plans(plans, step_sizing(run, step).specs())
+    # copies of a server without gpus need no placing: each inherits the job's GPUs (or the CPU)
+    return [replace(plan, replicas=(plan.spec,) * (plan.spec.replicas - 1))
+            if plan.spec.gpus is None and isinstance(plan.spec.replicas, int) else plan
+            for plan in plans]
+
+
+def sized_plans(plans: Sequence[ServerPlan],
+                sized: dict[str, list[ServedModel]]) -> list[ServerPlan]:
+    """``plans`` with the settings ``sized`` gives each model (its first copy, then the rest as
+    replicas); a model it does not name keeps its own."""
+    return [replace(plan, spec=sized[plan.model_id][0],
+                    replicas=tuple(sized[plan.model_id][1:])) if sized.get(plan.model_id)
+            else plan for plan in plans]
+
+
+def resized_servers(recipe: Recipe, step: Step, running: Mapping[str, Any]) -> set[str]:
+    """The servers of ``running`` (model id -> the group that started it) that ``step`` calls
+    with other sizes than they run with: ``prour run`` restarts them, so that each step's
+    servers have what that step leaves free."""
+    if not running:
+        return set()
+    try:
+        fresh = {plan.model_id: plan for plan in plan_servers(recipe, step=step)}
+    except ServeError:
+        return set()
+    return {model_id for model_id, group in running.items()
+            if model_id in fresh and group.plans.get(model_id) != fresh[model_id]}
 
 
 def check_roles(recipe: Recipe, roles: Sequence[str], users: dict[str, list[str]]) -> None:
@@ -178,13 +234,14 @@ def server_flags(spec: ServedModel, roles: Sequence[str]) -> list[str]:
 
 
 def vllm_server(plan: ServerPlan, python: str | None, models_dir: str | None = None,
-                strict: bool = True) -> VLLMServer:
+                strict: bool = True, replica: int = 0) -> VLLMServer:
     """The :class:`VLLMServer` for one plan (port fixed now so the URL is known before start);
     its weights are local (:func:`prour.llm.weights.local_weights`), never downloaded. Without
-    ``strict`` (a dry run) a model with no local weights keeps its id; preflight names it."""
+    ``strict`` (a dry run) a model with no local weights keeps its id; preflight names it.
+    ``replica``: which copy (a copy after the first takes a free port and a log of its own)."""
     from prour.llm.weights import ModelNotFound, local_weights
 
-    spec = plan.spec
+    spec = plan.specs[replica]
     try:
         weights = local_weights(spec.path or plan.model_id, models_dir,
                                 f"serve.models.{plan.model_id}")
@@ -205,16 +262,75 @@ def vllm_server(plan: ServerPlan, python: str | None, models_dir: str | None = N
     return VLLMServer(
         weights,
         python=python,
-        port=spec.port or free_port(probe_host),
+        port=(spec.port if replica == 0 else None) or free_port(probe_host),
         host=plan.host,
         served_name=plan.model_id,
         max_model_len=spec.max_model_len,
         dtype=spec.dtype,
         extra_args=[*extra, *spec.extra_args],
         env=env,
-        log_path=plan.log_path,
+        log_path=plan.replica_log(replica),
         enforce_eager=spec.enforce_eager,
     )
+
+
+class ReplicaSet:
+    """The copies of one served model, started one after another and stopped together. It
+    answers where one server is asked: its first copy's port and command, and a PID that is a
+    live copy's while any copy runs (a copy that dies leaves the others serving; the client
+    spreads requests over those that answer)."""
+
+    def __init__(self, replicas: Sequence[VLLMServer]):
+        self.replicas = list(replicas)
+
+    def __repr__(self) -> str:
+        return f"ReplicaSet({self.replicas!r})"
+
+    @property
+    def port(self) -> int | None:
+        return self.replicas[0].port
+
+    @property
+    def model_dir(self) -> str:
+        return self.replicas[0].model_dir
+
+    @property
+    def pid(self) -> int | None:
+        live = [r.pid for r in self.replicas if process_alive(r.pid)]
+        return live[0] if live else self.replicas[0].pid
+
+    @property
+    def launched_pid(self) -> int | None:
+        return self.replicas[0].launched_pid
+
+    def command(self) -> list[str]:
+        return self.replicas[0].command()
+
+    def start(self, timeout_s: float = 180.0) -> ReplicaSet:
+        """Start each copy once the one before is healthy; a failure stops those started."""
+        try:
+            for replica in self.replicas:
+                replica.start(timeout_s=timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
+
+
+def instances(server: VLLMServer | ReplicaSet) -> list[VLLMServer]:
+    """The processes of one served model: its copies, or the one server."""
+    return server.replicas if isinstance(server, ReplicaSet) else [server]
+
+
+def plan_gpus(plan: ServerPlan) -> set[int] | None:
+    """The GPUs every copy of ``plan`` uses together (None: one inherits its job's GPUs)."""
+    if any(spec.gpus is None for spec in plan.specs):
+        return None
+    return {gpu for spec in plan.specs for gpu in spec.gpus or []}
 
 
 def start_chains(plans: Sequence[ServerPlan], gpu_node: bool | None = None) -> list[list[str]]:
@@ -230,7 +346,7 @@ def start_chains(plans: Sequence[ServerPlan], gpu_node: bool | None = None) -> l
     order = {plan.model_id: i for i, plan in enumerate(plans)}
     chains: list[tuple[set[int] | None, list[str]]] = []  # (GPUs held, None: all), model ids
     for plan in plans:
-        gpus = None if plan.spec.gpus is None else set(plan.spec.gpus)
+        gpus = plan_gpus(plan)
         if gpus is None and not gpu_node:
             chains.append((set(), [plan.model_id]))
             continue
@@ -251,12 +367,18 @@ class ServerGroup:
     def __init__(self, plans: Sequence[ServerPlan], python: str | None, timeout_s: float,
                  models_dir: str | None = None, key_file: Path | None = None):
         self.plans = {plan.model_id: plan for plan in plans}
-        self.servers = {plan.model_id: vllm_server(plan, python, models_dir) for plan in plans}
+        self.servers: dict[str, VLLMServer | ReplicaSet] = {}
+        for plan in plans:
+            copies = [vllm_server(plan, python, models_dir, replica=i)
+                      for i in range(len(plan.specs))]
+            self.servers[plan.model_id] = copies[0] if len(copies) == 1 else ReplicaSet(copies)
         self.key_file = key_file
         if key_file is not None:  # in the environment: the endpoints file records command lines
             key = read_run_key(key_file)
             for server in self.servers.values():
-                server.env[KEY_ENV] = key
+                for copy in instances(server):
+                    copy.env[KEY_ENV] = key
+        self._lost: set[int] = set()  # copies already reported dead while others serve
         self.timeout_s = timeout_s
         self.errors: list[tuple[str, str]] = []  # (model id, message) in the order they happened
         self.pids: dict[str, int] = {}  # last known PID of each launched server (kept after stop)
@@ -279,7 +401,17 @@ class ServerGroup:
                 "gpus": plan.spec.gpus,
                 "log": str(plan.log_path),
                 "command": server.command(),
+                # requests all copies run at once (the eval queue's limit; None: vLLM's own)
+                "slots": _slots(plan),
             }
+            if isinstance(server, ReplicaSet):
+                copies = [{"base_url": f"http://{plan.advertised_host}:{copy.port}/v1",
+                           "pid": copy.launched_pid, "alive": process_alive(copy.launched_pid),
+                           "port": copy.port, "gpus": spec.gpus, "log": str(copy.log_path),
+                           "command": copy.command()}
+                          for copy, spec in zip(server.replicas, plan.specs)]
+                servers[model_id]["replicas"] = copies
+                servers[model_id]["alive"] = any(copy["alive"] for copy in copies)
         return {
             "status": status,
             "error": error,
@@ -346,7 +478,7 @@ class ServerGroup:
 
     def _signal_all(self, signalled: set[int]) -> None:
         """TERM every launched server once, so threads still waiting for health return quickly."""
-        for server in self.servers.values():
+        for server in (copy for group in self.servers.values() for copy in instances(group)):
             pid = server.pid
             if pid is None or pid in signalled:
                 continue
@@ -364,8 +496,17 @@ class ServerGroup:
         return f"server {first_id!r} could not start: {first}{tail}"
 
     def first_dead(self) -> str | None:
-        """A message naming a server whose process has exited, or ``None`` if all run."""
+        """A message naming a server whose process has exited, or ``None`` if all run; a model
+        served by several copies is dead once all are (one that dies is logged, once)."""
         for model_id, server in self.servers.items():
+            for index, copy in enumerate(instances(server)):
+                if isinstance(server, ReplicaSet) and not process_alive(copy.pid) \
+                        and copy.launched_pid not in self._lost:
+                    self._lost.add(copy.launched_pid or 0)
+                    logger.warning("%s replica %d (pid %s) exited; the other copies serve on; "
+                                   "last log lines of %s:\n%s", model_id, index + 1, copy.pid,
+                                   copy.log_path, log_tail(copy.log_path) if copy.log_path
+                                   else "")
             if not process_alive(server.pid):
                 plan = self.plans[model_id]
                 url = f"http://{plan.advertised_host}:{server.port}/v1"
@@ -390,10 +531,16 @@ class ServerGroup:
             server.stop()
 
 
+def _slots(plan: ServerPlan) -> int | None:
+    """Requests all copies of ``plan`` run at once (None: one runs at vLLM's own limit)."""
+    seqs = [spec.max_num_seqs for spec in plan.specs]
+    return sum(seqs) if None not in seqs else None  # type: ignore[arg-type]
+
+
 def check_memory(recipe: Recipe, plans: Sequence[ServerPlan]) -> GpuPlan:
-    """The GPU memory plan of these servers on this node; :class:`ServeError` with its numbers
-    when they cannot fit."""
-    plan = gpu_plan(recipe, "serve", {p.model_id: p.spec for p in plans})
+    """The GPU memory plan of these servers (every copy, as planned) on this node;
+    :class:`ServeError` with its numbers when they cannot fit."""
+    plan = gpu_plan(recipe, "serve", {p.model_id: list(p.specs) for p in plans})
     try:
         plan.check()
     except GpuPlanError as exc:
@@ -428,6 +575,9 @@ def serve(
     path = endpoints or endpoints_path(recipe)
     refuse_if_serving(path)
     plans = plan_servers(recipe, roles)
+    from prour.cluster.gpu_plan import together_sizing
+
+    plans = sized_plans(plans, together_sizing(recipe, {p.model_id: p.spec for p in plans}).specs())
     check_memory(recipe, plans)
     from prour.llm.weights import ModelNotFound
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -32,8 +33,31 @@ class ServedModel(Section):
     port: int | None = Field(None, ge=1, le=65535)  # None: a free port, chosen at start
     host: str | None = None  # bind address; None: serve.host
     dtype: str = "auto"  # vLLM --dtype (float32 for the CPU build)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # None: vLLM's 0.9
-    max_num_seqs: int | None = Field(None, ge=1)  # vLLM --max-num-seqs; None: vLLM's own
+    # vLLM's share of each of its GPUs. None: in each step of `prour run`, a server with `gpus`
+    # gets what the step leaves free on them (prour.cluster.sizing; the plan prints it);
+    # outside a step (`prour serve`, a study's serving groups), and without `gpus`, vLLM's 0.9.
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    # true: in each step of `prour run` that calls it, the server gets the share that step leaves
+    # (and replicas: auto its copies) in place of gpu_memory_utilization, which stays its share
+    # where it is served outside a step.
+    size_per_step: bool = False
+    # vLLM --max-num-seqs, the requests one replica runs at once. None: in `prour run`'s steps,
+    # derived from the KV cache the step's share leaves (tokens / context_tokens) where the
+    # context is known; else vLLM's own. The eval queue holds the model at the sum over its
+    # replicas.
+    max_num_seqs: int | None = Field(None, ge=1)
+    # Copies of this server, each on GPUs of its own, the client spreading requests over them
+    # (least busy first; one that cannot be reached is left out until it answers again).
+    # "auto", in `prour run`'s steps where the share is not fixed: one more copy on each GPU
+    # (group of tensor_parallel_size) left with room for its weights and one max_model_len
+    # sequence, beside no trainer; elsewhere, one copy. A server without `gpus` runs its copies
+    # on the GPUs it inherits (on CPU: side by side).
+    replicas: int | Literal["auto"] = 1
+    # Tokens one request reaches on this server (prompt + reply), the divisor of the derived
+    # max_num_seqs: an assumption until a run's own eval results record its requests' tokens,
+    # which replace it. None: data.max_prompt_tokens + train.rollout.max_response_tokens for
+    # eval's exported generator, max_model_len for any other model.
+    context_tokens: int | None = Field(None, ge=16)
     enforce_eager: bool = False  # no CUDA graphs (needed by the CPU build; slower on GPUs)
     # Flags by what the served roles need (prour.cluster.serve.server_flags). Qwen3 writes tool
     # calls as hermes-style <tool_call>{json}</tool_call> blocks and thinks in <think></think>.
@@ -42,6 +66,13 @@ class ServedModel(Section):
     enable_prefix_caching: bool = True  # the long shared prefix (policy + tools) is reused
     extra_args: list[str] = []  # appended to the vLLM command line as given
     env: dict[str, str] = {}  # extra environment of this server
+
+    @field_validator("replicas")
+    @classmethod
+    def _some_replicas(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"give at least one replica (or auto), got {value}")
+        return value
 
     @model_validator(mode="after")
     def _enough_gpus(self) -> ServedModel:
@@ -179,6 +210,7 @@ class SlurmConfig(Section):
     export: SlurmResources = SlurmResources()
     eval: SlurmResources = SlurmResources()
     study: SlurmResources = SlurmResources()  # a recipe's study: episodes, judge, report
+    taxonomy: SlurmResources = SlurmResources()  # the annotator over the collected trajectories
     report: SlurmResources = SlurmResources()
     # Shell lines run before any prour command (module load, venv activation). None: put the
     # bin folder of the python running `prour slurm submit` first on PATH.
@@ -212,6 +244,7 @@ class SlurmConfig(Section):
             "export": self.export,
             "eval": self.eval,
             "study": self.study,
+            "taxonomy": self.taxonomy,
             "report": self.report,
         }
         if stage not in own:

@@ -5,9 +5,10 @@ Each model an episode calls is a *lane* (a served model at its URL, an in-proces
 a scripted one). A lane has an in-flight limit: the number of its requests that may be in
 flight at the same time, held by a gate (:class:`RequestGates`) around every call an episode
 makes (:class:`prour.eval.agent.CountingLLM`), whichever episode or method makes it. The limit
-of a served model is its server's ``serve.models.<id>.max_num_seqs`` (vLLM's sequence slots),
-its client's ``models.<role>.max_concurrency`` and ``eval.max_in_flight`` (keyed by role or
-model id), whichever is lowest; an in-process or scripted model has only the last.
+of a served model is its servers' sequence slots (every replica's ``max_num_seqs``, as the
+endpoints file records them: sized per step where the recipe does not pin them), its client's
+``models.<role>.max_concurrency`` and ``eval.max_in_flight`` (keyed by role or model id),
+whichever is lowest; an in-process or scripted model has only the last.
 ``eval.concurrency`` is the number of episodes at once, all lanes together (the worker
 threads): an episode spends its time on several models, its tools and its own code, so a lane
 stays full only when more episodes than its limit may call it.
@@ -19,8 +20,10 @@ place in the queue; its seed is its key's seed, so the order does not change an 
 Each session appends one line to ``queue.jsonl`` in the run folder (also when interrupted): its
 wall time, the episodes it finished, their rate per minute, the mean number of episodes in flight
 (overall and per lane), per lane the mean number of requests in flight, the share of the time it
-sat at its limit and how many calls waited for a slot, and the limits. ``prour.estimate`` reads
-it as the achieved concurrency.
+sat at its limit and how many calls waited for a slot, and the limits; and per served model's
+client (by role) what its requests cost: attempts, failed ones by kind and their share, retries
+and requests given up (``requests``, :mod:`prour.llm.retry`). ``prour.estimate`` reads it as the
+achieved concurrency.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from prour.files import append_jsonl
-from prour.llm.registry import lane_name
+from prour.llm.registry import client_concurrency, lane_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prour.config import EnvConfig, Recipe
+    from prour.config import EnvConfig, ModelConfig, Recipe
     from prour.env.runner import EpisodeJob
     from prour.env.trajectory import Trajectory
 
@@ -92,13 +95,23 @@ def lane_limits(recipe: Recipe, roles: Iterable[str]) -> dict[str, int]:
         if cfg.model and str(cfg.model) in given:
             caps.append(given[str(cfg.model)])
         if cfg.backend == "openai":  # the client's own cap on requests in flight, the server's
-            caps.append(cfg.max_concurrency)
-            spec = recipe.serve.models.get(str(cfg.model))
-            if spec is not None and spec.max_num_seqs is not None:
-                caps.append(spec.max_num_seqs)
+            caps.append(client_concurrency(cfg))
+            caps += server_caps(recipe, cfg)
         lane = lane_name(cfg)
         out[lane] = min([out.get(lane, recipe.eval.concurrency), *caps])
     return out
+
+
+def server_caps(recipe: Recipe, cfg: ModelConfig) -> list[int]:
+    """The requests a served model's copies run at once, when known: from the endpoints file
+    (``server_slots``: every copy's ``max_num_seqs`` summed), else ``serve.models.<id>``'s
+    ``max_num_seqs`` times its ``replicas`` (a number)."""
+    if cfg.server_slots is not None:
+        return [cfg.server_slots]
+    spec = recipe.serve.models.get(str(cfg.model))
+    if spec is None or spec.max_num_seqs is None:
+        return []
+    return [spec.max_num_seqs * (spec.replicas if isinstance(spec.replicas, int) else 1)]
 
 
 def role_lanes(recipe: Recipe, roles: Iterable[str]) -> tuple[str, ...]:
@@ -321,6 +334,7 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
     item's trajectory in item order. ``limits``: lane -> limit of its requests in flight (a lane
     not named: not held)."""
     from prour.env.runner import run_job, stored_episodes
+    from prour.llm import retry
 
     if concurrency < 1:
         raise ValueError(f"eval.concurrency must be >= 1, got {concurrency}")
@@ -338,6 +352,7 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
     running: dict[Future[Trajectory], QueuedEpisode] = {}
     began = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     saving = threading.Lock()
+    requests_before = retry.snapshot()
 
     def work(item: QueuedEpisode) -> Trajectory:
         # saved by the worker: a signal (handled in the main thread) never falls between the
@@ -370,15 +385,18 @@ def run_queue(items: Sequence[QueuedEpisode], limits: Mapping[str, int], concurr
         if todo:
             with saving:
                 _record_session(path.parent / QUEUE_FILE, began, lanes.record(gates),
-                                Counter(finished), concurrency, len(todo))
+                                Counter(finished), concurrency, len(todo),
+                                {label: counts.record() for label, counts
+                                 in retry.since(requests_before).items()})
     return [results[item.job.key] for item in items]
 
 
 def _record_session(path: Path, began: str, lanes: dict[str, Any], finished: Counter[str],
-                    concurrency: int, queued: int) -> None:
+                    concurrency: int, queued: int,
+                    requests: dict[str, dict[str, Any]] | None = None) -> None:
     record = {"started_at": began, **lanes, "concurrency": concurrency,
               "queued": queued, "episodes": sum(finished.values()),
-              "by_group": dict(sorted(finished.items()))}
+              "by_group": dict(sorted(finished.items())), "requests": requests or {}}
     minutes = record["wall_s"] / 60
     record["episodes_per_min"] = round(record["episodes"] / minutes, 3) if minutes else None
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -124,10 +125,26 @@ def _tradeoff_results(recipe: Recipe) -> tuple[File, ...]:
 
 
 def _report_reads(recipe: Recipe) -> tuple[File, ...]:
-    """The main eval's results, the sweeps' and the post-hoc pass's: what the report draws."""
+    """The main eval's results, the sweeps', the post-hoc pass's and the taxonomy's labels:
+    what the report draws (the labels are read only once approved: not required)."""
+    from prour.data.steps import no_taxonomy, taxonomy_labels
+
     posthoc = (_posthoc_file(recipe),) if _no_posthoc(recipe) is None else ()
+    labels = tuple(replace(f, checked=False) for f in taxonomy_labels(recipe)) \
+        if no_taxonomy(recipe) is None else ()
     return (File("eval (run_dir/eval)", eval_dir(recipe) / "results.jsonl"),
-            *_tradeoff_results(recipe), *posthoc)
+            *_tradeoff_results(recipe), *posthoc, *labels)
+
+
+def _reported(recipe: Recipe) -> bool:
+    """The report folder is there, drawn from the taxonomy's labels as they are now (a review
+    or an approval after it makes it due again)."""
+    from prour.data.taxonomy_labels import report_current
+    from prour.eval.paper import FILES, PAPER_DIR
+
+    report = eval_dir(recipe) / "report"
+    sidecar = (report / PAPER_DIR / FILES["figure2"]).with_suffix(".json")
+    return report.exists() and report_current(recipe, sidecar)
 
 
 def _eval_roles(recipe: Recipe) -> tuple[str, ...]:
@@ -188,13 +205,14 @@ EVAL = Stage("eval", "every method of eval.methods on tau2, with the final check
          writes=lambda r: (_posthoc_file(r),),
          roles=lambda r: ("decomposer",) if _no_posthoc(r) is None else (),
          done=_posthoc_done, keys=DECOMPOSER_KEYS, skip=_no_posthoc),
-), placement="in_process", slurm="eval", routes=_eval_routes)
+), placement="in_process", slurm="eval", routes=_eval_routes,
+   sized_from=lambda r: eval_dir(r) / "results.jsonl")
 
 
 REPORT = Stage("report", "Pass@1 tables with intervals, steps by mode, plots", (
     Step("report", "the report of the eval run", ("report", "{eval_dir}"),
          reads=_report_reads,
          writes=lambda r: (File("eval (run_dir/eval/report)", eval_dir(r) / "report"),),
-         keys=("eval.methods", "eval.seeds", "eval.domains", "eval.sweep", "eval.tradeoff",
-               "protocol")),
+         done=_reported, keys=("eval.methods", "eval.seeds", "eval.domains", "eval.sweep",
+                               "eval.tradeoff", "protocol")),
 ), placement="none", slurm_command=("report", "{eval_dir}"), preflight=False)

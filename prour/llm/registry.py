@@ -31,10 +31,21 @@ def _build_openai(cfg: ModelConfig, models_dir: str | None, key: str | None) -> 
         model=cfg.model,
         api_key_env=cfg.api_key_env,
         api_key_file=cfg.api_key_file,
-        max_concurrency=cfg.max_concurrency,
+        max_concurrency=client_concurrency(cfg),
         timeout_s=cfg.timeout_s,
         max_retries=cfg.max_retries,
+        replicas=cfg.replica_urls,
+        retry_budget_s=cfg.retry_budget_s,
+        label=key.split(".")[1] if key and key.startswith("models.") else None,
     )
+
+
+def client_concurrency(cfg: ModelConfig) -> int:
+    """Requests an ``openai`` client keeps in flight: ``max_concurrency``, raised to the
+    requests its server's copies run at once where the endpoints file gives them
+    (``server_slots``), so that a server sized to run more is not held below it by the client.
+    The eval queue holds each model at the lower of its limits (:mod:`prour.eval.queue`)."""
+    return max(cfg.max_concurrency, cfg.server_slots or 0)
 
 
 def _build_scripted(cfg: ModelConfig, models_dir: str | None, key: str | None) -> LLM:

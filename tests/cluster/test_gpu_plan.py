@@ -12,12 +12,19 @@ from pathlib import Path
 import pytest
 from cluster_helpers import write_recipe
 
-from prour.cluster.gpu_plan import KNOWN_MODELS, GpuPlanError, check_stage, gpu_plan, model_shape
+from prour.cluster.gpu_plan import GpuPlanError, check_stage, gpu_plan
 from prour.cluster.serve import ServeError, serve
+from prour.cluster.shapes import KNOWN_MODELS, model_shape
 from prour.recipes import load_recipe
 
 PAPER = Path(__file__).resolve().parents[2] / "recipes" / "paper.yaml"
 GIB = 2**30
+# paper.yaml's servers at the shares it gives them outside `prour run`'s steps, in every step too
+# (no size_per_step, one copy of the 8B, the exported generator at 16 requests): the arithmetic
+# of fixed shares below; the shares each step leaves are tests/cluster/test_sizing.py's
+FIXED = ["serve.models.Qwen/Qwen3-8B.size_per_step=false", "serve.models.Qwen/Qwen3-8B.replicas=1",
+         "serve.models.exported-generator.size_per_step=false",
+         "serve.models.exported-generator.max_num_seqs=16"]
 
 
 def test_parameter_counts_of_the_papers_models() -> None:
@@ -61,7 +68,7 @@ def test_the_papers_train_node() -> None:
     """GPU 1 holds the Qwen3-8B server (0.45 x 80 = 36 GiB), the FSDP shard of the 1.7B policy
     (1,720,574,976 params x 16 B / 2 GPUs), the rollout (0.2 x 80 = 16 GiB) and three CUDA
     contexts of 0.5 GiB; GPU 0 the same without the server."""
-    plan = check_stage(load_recipe(PAPER, cluster=True), "train")
+    plan = check_stage(load_recipe(PAPER, FIXED, cluster=True), "train")
     shard = 1_720_574_976 * 16 / 2 / GIB  # 12.82 GiB
     assert plan.n_gpus == 2 and plan.gpu_gib == 80
     assert plan.total(0) == pytest.approx(shard + 16 + 1.0)
@@ -74,7 +81,8 @@ def test_the_papers_train_node() -> None:
 def test_a_share_too_small_for_the_weights_and_one_sequence_is_refused() -> None:
     """0.2 x 80 = 16 GiB - 15.26 GiB of bf16 weights (8,190,735,360 x 2 B) - 1.5 GiB reserve =
     -0.76 GiB of KV cache, but one 32,768-token sequence needs 147,456 x 32,768 B = 4.5 GiB."""
-    recipe = load_recipe(PAPER, ["serve.models.Qwen/Qwen3-8B.gpu_memory_utilization=0.2"], cluster=True)
+    recipe = load_recipe(PAPER, [*FIXED, "serve.models.Qwen/Qwen3-8B.gpu_memory_utilization=0.2"],
+                         cluster=True)
     with pytest.raises(GpuPlanError) as info:
         check_stage(recipe, "train")
     assert (
@@ -88,7 +96,7 @@ def test_a_smaller_gpu_overflows_with_the_sum_named() -> None:
     """On 40 GiB GPUs the rollout share (0.2 x 40 = 8 GiB) is below the update's activations
     (3,160 x 151,936 x 4 B x 5 = 8.94 GiB of logits + 28 x 3,160 x 2,048 x 2 B = 0.34 GiB of
     hidden states), so GPU 1 needs 18 + 0.5 + 12.82 + 9.28 + 1 = 41.6 GiB."""
-    plan = gpu_plan(load_recipe(PAPER, ["serve.gpu_memory_gib=40"], cluster=True), "train")
+    plan = gpu_plan(load_recipe(PAPER, [*FIXED, "serve.gpu_memory_gib=40"], cluster=True), "train")
     assert not plan.fits
     assert any(p.startswith("GPU 1 needs 41.6 GiB > 40 GiB") for p in plan.problems)
     apart = gpu_plan(
@@ -145,7 +153,7 @@ def test_eval_counts_the_served_generator_not_an_in_process_one() -> None:
     ig-clarifier's own checkpoint (the eval step sets models.ig_clarifier, hf, bf16:
     1,720,574,976 x 2 B = 3.2 GiB + 0.5); no method of the paper's eval calls a 32B role
     (teacher, annotator, judge), and GPU 1 holds the 8B server (0.45 x 80 + 0.5)."""
-    plan = check_stage(load_recipe(PAPER, cluster=True), "eval")
+    plan = check_stage(load_recipe(PAPER, FIXED, cluster=True), "eval")
     parts = [what for what, _ in plan.uses[0]]
     assert "models.generator in process (bfloat16)" not in parts
     assert "exported-generator vLLM (0.45)" in parts
@@ -161,7 +169,7 @@ def test_eval_counts_the_generator_it_loads_in_process() -> None:
     """With eval.generator_backend hf the evaluated generator and the ig-clarifier's checkpoint
     both sit on GPU 0 in eval's process: 2 x (3.2 + 0.5) GiB, no exported-generator server.
     Without servers the two in-process models make the plan one GPU."""
-    hf = ["eval.generator_backend=hf"]
+    hf = [*FIXED, "eval.generator_backend=hf"]
     plan = check_stage(load_recipe(PAPER, hf, cluster=True), "eval")
     weights = 2 * (1_720_574_976 * 2 / GIB + 0.5)
     assert plan.total(0) == pytest.approx(weights)
@@ -178,7 +186,7 @@ def test_a_stage_plan_sums_only_the_servers_of_one_step() -> None:
     the 8B (0.45 x 80 + 0.5 on GPU 1); `prour run` stops one before it starts the other, so
     GPU 1 peaks at 40.5 GiB (annotate), not 77.0, and no warning; collect-retail calls both
     (agent and user on the 8B, the teacher on the 32B), so collect keeps 77.0 and its warning."""
-    recipe = load_recipe(PAPER, ["router.tau_au=null", "router.tau_eu=null"], cluster=True)
+    recipe = load_recipe(PAPER, [*FIXED, "router.tau_au=null", "router.tau_eu=null"], cluster=True)
     calibrate = check_stage(recipe, "calibrate")
     assert calibrate.total(1) == pytest.approx(40.5) and calibrate.warnings == []
     assert calibrate.total(0) == pytest.approx(40.5)
@@ -191,7 +199,7 @@ def test_servers_of_one_step_that_overflow_a_gpu_are_refused_with_numbers() -> N
     """A served router of its own on GPU 0 beside the exported-generator (0.45: 36 + 0.5 GiB),
     which eval runs together: at 0.6 their shares add up to 1.05 > 1.0; at 0.55 (44 + 0.5 GiB)
     the shares fit but the CUDA contexts do not: 81.0 GiB."""
-    router = ["models.router.model=Qwen/Qwen3-4B", "serve.models.Qwen/Qwen3-4B.gpus=[0]",
+    router = [*FIXED, "models.router.model=Qwen/Qwen3-4B", "serve.models.Qwen/Qwen3-4B.gpus=[0]",
               "eval.methods=[base,llm-router]"]
     with pytest.raises(GpuPlanError) as info:
         check_stage(load_recipe(
@@ -219,7 +227,7 @@ def test_slurm_dry_run_plans_each_job_with_what_it_holds(tmp_path: Path) -> None
     result = CliRunner().invoke(
         app,
         ["slurm", "submit", "--recipe", str(PAPER), "--stages", "train,eval", "--dry-run",
-         "--run-dir", str(tmp_path / "run")],
+         "--run-dir", str(tmp_path / "run"), *(part for item in FIXED for part in ("--set", item))],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     out = result.output
@@ -243,7 +251,7 @@ def test_the_train_plan_counts_the_8b_server_already_running_on_the_node(
     models = tmp_path / "models" / "Qwen" / "Qwen3-8B"
     models.mkdir(parents=True)
     (models / "config.json").write_text("{}")
-    sets = [f"run_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}",
+    sets = [*FIXED, f"run_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}",
             "serve.host=127.0.0.1", f"serve.python={fake_vllm_python}"]
     stop = threading.Event()
     serving = threading.Thread(target=serve, daemon=True, args=(

@@ -104,7 +104,8 @@ def test_a_server_entry_no_role_uses_is_not_started(tmp_path: Path, fake_vllm_py
         ("big", ("decomposer", "user", "verifier"))]
     smoke = load_recipe(Path(__file__).parents[2] / "recipes" / "gpu-smoke.yaml", cluster=True)
     assert set(smoke.serve.models) == {"Qwen/Qwen3-8B", "Qwen/Qwen3-32B", "Qwen/Qwen3-0.6B",
-                                       "exported-generator"}  # eval's: the eval step serves it
+                                       "exported-generator",  # eval's: the eval step serves it
+                                       "Qwen/Qwen3-1.7B", "THUDM/GLM-4-32B-0414"}  # the study's
     assert [p.model_id for p in plan_servers(smoke)] == ["Qwen/Qwen3-0.6B"]
 
 
