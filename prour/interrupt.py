@@ -9,6 +9,8 @@ limit, preemption): both are handled alike.
   the block (or its ``stop`` event is set), then the block says what was saved, that a rerun
   resumes, releases what was registered with :func:`on_stop` (the run lock) and exits 130.
 - **Second signal**: the same report, the child processes killed by PID, exit 130 at once.
+- **The runner killed** (a step of ``prour run`` whose runner dies by SIGKILL): the step gets
+  SIGTERM from the kernel (:func:`die_with_runner`) and stops as after a first signal.
 
 Signals arriving within :data:`SAME_SIGNAL_S` of the first count as that one: Slurm signals every
 process of a job and a parent passes the signal on too, so a child may receive both.
@@ -30,6 +32,8 @@ from pathlib import Path
 from types import FrameType
 
 INTERRUPTED_EXIT = 130
+RUNNER_ENV = "PROUR_RUNNER_PID"  # set by `prour run` for its steps: its pid (die_with_runner)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 SAME_SIGNAL_S = 1.0
 CHILD_GRACE_S = 3.0  # a child's time to stop on its own after a second signal, then SIGKILL
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -110,11 +114,13 @@ def reclaim() -> None:
 
 def install_for_command() -> None:
     """:func:`install` when this process is the ``prour`` command itself (its console script or
-    ``python -m prour.cli.main``), not a program that merely imports the CLI (a test runner)."""
+    ``python -m prour.cli.main``), not a program that merely imports the CLI (a test runner);
+    a step of ``prour run`` then also dies with its runner (:func:`die_with_runner`)."""
     argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     if argv0 is not None and (argv0.name == "prour" or argv0.parts[-3:] == ("prour", "cli",
                                                                           "main.py")):
         install()
+        die_with_runner()  # a step of `prour run`: SIGTERM when the runner dies
 
 
 def stopping() -> bool:
@@ -337,3 +343,57 @@ def _say(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass  # stderr closed: nothing to tell
+
+
+# ---- a step of `prour run` dies with it ---------------------------------------------------------
+# The runner starts each step in a session of its own; killed by SIGKILL (kill -9, the OOM killer),
+# it used to leave the step running as an orphan that held its folder's lock and kept writing
+# beside a rerun. The runner puts its pid in the step's environment (RUNNER_ENV); the step's entry
+# asks the kernel for SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG, Linux), then checks
+# that the runner is still its parent (it may have died before the request). SIGTERM ends the step
+# as scancel does: it saves, says so, frees its lock and exits 130; a rerun resumes it.
+# The step asks for itself, not the runner between fork and exec (preexec_fn): that runs Python in
+# the fork of a process with threads (the runner's output tees), which Python documents as unsafe.
+# The kernel, not a thread polling the parent: no thread, no polling delay. The kernel signals when
+# the thread that started the child ends: the runner starts its steps from its main thread. The
+# variable is taken out of the environment as it is read: the step's own children (a trainer, Ray,
+# a nested prour) do not take the runner for their parent.
+
+_runner: int | None = None
+
+
+def step_env() -> dict[str, str]:
+    """What ``prour run`` adds to a step's environment: its own pid."""
+    return {RUNNER_ENV: str(os.getpid())}
+
+
+def runner_pid() -> int | None:
+    """The pid of the ``prour run`` that started this process (None: no runner did)."""
+    return _runner
+
+
+def _parent_death_signal(signum: int) -> bool:
+    """Ask the kernel for ``signum`` when this process's parent dies; False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_runner(signum: int = signal.SIGTERM) -> int | None:
+    """In a step that ``prour run`` started: remember the runner, die with it (``signum`` when it
+    dies; at once when it is gone already). Returns the runner's pid (None: not a step)."""
+    global _runner
+    value = os.environ.pop(RUNNER_ENV, None)
+    if not value or not value.isdigit():
+        return None
+    _runner = int(value)
+    _parent_death_signal(signum)
+    if os.getppid() != _runner:  # it died before the kernel was asked: stop as it would have
+        os.kill(os.getpid(), signum)
+    return _runner

@@ -3,6 +3,8 @@
 Each check returns :class:`Problem` lines (one line each, naming the recipe key, file, URL or
 package and the fix); an empty list means the stage can start. The checks:
 
+- ``recipe``: the recipe's values against each other and tau2's task lists, as the stage checks
+  them (:mod:`prour.recipe_checks`; for a whole run, each step on the recipe as it runs it);
 - ``models``: the roles the stage uses are defined in the recipe;
 - ``weights``: ``hf`` roles (and the models ``serve`` loads, and extract's tokenizer) have local
   weights (:func:`prour.llm.weights.local_weights`; nothing is downloaded), and a model folder
@@ -52,11 +54,30 @@ TOKENIZER_KEYS = ("data.tokenizer",)  # keys naming a folder whose tokenizer alo
 class Problem:
     """One thing missing for a stage, as one line: ``<check>: <what, where, and the fix>``."""
 
-    check: str  # models | weights | endpoint | extra | path | thresholds | gpus
+    check: str  # recipe | models | weights | endpoint | extra | path | thresholds | gpus
     message: str
 
     def line(self) -> str:
         return f"{self.check}: {self.message}"
+
+
+# ---- the recipe's values against each other ------------------------------------------------------
+
+
+def not_said(problems: Iterable[Problem], said: Iterable[Problem]) -> list[Problem]:
+    """``problems`` less those whose text a line of ``said`` holds already (the protocol rules
+    read the reserve as the stages do, and would name its problem a second time)."""
+    said = [problem.message for problem in said]
+    return [p for p in problems if not any(p.message in line for line in said)]
+
+
+def check_recipe(recipe: Recipe, stages: Sequence[str], whole_run: bool = False) -> list[Problem]:
+    """The cross-field checks the stages make (:mod:`prour.recipe_checks`): on the recipe as it
+    is for one command; for a whole run, each step on the recipe as that step runs it."""
+    from prour.recipe_checks import recipe_problems, run_problems
+
+    lines = run_problems(recipe, stages) if whole_run else recipe_problems(recipe, stages)
+    return [Problem("recipe", line) for line in lines]
 
 
 # ---- models and weights ------------------------------------------------------------------------
@@ -374,7 +395,8 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
         get_stage(stage)  # an unknown name: a ValueError listing the stages
     run = stages if whole_run else ()
     roles = _roles_by_stage(recipe, stages)
-    problems = check_models(recipe, roles) + check_weights(recipe, roles)
+    recipe_lines = check_recipe(recipe, stages, whole_run)
+    problems = recipe_lines + check_models(recipe, roles) + check_weights(recipe, roles)
     every_role = list(dict.fromkeys(role for used in roles.values() for role in used))
     problems += check_endpoints(recipe, every_role, served_later=whole_run, timeout_s=timeout_s)
     for stage in stages:
@@ -383,7 +405,7 @@ def preflight(recipe: Recipe, stages: Sequence[str], whole_run: bool = False,
         problems += check_parquet(recipe, stage)
         problems += check_thresholds(recipe, stage, run)
     problems += check_gpus(recipe, stages)
-    problems += check_protocol(recipe)
+    problems += not_said(check_protocol(recipe), recipe_lines)
     left_out = set(skip)
     # dict.fromkeys: a problem two stages share (thresholds for extract and eval) is named once
     return [p for p in dict.fromkeys(problems) if p.check not in left_out]

@@ -226,3 +226,26 @@ def affected_steps(made_with: Recipe, now: Recipe) -> list[str]:
                 other.name in stale for other in _upstreams(now, step)):
             stale.append(step.name)
     return stale
+
+
+def lock_folders(recipe: Recipe, step: Step) -> list[Path]:
+    """The folders whose lock ``step``'s command takes: those its outputs are written in (the
+    trajectories' folder for collect, ``train.output_dir``, eval's run folder, ...)."""
+    folders: list[Path] = []
+    for out in step.writes(recipe):
+        for folder in (out.path.parent, *((out.path,) if out.path.is_dir() else ())):
+            if folder not in folders:
+                folders.append(folder)
+    return folders
+
+
+def folder_in_use(recipe: Recipe, step: Step) -> str | None:
+    """Why ``step`` cannot start now: a folder it writes in is held by another live command
+    (:class:`~prour.runlock.RunLocked`'s line, naming the holder); None when all are free."""
+    from prour.runlock import RunLocked, live_holder
+
+    for folder in lock_folders(recipe, step):
+        holder = live_holder(folder)
+        if holder is not None:
+            return str(RunLocked(folder, holder))
+    return None

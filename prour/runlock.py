@@ -166,9 +166,29 @@ def _remove_stale(path: Path, stale: Holder) -> None:
     aside.unlink()
 
 
+def _our_runner(holder: Holder) -> bool:
+    """Whether ``holder`` is the ``prour run`` that started this process (a step of it may
+    write in a folder its runner holds, e.g. a recipe path inside run_dir itself)."""
+    from prour.interrupt import runner_pid
+
+    return (holder.host == socket.gethostname() and holder.pid == runner_pid()
+            and holder.pid == os.getppid())
+
+
+def live_holder(folder: str | Path) -> Holder | None:
+    """The live holder of ``folder``'s lock that :func:`acquire` would refuse (not this process,
+    nor the runner that started it); None when the folder is free or its holder is gone."""
+    holder = read_holder(Path(folder) / LOCK_FILE)
+    if holder is None or _our_runner(holder) or (
+            holder.pid == os.getpid() and holder.host == socket.gethostname()):
+        return None
+    return holder if holder.pid > 0 and holder_alive(holder) else None
+
+
 def acquire(folder: str | Path) -> Holder:
     """Lock ``folder`` (created if missing) for this process; raises :class:`RunLocked` naming a
-    live holder."""
+    live holder. A folder held by the ``prour run`` that started this process is its runner's:
+    the holder is returned as it is, and :func:`release` leaves that lock to its runner."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path, me = folder / LOCK_FILE, current_holder()
@@ -181,6 +201,8 @@ def acquire(folder: str | Path) -> Holder:
             continue
         if holder.pid == me.pid and holder.host == me.host:
             raise RunLocked(folder, holder)  # held by this very process: a nested second writer
+        if _our_runner(holder) and holder_alive(holder):
+            return holder  # our runner's folder: it holds it for the whole run
         if holder_alive(holder):
             raise RunLocked(folder, holder)
         logger.warning("taking over the lock of %s from a dead process (%s)", folder,
@@ -190,9 +212,10 @@ def acquire(folder: str | Path) -> Holder:
 
 
 def release(folder: str | Path, holder: Holder) -> None:
-    """Remove the lock if it is still ``holder``'s."""
+    """Remove the lock if it is still ``holder``'s and ``holder`` is this process (a runner's
+    lock that a step wrote under stays its runner's)."""
     path = Path(folder) / LOCK_FILE
-    if read_holder(path) == holder:
+    if holder.pid == os.getpid() and read_holder(path) == holder:
         path.unlink(missing_ok=True)
 
 

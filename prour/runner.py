@@ -11,8 +11,12 @@ Each step of :mod:`prour.stages` gets a state from its outputs and its stamp
 - ``partial``: some of its outputs exist (its command resumes); ``pending``: none do;
 - ``skipped``: the recipe leaves it out (say why); ``gate``: the review gate waits for a person.
 
-Pending and partial steps run in order, each as a child ``prour`` process whose output goes to
-the terminal and to ``<run_dir>/logs/<step>.log``; before a step the runner starts the vLLM
+``prour run`` holds ``run_dir``'s lock (:mod:`prour.runlock`) from before it loads anything: a
+second run on the folder is refused at once, writing nothing there. Pending and partial steps run
+in order, each as a child ``prour`` process that dies with the runner (:mod:`prour.interrupt`)
+and whose output goes to the terminal and to ``<run_dir>/logs/<step>.log``; a step whose folder
+another live command holds is ``refused`` before it starts (nothing written, exit 2), as is one
+whose own command refuses its setup (exit 2); before a step the runner starts the vLLM
 servers it calls and stops those it does not (:class:`~prour.run_servers.StepServers`), except the train stage's
 under ``serve.colocate_train: false``: another node serves them (``prour serve``) and the step
 waits for the recipe's endpoints file to list them ready. The first failure stops the run, naming
@@ -46,13 +50,14 @@ from prour.run_state import (
     STALE,
     Row,
     flat_values,
+    folder_in_use,
     read_stamp,
     skip_reason,
     step_row,
     table,
     write_stamp,
 )
-from prour.run_summary import step_servers
+from prour.run_summary import serving_problems, step_servers
 from prour.stages import (
     STAGES,
     Step,
@@ -66,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from prour.config import Recipe
 
 RUN_RECORD = "run.json"  # <run_dir>/.prour/run.json: the recipe and --set items of the last run
-FAILED_EXIT, USAGE_EXIT = 1, 2
+FAILED_EXIT, USAGE_EXIT = 1, 2  # 2: a setup refused up front (a step's, or a folder in use)
 INTERRUPTED_EXIT = interrupt.INTERRUPTED_EXIT
 POLL_S = 0.5
 # The command the review gate prints when set (``prour slurm submit --recipe R --approve-labels``
@@ -146,6 +151,7 @@ class Runner:
         self.run_dir = recipe.resolved_run_dir()
         self.servers = StepServers(recipe, runner_endpoints(recipe), say)
         self.ran: set[str] = set()
+        self.refused: dict[str, str] = {}  # step -> why it did not start (exit 2)
         self.child: subprocess.Popen | None = None
 
     # -- what to run --
@@ -206,6 +212,15 @@ class Runner:
                  + (": each step checks again before it starts" if problems else ""))
         return len(problems)
 
+    def refusals(self) -> list[str]:
+        """What refuses this run before it starts anything (no server, no step, no file):
+        :func:`~prour.run_summary.run_refusals` of the selected steps, those to run."""
+        from prour.run_summary import run_refusals
+
+        to_run = [row.step for row in self.selected(table(self.recipe))
+                  if row.state in (PENDING, PARTIAL, STALE) and not row.step.is_gate]
+        return run_refusals(self.recipe, self.options.names, to_run)
+
     def run(self) -> int:
         """Walk the selected steps; the exit code of ``prour run``."""
         rows = table(self.recipe)
@@ -232,7 +247,8 @@ class Runner:
         """The end table: what ran where and how long each step took (:mod:`prour.run_summary`)."""
         from prour.run_summary import run_table
 
-        self.say(run_table(self.recipe, read_stamp, self.options.names, started, skip_reason))
+        self.say(run_table(self.recipe, read_stamp, self.options.names, started, skip_reason,
+                           refused=self.refused))
 
     def _walk(self) -> int:
         done_rows: dict[str, Row] = {}
@@ -271,6 +287,8 @@ class Runner:
         return self._execute(step, partial=row.state == PARTIAL)
 
     def _gate(self, step: Step) -> int | None:
+        if step.approval is not None:  # a gate whose row says how it passes (the taxonomy's)
+            return self._approval_gate(step)
         from prour.router.review import approve, describe_counts, label_counts, labels_files
 
         calibration = self.recipe.router.calibration
@@ -286,11 +304,7 @@ class Runner:
                      + "; ".join(f"{split} {describe_counts(c)}" for split, c in counts.items()))
             return None
         self.servers.stop_all()
-        # a Slurm job names the command that approves for the whole submission instead
-        again = (shlex.split(os.environ[APPROVE_COMMAND_ENV]) if os.environ.get(APPROVE_COMMAND_ENV)
-                 else [*(self.options.continue_command or _argv()), "--approve-labels"])
-        if again.count("--approve-labels") > 1:  # this run had it (a top-up stopped it again)
-            again.remove("--approve-labels")
+        again = self._approving_command()
         lines = [(f"== {step.name}: the chain stops at the review gate; review the annotator's "
                   "labels (a wrong one: set its `corrected` field to act, clarify or verify):")]
         if topped_up:
@@ -301,6 +315,37 @@ class Runner:
             counts = label_counts(path) if path.is_file() else None
             lines.append(f"   {path}: {describe_counts(counts) if counts else 'missing'}")
         lines.append(f"   then approve them and continue:\n   {shlex.join(again)}")
+        self.say("\n".join(lines))
+        return 0
+
+    def _approving_command(self) -> list[str]:
+        """The command a gate's message prints: this run's with ``--approve-labels``."""
+        # a Slurm job names the command that approves for the whole submission instead
+        again = (shlex.split(os.environ[APPROVE_COMMAND_ENV]) if os.environ.get(APPROVE_COMMAND_ENV)
+                 else [*(self.options.continue_command or _argv()), "--approve-labels"])
+        if again.count("--approve-labels") > 1:  # this run had it (a top-up stopped it again)
+            again.remove("--approve-labels")
+        return again
+
+    def _approval_gate(self, step: Step) -> int | None:
+        """A gate whose row says how it passes (:attr:`Step.approval`): ``--approve-labels`` or
+        its recipe key approves what its files hold; without them the run stops, naming the
+        files to review and the command that approves them and goes on."""
+        rule = step.approval
+        by = "--approve-labels" if self.options.approve_labels else rule.unattended(self.recipe)
+        if by:
+            try:
+                said = rule.approve(self.recipe, by)
+            except ValueError as exc:
+                self.say(f"== {step.name}: failed: {exc}")
+                return FAILED_EXIT
+            self.say(f"== {step.name}: labels approved by {by}: {said}")
+            return None
+        self.servers.stop_all()
+        lines = [(f"== {step.name}: the chain stops at the review gate; review the annotator's "
+                  f"labels (a wrong one: set its `corrected` field to {rule.correct}):"),
+                 *(f"   {line}" for line in rule.waiting(self.recipe)),
+                 f"   then approve them and continue:\n   {shlex.join(self._approving_command())}"]
         self.say("\n".join(lines))
         return 0
 
@@ -335,6 +380,17 @@ class Runner:
         extra = list(before(self.recipe) or []) if before else []
         argv = self.command(step, partial, extra)
         printed = shlex.join(["prour", *argv])
+        held = folder_in_use(self.recipe, step)
+        if held:  # before its log, its servers or its weights: it would be refused after them
+            self.refused[step.name] = held
+            self.say(f"== {step.name}: refused: {held}")
+            return USAGE_EXIT
+        unservable = serving_problems(self.recipe, step)  # before a server starts, not after
+        if unservable:
+            self.refused[step.name] = unservable[0]
+            self.say(f"== {step.name}: refused: its servers cannot start: "
+                     + "; ".join(unservable))
+            return USAGE_EXIT
         started = time.time()
         self.say(f"== {step.name}: start{' (resumes)' if partial else ''}: {printed}")
         try:
@@ -369,6 +425,11 @@ class Runner:
                 self.say(f"== {step.name}: interrupted after {seconds:.0f} s (log {log}); "
                          "a rerun resumes")
                 return INTERRUPTED_EXIT
+            if code == USAGE_EXIT and not cause:  # its command refused to start (its error line)
+                self.refused[step.name] = f"its command exited {code}"
+                self.say(f"== {step.name}: refused after {seconds:.0f} s: its command refused "
+                         f"its setup or its folder (exit code {code}); log {log}")
+                return USAGE_EXIT
             write_stamp(self.recipe, step, printed, started, time.time(), failed=code or 1)
             self.say(f"== {step.name}: failed after {seconds:.0f} s, exit code {code}"
                      f"{': ' + cause if cause else ''}; log {log}")
@@ -393,7 +454,8 @@ class Runner:
             sink.flush()
             self.child = subprocess.Popen([self.options.python, "-m", "prour.cli.main", *argv],
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+                                          start_new_session=True,
+                                          env={**os.environ, **interrupt.step_env()})
             tee = threading.Thread(target=_tee, args=(self.child.stdout, sink), daemon=True)
             tee.start()
             cause = None

@@ -16,7 +16,12 @@ class ConfigError(ValueError):
         self.key = key
         self.source = source
         where = f"{source}: " if source else ""
-        super().__init__(f"{where}{key}: {message}")
+        super().__init__(f"{where}{shown_key(key)}: {message}")
+
+
+def shown_key(key: str) -> str:
+    """A dotted key as an error prints it: control characters escaped, so the line stays one."""
+    return key if key.isprintable() else repr(key)[1:-1]
 
 
 class Section(BaseModel):

@@ -85,6 +85,36 @@ def test_a_reused_pid_is_not_the_holder(tmp_path):
     assert acquire(tmp_path).pid == os.getpid()
 
 
+def test_a_killed_but_unreaped_holder_is_dead(tmp_path):
+    """A holder killed while its parent has not yet waited for it is a zombie: ``kill(pid, 0)``
+    still finds the PID and /proc still lists it (state Z) with its start time, yet the process
+    runs nothing, so its lock is taken over."""
+    import signal
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = runlock._process_start(child.pid)
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        stat = Path(f"/proc/{child.pid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # not reaped: no wait()
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            time.sleep(0.01)
+        os.kill(child.pid, 0)  # the PID is still there (no ProcessLookupError) ...
+        zombie = Holder(pid=child.pid, host=socket.gethostname(), command="prour eval -r z.yaml",
+                        since="2026-12-01T00:00:00+0000", started=started)
+        assert runlock._process_start(child.pid) == started  # ... with the same start time
+        assert not runlock.holder_alive(zombie)
+        _write_lock(tmp_path, zombie)
+        holder = acquire(tmp_path)
+        assert holder.pid == os.getpid() and read_holder(tmp_path / LOCK_FILE) == holder
+        release(tmp_path, holder)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_torn_lock_is_taken_over(tmp_path):
     torn = tmp_path / LOCK_FILE
     torn.write_text('{"pid": 12')  # killed between create and write

@@ -76,6 +76,7 @@ def eval_command(
     )
     from prour.eval.arms import with_checkpoint
     from prour.eval.harness import EPISODES_FILE
+    from prour.llm import retry
     from prour.llm.openai import retried_requests
     from prour.recipes import load_recipe
 
@@ -95,6 +96,7 @@ def eval_command(
     saved = lambda: (f"{saved_lines(run_dir / EPISODES_FILE, 'episodes')}; rerun the same "
                      "`prour eval` to run only the missing ones")
     errored_before, retried_before = _errored_results(run_dir), retried_requests()
+    requests_before = retry.snapshot()
     if os.environ.get("SLURM_ARRAY_TASK_ID"):
         # The tasks of one `prour slurm` eval array share the run folder by design, each on its
         # own seed x domain slice (appends are atomic); Slurm runs each slice once.
@@ -106,6 +108,8 @@ def eval_command(
     _print_summary(results, run_dir)
     _print_retries(results, errored_before if loaded.eval.retry_errors else set(),
                    retried_requests() - retried_before)
+    for label, counts in retry.since(requests_before).items():  # served models: errors, retries
+        typer.echo(f"requests to {label}: {counts.text()}")
     _check_errors(results, loaded.eval.max_error_fraction)
 
 

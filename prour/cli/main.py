@@ -27,7 +27,8 @@ def validate(
         False, "--preflight", help="Also check this node for the whole run: local weights, "
         "endpoints, extras, input files, thresholds, GPUs (one line per problem)."),
 ) -> None:
-    """Check a recipe without loading any model; print the first error with its dotted key."""
+    """Check a recipe without loading any model: each key, then the checks every stage of the
+    run makes of the values together (as each step runs it); one line per problem."""
     from prour.cli.recipe import preflight_problems, recipe_errors
     from prour.preflight import protocol_note_lines
     from prour.recipes import load_recipe
@@ -45,15 +46,18 @@ def validate(
         typer.echo(f"ok: {recipe} (recipe {loaded.name!r}); preflight passed for "
                    f"{', '.join(stages)}")
         return
-    from prour.preflight import check_protocol, protocol_warnings
+    from prour.preflight import check_protocol, check_recipe, not_said, protocol_warnings
+    from prour.stages import run_stages
 
-    # the protocol rules need no model or node: plain validate checks them too
+    # the protocol rules and the stages' checks of the recipe's values against each other need
+    # no model or node: plain validate makes them too, each step on its own recipe
     for line in protocol_warnings(loaded):
         typer.echo(f"warning: {line} (protocol.on_breach: warn)", err=True)
-    breaches = check_protocol(loaded)
-    for problem in breaches:
+    values = check_recipe(loaded, run_stages(loaded), whole_run=True)
+    refused = values + not_said(check_protocol(loaded), values)
+    for problem in refused:
         typer.echo(f"error: {problem.line()}", err=True)
-    if breaches:
+    if refused:
         raise typer.Exit(2)
     typer.echo(f"ok: {recipe} (recipe {loaded.name!r})")
 
@@ -97,6 +101,7 @@ def _register_subcommands() -> None:
         slurm,
         study,
         tau2,
+        taxonomy,
         tiny,
         train,
         train_export,
@@ -106,7 +111,7 @@ def _register_subcommands() -> None:
     )
 
     for module in (env, collect, normalize, extract, data, train, eval, posthoc, report, serve,
-                   demo, tiny, run, tau2, view, study):
+                   demo, tiny, run, tau2, view, study, taxonomy):
         module.register(app)  # env/episode, collect, ..., train, eval, posthoc, report, ..., status
     for command in (train_export, train_report):
         command.register(train.train_app)  # `prour train export`, `prour train report`
@@ -120,11 +125,14 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
-def main() -> None:  # pragma: no cover - console entry
+def main() -> None:
+    """The ``prour`` command: the console script (pyproject's ``[project.scripts]``), ``python -m
+    prour.cli.main`` and each step ``prour run`` starts all enter here, never at ``app`` itself,
+    so that a read-only or full disk ends any command in one line, not a traceback."""
     from prour.cli.failures import run_app
 
-    run_app(app)  # a read-only or full disk: one line, not a traceback
+    run_app(app)
 
 
-if __name__ == "__main__":  # pragma: no cover
+if __name__ == "__main__":
     main()

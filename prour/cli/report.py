@@ -20,11 +20,30 @@ RunsArg = typer.Argument(..., help="Run folder(s) written by `prour eval` or `pr
 ReportOutOpt = typer.Option(None, "--out", help="Report folder (default RUN/report).")
 AttentionOpt = typer.Option(False, "--attention", help="Add the attention-protocol tables.")
 BaselineOpt = typer.Option(None, "--baseline", help="System the others are compared with.")
-AccountingOpt = typer.Option(None, "--accounting", help="Attention cost accounting.")
-LamOpt = typer.Option(None, "--lam", help="λ of U = R − λ·A.")
-BootOpt = typer.Option(10_000, "--n-boot", help="Bootstrap draws of the intervals.")
+ACCOUNTINGS = ("messages", "atomic", "effort", "full", "full+exempt")  # eval.attention.accounting
+
+
+def _lam(value: float | None) -> float | None:
+    """``--lam``: a finite λ >= 0 (checked as the options parse, before any run is read)."""
+    import math
+
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise typer.BadParameter(f"λ must be a finite number >= 0, got {value}")
+    return value
+
+
+def _accounting(value: str | None) -> str | None:
+    if value is not None and value not in ACCOUNTINGS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(ACCOUNTINGS)}")
+    return value
+
+
+AccountingOpt = typer.Option(None, "--accounting", callback=_accounting,
+                             help=f"Attention cost accounting: {', '.join(ACCOUNTINGS)}.")
+LamOpt = typer.Option(None, "--lam", callback=_lam, help="λ of U = R − λ·A (finite, >= 0).")
+BootOpt = typer.Option(10_000, "--n-boot", min=1, help="Bootstrap draws of the intervals (>= 1).")
 BurdenPairsOpt = typer.Option(
-    0, "--burden-pairs", help="Human burden study: export N equal-count conversation pairs to "
+    0, "--burden-pairs", min=0, help="Human burden study: export N equal-count conversation pairs to "
     "OUT/burden/ (pairs.jsonl for annotators, pairs_key.jsonl kept from them). Needs --attention.")
 AnnotationsOpt = typer.Option(
     None, "--annotations", help="Human burden study: annotators' answers (JSONL of pair_id, "
@@ -97,7 +116,19 @@ def report_command(
         _fail(complete_from_records(str(exc), *evaluations))
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
+    _say_skipped(written["json"])
     typer.echo("\n".join(paper.lines))
+
+
+def _say_skipped(report_json: Path) -> None:
+    """A warning naming how many result lines the report left out, and the first."""
+    import json
+
+    skipped = json.loads(report_json.read_text()).get("skipped_lines") or []
+    if skipped:
+        typer.echo(f"warning: skipped {len(skipped)} result line(s) the report cannot read "
+                   f"(first {skipped[0]}); {report_json.with_suffix('.md').name} lists them",
+                   err=True)
 
 
 def _posthoc(runs: list[str], recipe: str | None) -> None:
@@ -162,7 +193,12 @@ def training_report(output_dir: str, out: str | None) -> None:
         _fail(str(exc))
     for name, path in written.items():
         typer.echo(f"{name}: {path}")
-    line = share_line(json.loads(written["json"].read_text())["time"])
+    data = json.loads(written["json"].read_text())
+    if data["skipped_lines"]:  # said here too: a warning of the log may not reach the terminal
+        typer.echo(f"warning: skipped {len(data['skipped_lines'])} metrics line(s) that hold no "
+                   f"step record (first {data['skipped_lines'][0]}); the report lists them",
+                   err=True)
+    line = share_line(data["time"])
     if line:  # each phase's share of the step time (the report's time table)
         typer.echo(line)
 

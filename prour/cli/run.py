@@ -58,19 +58,31 @@ def run(
 
 def run_chain(options: RunOptions) -> int:
     """Load the recipe and walk its chain; the exit code (0 done or at the gate, 1 a step failed
-    or is stale, 2 a setup error or a ``--dry-run`` that printed ``problem:`` lines, 130
+    or is stale, 2 a setup error, the run folder or a step's folder in use by another command, a
+    step that refused its setup, or a ``--dry-run`` that printed ``problem:`` lines, 130
     interrupted: SIGINT or SIGTERM, passed on to the running step, whose report says what it
-    saved; the servers are stopped). ``prour demo`` calls this."""
+    saved; the servers are stopped). Before anything is loaded, served or written, the run is
+    checked (:meth:`~prour.runner.Runner.refusals`) and takes its run folder's lock (a dry run
+    writes nothing and takes none). ``prour demo`` calls this."""
+    from contextlib import nullcontext
+
     from prour import interrupt
-    from prour.cli.recipe import recipe_errors
+    from prour.cli.recipe import hold_run_folder, recipe_errors
     from prour.recipes import load_recipe
     from prour.runner import Runner
 
     with recipe_errors():
         loaded = load_recipe(options.recipe_path, options.overrides, cluster=True, flags={
             "router.calibration.approve_labels": True if options.approve_labels else None})
-    runner = Runner(loaded, options)
-    with interrupt.interruptible(runner.saved), \
+    runner = Runner(loaded, options)  # loads, serves and writes nothing until run()
+    if not options.dry_run:  # (a dry run lists these among its problems)
+        refused = runner.refusals()
+        for line in refused:
+            typer.echo(f"error: {line}", err=True)
+        if refused:
+            return 2
+    lock = nullcontext() if options.dry_run else hold_run_folder(loaded.resolved_run_dir())
+    with lock, interrupt.interruptible(runner.saved), \
             interrupt.on_stop("the vLLM servers of this run", runner.servers.stop_all):
         return runner.run()
 

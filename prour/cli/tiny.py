@@ -33,7 +33,7 @@ def tiny_model(
     try:
         built = prepare_tiny_model(path, warm=warm, seed=build_seed,
                                    steps=DEFAULT_STEPS if steps is None else steps)
-    except FileExistsError as exc:
+    except FileExistsError as exc:  # a file at PATH (or above it), or a folder of other files
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"tiny model ready in {time.perf_counter() - start:.0f} s: {built} "

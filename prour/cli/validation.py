@@ -26,14 +26,15 @@ KindArg = typer.Argument(..., metavar="KIND", help=KINDS_HELP)
 StudyArg = typer.Argument(..., metavar="STUDY_DIR",
                           help="The study folder (results.jsonl, episodes.jsonl).")
 CountOpt = typer.Option(
-    None, "--pairs", "--cases", "-n", help="How many pairs per set (burden), per dimension "
+    None, "--pairs", "--cases", "-n", min=1, help="How many pairs per set (burden), per dimension "
     "(requests) or cases (classification); default the paper's 60, 80, 100.")
 SeedOpt = typer.Option(0, "--seed", help="Seed of the sample (exports) or of the bootstrap.")
 LabelsOpt = typer.Option(
     None, "--labels", help="An annotator's JSONL answers (repeat per annotator); checked, then "
     "kept in STUDY_DIR/validation/KIND/labels/. Without it, the labels kept there are scored.")
-BootOpt = typer.Option(2000, "--n-boot", help="Bootstrap draws of the intervals.")
-QuestionsOpt = typer.Option(1989, "--questions", help="Size of the fixed question sample.")
+BootOpt = typer.Option(2000, "--n-boot", min=1, help="Bootstrap draws of the intervals (>= 1).")
+QuestionsOpt = typer.Option(1989, "--questions", min=1,
+                            help="Size of the fixed question sample.")
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

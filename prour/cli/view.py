@@ -26,7 +26,7 @@ def view_command(
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(2)
     try:
-        index = write_site(path, out)
+        index = write_site(path, out, say=lambda note: typer.echo(f"warning: {note}", err=True))
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

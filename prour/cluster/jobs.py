@@ -419,7 +419,8 @@ class RunStatus:
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
 
 
-STEP_FAILED = re.compile(r"^== \S+: failed ")  # prour run's line for a step that failed
+STEP_FAILED = re.compile(r"^== \S+: (failed|refused)\b")  # prour run's line for a step that
+# failed, or did not start (its folder in use by another command, its setup refused)
 
 
 def failure_cause(log: Path) -> str | None:

@@ -51,7 +51,8 @@ def _serve_extras(recipe: Recipe) -> tuple[Extra, ...]:
     if not served_ids(recipe):
         return ()
     return (Extra("vllm", "serve.models", f"install the gpu extra ({GPU_EXTRA}) or set "
-                  "serve.python / $PROUR_VLLM_PYTHON to a python that has vLLM",
+                  "serve.python / $PROUR_VLLM_PYTHON to a python that has vLLM (on a CPU "
+                  "node `make vllm-env` builds one: .venv-vllm/bin/python)",
                   serve_python(recipe)),)
 
 

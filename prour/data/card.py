@@ -22,6 +22,7 @@ import numpy as np
 from prour.data.dataset import SPLITS, read_rows, split_path
 from prour.data.truncate import is_excerpt
 from prour.files import write_atomic
+from prour.markdown import md, table
 
 CARD_JSON = "card.json"
 CARD_MD = "card.md"
@@ -69,7 +70,7 @@ def dataset_card(dataset_dir: str | Path) -> dict[str, Any]:
     for split in SPLITS:
         path = split_path(dataset_dir, split)
         if path.is_file():
-            card["splits"][split] = split_stats(read_rows(path))
+            card["splits"][split] = split_stats(checked_rows(path))
     if not card["splits"]:
         raise FileNotFoundError(f"no split files (train/validation .parquet) in {dataset_dir}")
     if not any(stats["rows"] for stats in card["splits"].values()):
@@ -78,31 +79,49 @@ def dataset_card(dataset_dir: str | Path) -> dict[str, Any]:
                          " no rows; rerun `prour extract` (its card says what it dropped)")
     summary = dataset_dir / EXTRACT_SUMMARY
     if summary.is_file():
-        card["extraction"] = json.loads(summary.read_text())
+        try:
+            card["extraction"] = json.loads(summary.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{summary}: not valid JSON ({exc}); rerun `prour extract`") from None
+        if not isinstance(card["extraction"], dict):
+            raise ValueError(f"{summary}: not a JSON object; rerun `prour extract`")
     return card
 
 
-def _lengths_row(name: str, stats: dict[str, float]) -> str:
-    cells = " | ".join(f"{stats[key]:.0f}" for key in (*[f"p{q}" for q in PERCENTILES], "max"))
-    return f"| {name} | {cells} | {stats['mean']:.1f} |"
+def checked_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a split file, each checked against the row schema first: a row that is not
+    one is a ValueError naming the file, the row and its first problem (how many more)."""
+    from prour.data.schema import REBUILD, check_rows
+
+    rows = read_rows(path)
+    problems = check_rows(rows, f"{path}: ")
+    if problems:
+        more = f" ({len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise ValueError(f"{problems[0]}{more}; {REBUILD}")
+    return rows
+
+
+def _lengths_row(name: str, stats: dict[str, float]) -> list[str]:
+    cells = [f"{stats[key]:.0f}" for key in (*[f"p{q}" for q in PERCENTILES], "max")]
+    return [name, *cells, f"{stats['mean']:.1f}"]
 
 
 def _split_markdown(split: str, stats: dict[str, Any]) -> list[str]:
     summary = (f"{stats['rows']} rows from {stats['trajectories']} trajectories "
                f"of {stats['tasks']} tasks.")
-    lines = [f"## {split}", "", summary, "", "| domain | clarify | verify | total |",
-             "|---|---|---|---|"]
-    for domain, counts in sorted(stats["by_domain_mode"].items()):
-        lines.append(f"| {domain} | {counts.get('clarify', 0)} | {counts.get('verify', 0)} | "
-                     f"{sum(counts.values())} |")
+    lines = [f"## {split}", "", summary, "",
+             *table(["domain", "clarify", "verify", "total"],
+                    [[domain, counts.get("clarify", 0), counts.get("verify", 0),
+                      sum(counts.values())]
+                     for domain, counts in sorted(stats["by_domain_mode"].items())])]
     truncation = (f"Truncated prompts: {stats['truncated']} "
                   f"({100 * stats['truncated_share']:.1f}%), "
                   f"{stats['dropped_messages']} history messages dropped in all; "
                   f"{stats['excerpted']} kept tool results after the newest user message only as "
                   "excerpts.")
-    lines += ["", "| tokens | p50 | p90 | p95 | p99 | max | mean |", "|---|---|---|---|---|---|---|",
-              _lengths_row("prompt", stats["prompt_tokens"]),
-              _lengths_row("target", stats["target_tokens"]), "", truncation, ""]
+    lines += ["", *table(["tokens", *(f"p{q}" for q in PERCENTILES), "max", "mean"],
+                         [_lengths_row("prompt", stats["prompt_tokens"]),
+                          _lengths_row("target", stats["target_tokens"])]), "", truncation, ""]
     return lines
 
 
@@ -158,7 +177,7 @@ def drop_lines(summary: dict[str, Any]) -> list[str]:
 
 def card_markdown(card: dict[str, Any]) -> str:
     """The card as a markdown page."""
-    lines = [f"# Dataset card: {card['dataset_dir']}", ""]
+    lines = [f"# Dataset card: {md(card['dataset_dir'])}", ""]
     for split, stats in card["splits"].items():
         lines += _split_markdown(split, stats)
     if "extraction" in card:

@@ -163,15 +163,23 @@ class EpisodeFactories:
         return agent, user
 
 
+def episodes_problem(n_tasks: int, cfg: DataConfig) -> str | None:
+    """Why ``n_tasks`` tasks under ``data.trial_seeds`` cannot give ``data.num_trajectories``
+    episodes (None: they can). :func:`plan_episodes` raises it; ``prour validate`` names it
+    before collect starts (:mod:`prour.recipe_checks`)."""
+    capacity = n_tasks * len(cfg.trial_seeds)
+    if capacity < cfg.num_trajectories:
+        return (f"data.num_trajectories={cfg.num_trajectories} needs more episodes than "
+                f"{n_tasks} tasks x {len(cfg.trial_seeds)} data.trial_seeds = {capacity}; "
+                "add seeds to data.trial_seeds")
+    return None
+
+
 def plan_episodes(tasks: Sequence[Task], cfg: DataConfig) -> list[tuple[Task, int]]:
     """(task, seed) pairs, seed-major, cut at ``num_trajectories`` (same list on every rerun)."""
-    capacity = len(tasks) * len(cfg.trial_seeds)
-    if capacity < cfg.num_trajectories:
-        raise ValueError(
-            f"data.num_trajectories={cfg.num_trajectories} needs more episodes than "
-            f"{len(tasks)} tasks x {len(cfg.trial_seeds)} data.trial_seeds = {capacity}; "
-            "add seeds to data.trial_seeds"
-        )
+    problem = episodes_problem(len(tasks), cfg)
+    if problem:
+        raise ValueError(problem)
     plan = [(task, seed) for seed in cfg.trial_seeds for task in tasks]
     return plan[: cfg.num_trajectories]
 

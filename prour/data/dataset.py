@@ -39,11 +39,15 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     not parquet (corrupt, truncated, 0 bytes), is a one-line ValueError naming the file."""
     try:
         rows = pq.read_table(path).to_pylist()
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a text column's bytes too
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"{path}: not a readable parquet file ({reason}); rerun `prour extract` "
                          "to write it again") from None
-    problems = version_problem(rows[0].get("extra_info") or {}) if rows else []
+    first = rows[0].get("extra_info") if rows else None
+    if rows and not isinstance(first, dict):
+        raise ValueError(f"{path}: row 0 has no extra_info struct (got {type(first).__name__}); "
+                         "rerun `prour extract` to write it again")
+    problems = version_problem(first) if rows else []
     if problems:
         raise ValueError(f"{path}: {problems[0]}")
     return rows

@@ -196,19 +196,51 @@ def task_values_text(task: Task) -> str:
     return str(task.user_scenario.instructions)
 
 
-def load_goals(path: str | Path, on_bad_line: Literal["error", "skip"]) -> dict[
-        tuple[str, str], Goal]:
-    """Goals by (domain, task id); a later line for the same task replaces an earlier one."""
-    from prour.env.trajectory import read_jsonl
+class Goals(dict):
+    """Goals by (domain, task id); ``skipped`` holds the 1-based numbers of the lines left out
+    (corrupt, or not a goal) under ``on_bad_line: skip``."""
+
+    def __init__(self, goals: dict[tuple[str, str], Goal] | None = None,
+                 skipped: Iterable[int] = ()):
+        super().__init__(goals or {})
+        self.skipped: list[int] = sorted(skipped)
+
+
+def goal_problem(row: dict[str, Any]) -> str | None:
+    """Why a goals-file record is not a :class:`Goal` (None when it is one)."""
+    for key in ("domain", "task_id", "sha256", "instruction", "goal", "model", "prompt_version"):
+        if key in row and not isinstance(row[key], str):
+            return f"`{key}` must be text, got {type(row[key]).__name__}"
+        if key not in row and key not in ("model", "prompt_version"):
+            return f"`{key}` is missing"
+    missing = row.get("missing", [])
+    if not isinstance(missing, list) or not all(isinstance(m, dict) for m in missing):
+        return "`missing` must be a list of objects"
+    return None
+
+
+def load_goals(path: str | Path, on_bad_line: Literal["error", "skip"]) -> Goals:
+    """Goals by (domain, task id); a later line for the same task replaces an earlier one. A
+    line that is corrupt or holds no goal raises a ValueError naming ``file:line``
+    (``on_bad_line: error``) or is skipped with a warning and listed in ``.skipped``."""
+    from prour.env.trajectory import read_numbered
 
     path = Path(path)
     if not path.is_file():
-        return {}
-    rows = read_jsonl(path, on_error="raise" if on_bad_line == "error" else "skip")
-    goals = {}
-    for row in rows:
+        return Goals()
+    rows = read_numbered(path, on_error="raise" if on_bad_line == "error" else "skip")
+    goals, skipped = Goals(), list(rows.skipped)
+    for number, row in rows:
+        problem = goal_problem(row)
+        if problem is not None:
+            if on_bad_line == "error":
+                raise ValueError(f"{path}:{number}: not a goal: {problem}")
+            log.warning("skipping goals line %s:%d: not a goal: %s", path, number, problem)
+            skipped.append(number)
+            continue
         goal = Goal.from_dict(row)
         goals[(goal.domain, goal.task_id)] = goal
+    goals.skipped = sorted(skipped)
     return goals
 
 

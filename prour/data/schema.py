@@ -192,10 +192,14 @@ def content_id(mode: str, domain: str, history: Sequence[Message], target: str) 
 
 def state_from_row(row: Mapping[str, Any]) -> RewardState:
     """The :class:`RewardState` of a dataset row (a plain dict, or what pandas/verl hand over)."""
-    extra = _plain(row.get("extra_info") or {})
+    extra, reward = _plain(row.get("extra_info") or {}), _plain(row.get("reward_model") or {})
+    if not isinstance(extra, dict) or not isinstance(reward, dict):
+        raise ValueError(  # noqa: TRY004 - a bad row, reported like the others
+            "dataset row: extra_info and reward_model must be structs, got "
+            f"{type(extra).__name__} and {type(reward).__name__}; {REBUILD}")
     where = extra.get("state_id") or f"row {extra.get('index')}"
     problems = version_problem(extra) or _check_extra(extra)
-    target = _plain(row.get("reward_model") or {}).get("ground_truth")
+    target = reward.get("ground_truth")
     problems += [] if isinstance(target, str) and target.strip() else [
         "reward_model.ground_truth must be non-empty text"]
     if problems:
@@ -335,7 +339,8 @@ def _check_messages(extra: Mapping[str, Any], key: str) -> list[str]:
     except (TypeError, json.JSONDecodeError):
         return [f"extra_info.{key} must be a JSON string"]
     if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and "role" in m for m in messages
+        isinstance(m, dict) and "role" in m and isinstance(m.get("tool_calls") or [], list)
+        and all(isinstance(c, dict) for c in m.get("tool_calls") or []) for m in messages
     ):
         return [f"extra_info.{key} must be a JSON list of messages"]
     if key == "env_history" and not all(m.get("tool_calls") or m["role"] == "tool"
@@ -374,7 +379,7 @@ def _check_uncertainty(extra: Mapping[str, Any]) -> list[str]:
 def _check_identity(extra: Mapping[str, Any]) -> list[str]:
     """Ids, counts and the environment hash."""
     errors = []
-    for key in ("task_id", "trajectory_id", "prompts_version"):
+    for key in ("domain", "task_id", "trajectory_id", "prompts_version"):
         if not isinstance(extra[key], str) or not extra[key]:
             errors.append(f"extra_info.{key} must be non-empty text")
     for key in ("step", "index", "dropped_messages", "decomposer_calls"):

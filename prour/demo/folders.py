@@ -35,6 +35,17 @@ def built_with(folder: Path, marker: str, args: BuildArgs, key: str | None) -> b
     return (found.get(key) if key is not None else found) == args
 
 
+def refuse_non_folder(out_dir: Path, what: str) -> None:
+    """A FileExistsError when ``out_dir`` (or a folder above it) is a file: a build would fail
+    half-way there, so it is refused before anything is written."""
+    for path in (out_dir, *out_dir.parents):
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(f"{path} is a file, not a folder; pick a new or empty folder "
+                                  f"for the {what}")
+        if path.exists():
+            return
+
+
 def build_folder(
     out_dir: Path,
     marker: str,
@@ -48,6 +59,7 @@ def build_folder(
     ``write`` must leave the marker in the staging folder. A non-empty folder without the marker
     is never overwritten (``what`` names the build in that error).
     """
+    refuse_non_folder(out_dir, what)
     if built_with(out_dir, marker, args, key):
         return out_dir
     if out_dir.exists() and any(out_dir.iterdir()) and read_marker(out_dir, marker) is None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from prour.demo.corpus import DEFAULT_TASKS_PER_DOMAIN, build_corpus
-from prour.demo.folders import build_folder, save_quietly
+from prour.demo.folders import build_folder, refuse_non_folder, save_quietly
 from prour.demo.prompts import prompt_fingerprint
 from prour.demo.tiny import MARKER_FILE as TINY_MARKER_FILE
 from prour.demo.training import Row, RowPacker, loss_summary, torch_threads, train_replies
@@ -188,6 +188,7 @@ def prepare_tiny_model(path: str | Path, *, warm: bool = True, seed: int = 0,
     from prour.demo.tiny import build_tiny_model
 
     path = Path(path).expanduser().resolve()
+    refuse_non_folder(path, "tiny model")  # before <path>-base is built beside it
     if not warm:
         return build_tiny_model(path, seed=seed, max_position=TINY_MAX_POSITION)
     base = build_tiny_model(path.parent / f"{path.name}-base", seed=seed,

@@ -71,6 +71,17 @@ def task_problems(domain: str, tasks: list[Any]) -> dict[str, str]:
     return problems
 
 
+def _check_simulated_tasks(path: Path, results: Any) -> None:
+    """Every simulation runs a task the file defines (its ``tasks``): a ValueError names the
+    file, the first simulation that does not and its task id, before anything is written."""
+    defined = {task.id for task in results.tasks}
+    for number, sim in enumerate(results.simulations):
+        if sim.task_id not in defined:
+            raise ValueError(f"{path}: simulations[{number}] (id {sim.id!r}) runs task "
+                             f"{sim.task_id!r}, which the file's `tasks` does not define "
+                             "(a results file cut or edited by hand?)")
+
+
 def convert_simulation(results: Any, sim: Any, source: dict[str, Any]) -> Trajectory:
     """One tau2 ``SimulationRun`` as a prour trajectory (see the module docstring)."""
     from prour.env.domains import task_split
@@ -177,6 +188,7 @@ def import_results(paths: list[str | Path], out: str | Path,
         results = load_results(path)
         domain = results.info.environment_info.domain_name
         check_domain(domain)
+        _check_simulated_tasks(path, results)
         problems = task_problems(domain, results.tasks)
         if problems and not skip_unknown_tasks:
             listed = "; ".join(f"{tid}: {why}" for tid, why in sorted(problems.items()))

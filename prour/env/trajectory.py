@@ -143,6 +143,12 @@ def read_jsonl(path: str | Path, on_error: Literal["raise", "skip"] = "raise") -
     return JsonlRecords((record for _, record in numbered), numbered.skipped)
 
 
+def read_numbered(path: str | Path, on_error: Literal["raise", "skip"] = "raise") -> JsonlRecords:
+    """``(line number, object)`` pairs of a JSONL file's good lines, for a reader that checks
+    each record and names its line; bad lines raise or go to ``.skipped`` (:func:`read_jsonl`)."""
+    return _read_numbered(path, on_error)
+
+
 def _read_numbered(path: str | Path, on_error: str) -> JsonlRecords:
     """``(line number, object)`` pairs of the good lines; bad ones raise or go to ``.skipped``."""
     if on_error not in ("raise", "skip"):

@@ -18,8 +18,9 @@ question, confirmation, verification, act) in the step meta; :func:`turn_labels`
 back and :func:`prour.eval.metrics.paper_split` turns them into the act / clarify / verify counts of the paper's
 tables. Baselines (:mod:`prour.eval.baselines`) tag their turns the same way.
 
-Model calls are counted per episode by :class:`CountingLLM` proxies and written into each step's
-meta by :class:`MeteredAgent` / :class:`MeteredUser`.
+Model calls, and the tokens of chat calls, are counted per episode by :class:`CountingLLM`
+proxies and written into each step's meta (``model_calls``, ``model_tokens``) by
+:class:`MeteredAgent` / :class:`MeteredUser`.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class CallCounts:
     def __init__(self) -> None:
         self._total: Counter[str] = Counter()
         self._taken: Counter[str] = Counter()
+        self._tokens: Counter[str] = Counter()  # role.requests / .prompt / .sequences / .completion
+        self._tokens_taken: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     def add(self, key: str, n: int = 1) -> int:
@@ -87,6 +90,26 @@ class CallCounts:
         with self._lock:
             new = self._total - self._taken
             self._taken = Counter(self._total)
+        return dict(sorted(new.items()))
+
+    def add_tokens(self, role: str, outputs: Sequence[Sequence[Completion]]) -> None:
+        """Count the tokens of one chat call of ``role`` as its backend counted them: per request
+        its prompt once, per returned sequence its generated tokens."""
+        prompt = sum(out[0].prompt_tokens for out in outputs if out)
+        completion = sum(c.completion_tokens for out in outputs for c in out)
+        if prompt + completion == 0:  # a backend that counts none (scripted): nothing to record
+            return
+        with self._lock:
+            self._tokens[f"{role}.requests"] += len(outputs)
+            self._tokens[f"{role}.prompt"] += prompt
+            self._tokens[f"{role}.sequences"] += sum(len(out) for out in outputs)
+            self._tokens[f"{role}.completion"] += completion
+
+    def take_tokens(self) -> dict[str, int]:
+        """The token counts since the last take, by ``role.kind``."""
+        with self._lock:
+            new = self._tokens - self._tokens_taken
+            self._tokens_taken = Counter(self._tokens)
         return dict(sorted(new.items()))
 
 
@@ -115,7 +138,9 @@ class CountingLLM:
         if self.seed is not None:
             requests = [self._seeded(request, call, i) for i, request in enumerate(requests)]
         with request_slot(self.lane, len(requests)):
-            return self.llm.chat(requests)
+            outputs = self.llm.chat(requests)
+        self.counts.add_tokens(self.role, outputs)
+        return outputs
 
     def _seeded(self, request: ChatRequest, call: int, item: int) -> ChatRequest:
         from dataclasses import replace
@@ -180,11 +205,12 @@ class MeteredAgent(AgentWrapper):
 
     def reset(self, domain: str, task_view: TaskView) -> str | None:
         self.counts.take()
+        self.counts.take_tokens()
         return self.inner.reset(domain, task_view)
 
     def act(self, messages: list[Message], tools: list[dict[str, Any]]) -> AgentTurn:
         turn = self.inner.act(messages, tools)
-        turn.meta = {**turn.meta, "model_calls": self.counts.take()}
+        turn.meta = {**turn.meta, "model_calls": self.counts.take(), **_tokens(self.counts)}
         return turn
 
 
@@ -197,12 +223,19 @@ class MeteredUser:
 
     def reset(self, domain: str, task: Any, seed: int = 0) -> None:
         self.counts.take()
+        self.counts.take_tokens()
         self.inner.reset(domain, task, seed)
 
     def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> UserTurn:
         turn = self.inner.respond(messages, tools)
-        turn.meta = {**turn.meta, "model_calls": self.counts.take()}
+        turn.meta = {**turn.meta, "model_calls": self.counts.take(), **_tokens(self.counts)}
         return turn
+
+
+def _tokens(counts: CallCounts) -> dict[str, dict[str, int]]:
+    """The step's ``model_tokens`` meta, when its calls counted any tokens."""
+    tokens = counts.take_tokens()
+    return {"model_tokens": tokens} if tokens else {}
 
 
 # ---- routers ------------------------------------------------------------------------------

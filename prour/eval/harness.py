@@ -36,7 +36,7 @@ from typing import Any
 from prour.build import Builder
 from prour.config import ModelConfig, Recipe
 from prour.env import runner as episode_runner
-from prour.env.trajectory import Trajectory, read_jsonl
+from prour.env.trajectory import Trajectory
 from prour.eval.arms import Arm, GeneratorCheckpoint, with_checkpoint
 from prour.eval.kit import MethodKit, attention_caches
 from prour.eval.methods import check_method, question_writer
@@ -310,8 +310,33 @@ def result_key(key: tuple[str, str, int, str] | list[Any]) -> str:
     return f"{domain}|{task_id}|{seed}|{agent}"
 
 
-def load_result_lines(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Result lines by key (a later line replaces an earlier one); corrupt lines are skipped
-    with a warning naming file and line."""
-    rows = read_jsonl(path, on_error="skip")
-    return {result_key(row["key"]): row for row in rows if "key" in row}
+class ResultLines(dict):
+    """Result lines by key; ``skipped`` names each line left out (``file:line: why``)."""
+
+    def __init__(self, lines: dict[str, dict[str, Any]] | None = None,
+                 skipped: list[str] | None = None):
+        super().__init__(lines or {})
+        self.skipped: list[str] = list(skipped or [])
+        self.line_numbers: dict[str, int] = {}  # key -> the file line its kept record is on
+
+
+def load_result_lines(path: str | Path) -> ResultLines:
+    """Result lines by key (a later line replaces an earlier one); a corrupt line, or one
+    without a ``key`` of four items, is skipped with a warning naming file and line and listed
+    in ``.skipped`` (a report says how many)."""
+    from prour.env.trajectory import read_numbered
+
+    numbered = read_numbered(path, "skip")
+    out = ResultLines(skipped=[f"{path}:{n}: corrupt (not a JSON object)"
+                               for n in numbered.skipped])
+    for number, row in numbered:
+        key = row.get("key")
+        if not isinstance(key, list) or len(key) != 4 or isinstance(key[2], bool) \
+                or not all(isinstance(k, (str, int)) for k in key):
+            out.skipped.append(f"{path}:{number}: `key` is {key!r}, not [domain, task id, "
+                               "seed, agent]")
+            logger.warning("skipping result line %s", out.skipped[-1])
+            continue
+        out[result_key(key)] = row
+        out.line_numbers[result_key(key)] = number
+    return out

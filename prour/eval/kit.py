@@ -37,6 +37,20 @@ def attention_caches(folder: Path) -> dict[str, JsonCache]:
             "judge": JsonCache(folder / "judge_cache.jsonl")}
 
 
+def attention_problem(method: str, attention: AttentionConfig | None) -> str | None:
+    """Why ``method`` cannot run under ``attention`` (None: it can): a policy that reviews
+    drafts with the agent's model, on the oracle, which has none. :meth:`MethodKit.check` raises
+    it before any episode; ``prour validate`` names it before eval starts
+    (:mod:`prour.recipe_checks`)."""
+    from prour.config.attention import policy_spec
+
+    if attention is not None and policy_spec(attention.policy).needs_llm and \
+            check_method(method).oracle:
+        return (f"attention policy {attention.policy!r} reviews drafts with the agent's model; "
+                "the oracle has none")
+    return None
+
+
 class MethodKit:
     """The factories that make a fresh agent and user for every episode of a method, each built
     by a metered view of one :class:`~prour.build.Builder` (roles on equal models share one
@@ -53,8 +67,6 @@ class MethodKit:
 
     def check(self, method: str, attention: AttentionConfig | None) -> None:
         """Raise before any episode when a method lacks a model role or thresholds."""
-        from prour.config.attention import policy_spec
-
         spec = check_method(method)
         roles = method_roles(self.cfg, method, attention)
         try:
@@ -67,9 +79,9 @@ class MethodKit:
                                  f"clarifier; set --set models.ig_clarifier.path=<its exported "
                                  f"checkpoint> (`prour run` trains it: {IG_STEP_HINT})") from None
             raise
-        if attention is not None and policy_spec(attention.policy).needs_llm and spec.oracle:
-            raise ValueError(f"attention policy {attention.policy!r} reviews drafts with the "
-                             "agent's model; the oracle has none")
+        problem = attention_problem(method, attention)
+        if problem:
+            raise ValueError(problem)
         if spec.router == "decomposer":
             self.builder.thresholds()
 

@@ -1,28 +1,21 @@
-"""Pieces the evaluation report and the attention tables both write: markdown table lines,
-interval cells in percent, and report data made ready for ``json.dumps``."""
+"""Pieces every evaluation report writes: markdown tables and escaped text (:func:`md`,
+:func:`table`: defined once in :mod:`prour.markdown`, where every stage's report finds them, and
+re-exported here), interval cells in percent, and report data made ready for ``json.dumps``."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from prour.eval.stats import BootstrapResult
+from prour.markdown import md, table, table_row
+
+__all__ = ["jsonable", "md", "pct", "table", "table_row"]
 
 
 def pct(result: BootstrapResult) -> str:
     """``estimate [low, high]`` in percent, two decimals."""
     return f"{100 * result.estimate:.2f} [{100 * result.low:.2f}, {100 * result.high:.2f}]"
-
-
-def table_row(cells: Sequence[Any]) -> str:
-    """One markdown table line: ``| a | b |``."""
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """A markdown table: header, rule, one line per row."""
-    return [table_row(header), table_row(["---"] * len(header)), *(table_row(r) for r in rows)]
 
 
 def jsonable(value: Any) -> Any:

@@ -37,7 +37,8 @@ class SystemPoint:
 def plot_success_vs_steps(points: Sequence[SystemPoint], out: str | Path) -> Path:
     """One marker per system with its interval as a vertical error bar: x = mean
     act+clarify+verify turns, y = average Pass@1 (%); systems are named in the legend. Markers
-    are open and shrink with the system's index, so systems on one point stay visible."""
+    are open and shrink with the system's index, so systems on one point stay visible. A
+    percentile interval that misses its estimate (a few draws) gets no bar on that side."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     series: dict[str, Any] = {}
@@ -45,7 +46,7 @@ def plot_success_vs_steps(points: Sequence[SystemPoint], out: str | Path) -> Pat
         low = point.pass_at_1 if point.low is None else point.low
         high = point.pass_at_1 if point.high is None else point.high
         ax.errorbar(point.steps, point.pass_at_1,
-                    yerr=[[point.pass_at_1 - low], [high - point.pass_at_1]],
+                    yerr=[[max(0.0, point.pass_at_1 - low)], [max(0.0, high - point.pass_at_1)]],
                     fmt=MARKERS[i % len(MARKERS)], markersize=7 + 3 * (len(points) - 1 - i),
                     markerfacecolor="none", markeredgewidth=1.6, capsize=4, clip_on=False,
                     label=point.label)
@@ -91,8 +92,8 @@ def plot_success_vs_training_step(curves: Mapping[str, Sequence[StepPoint]], out
         points = sorted(points, key=lambda p: p.step)
         shift = (i - (len(curves) - 1) / 2) * nudge
         ax.errorbar([p.step + shift for p in points], [p.pass_at_1 for p in points],
-                    yerr=[[p.pass_at_1 - p.low for p in points],
-                          [p.high - p.pass_at_1 for p in points]],
+                    yerr=[[max(0.0, p.pass_at_1 - p.low) for p in points],
+                          [max(0.0, p.high - p.pass_at_1) for p in points]],
                     fmt="-" + MARKERS[i % len(MARKERS)], markerfacecolor="none", capsize=4,
                     clip_on=False, label=label)
         series[label] = {"x": [p.step for p in points], "y": [p.pass_at_1 for p in points],

@@ -41,7 +41,7 @@ from typing import Any
 
 from prour.env.domains import DOMAINS
 from prour.eval.attention.report import attention_section, burden_study
-from prour.eval.markdown import jsonable, pct, table
+from prour.eval.markdown import jsonable, md, pct, table
 from prour.eval.metrics import AVERAGE, STEP_KINDS
 from prour.eval.systems import (
     Comparison,
@@ -84,10 +84,18 @@ def main_table(summaries: Sequence[SystemSummary], domains: Sequence[str]) -> li
         else:
             passes = [error_cell(s.errored.get(d)) or (pct(s.pass_at_1[d]) if d in s.pass_at_1
                                                        else "–") for d in [*domains, AVERAGE]]
-        rows.append([s.label, *passes, *(f"{s.steps[k]:.2f}" for k in (*STEP_KINDS, "total")),
-                     f"{s.seconds:.2f}", _calls_cell(s.model_calls, 1), s.errors, s.timeouts, s.cut,
-                     s.episodes])
+        rows.append([s.label, *passes,
+                     *(_measured(s, s.steps[k]) for k in (*STEP_KINDS, "total")),
+                     _measured(s, s.seconds), _calls_cell(s, s.model_calls, 1), s.errors,
+                     s.timeouts, s.cut, s.episodes])
     return table(header, rows)
+
+
+def _measured(summary: SystemSummary, value: float | None, digits: int = 2) -> str:
+    """A mean per episode, or ``– (why)`` where the system's episodes measured none."""
+    if value is None:
+        return f"– ({summary.not_measured or 'not measured'})"
+    return f"{value:.{digits}f}"
 
 
 def sweep_table(systems: Sequence[System], summaries: Sequence[SystemSummary]) -> list[str]:
@@ -137,7 +145,8 @@ def turns_table(summaries: Sequence[SystemSummary]) -> list[str]:
     """Agent turns per episode by tag: questions to the user, confirmations, verifications,
     act turns (a verified step counts as a verification and an act turn)."""
     header = ["System", *TAG_NAMES.values()]
-    rows = [[s.label, *(f"{s.turns.get(tag, 0.0):.2f}" for tag in TAG_NAMES)] for s in summaries]
+    rows = [[s.label, *(_measured(s, None if s.not_measured else s.turns.get(tag, 0.0))
+                        for tag in TAG_NAMES)] for s in summaries]
     return table(header, rows)
 
 
@@ -145,14 +154,18 @@ def calls_table(summaries: Sequence[SystemSummary]) -> list[str]:
     """Mean model calls per episode by role (chat and score calls; 0 where a system has none)."""
     roles = sorted({role for s in summaries for role in s.calls_by_role})
     header = ["System", *roles, "Total"]
-    rows = [[s.label, *(f"{s.calls_by_role.get(r, 0.0):.2f}" for r in roles),
-             _calls_cell(s.model_calls, 2)] for s in summaries]
+    rows = [[s.label, *(_measured(s, None if s.not_measured else s.calls_by_role.get(r, 0.0))
+                        for r in roles),
+             _calls_cell(s, s.model_calls, 2)] for s in summaries]
     return table(header, rows)
 
 
-def _calls_cell(calls: float, digits: int) -> str:
-    """Model calls per episode; "not recorded" for an imported run (tau2 records no calls)."""
-    return "not recorded" if math.isnan(calls) else f"{calls:.{digits}f}"
+def _calls_cell(summary: SystemSummary, calls: float | None, digits: int) -> str:
+    """Model calls per episode; "not recorded" for an imported run (tau2 records no calls),
+    ``– (why)`` where the episodes measured none."""
+    if calls is not None and math.isnan(calls):
+        return "not recorded"
+    return _measured(summary, calls, digits)
 
 
 INFERRED_NOTE = ("Inferred from what each agent turn did, by prour.eval.tags' rule (a write: a "
@@ -228,20 +241,22 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
                          "add --attention")
     systems = load_systems(run_dirs)
     if not systems:
-        raise ValueError(f"no result lines in {', '.join(map(str, run_dirs))}")
+        skipped = (f" ({len(systems.skipped)} skipped: the first, {systems.skipped[0]})"
+                   if systems.skipped else "")
+        raise ValueError(f"no result lines in {', '.join(map(str, run_dirs))}{skipped}")
     out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
     domains = [d for d in DOMAINS if any(d in s.domains for s in systems)]
     summaries = [summarize(s, n_boot, ci) for s in systems]
     comparisons = compare(systems, baseline, n_boot, ci)
     written = _plots(systems, summaries, out)
-    lines = _header(run_dirs, systems, ci, n_boot)
+    lines = _header(run_dirs, systems, ci, n_boot) + skipped_lines(systems.skipped)
     lines += ["## Question writers", "", *writers_table(systems), ""]
     lines += ["## Pass@1 (%) and interaction cost", ""]
     lines += main_table(summaries, domains) + [""]
     if any(s.errors for s in summaries):
         lines += [ERROR_NOTE, ""]
-    lines += [f"- {s.label}: {s.problem}" for s in summaries if s.problem]
+    lines += [f"- {md(s.label)}: {md(s.problem)}" for s in summaries if s.problem]
     if any(s.step is not None for s in systems):
         lines += ["## Pass@1 (%) by training step (checkpoint sweep)", "",
                   *sweep_table(systems, summaries), ""]
@@ -257,7 +272,8 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     if comparisons:
         lines += ["## Paired differences in Pass@1 (percentage points)", "",
                   *comparison_table(comparisons, domains), ""]
-    payload: dict[str, Any] = {"systems": [jsonable(asdict(s)) for s in summaries],
+    payload: dict[str, Any] = {"skipped_lines": systems.skipped,
+                               "systems": [jsonable(asdict(s)) for s in summaries],
                                "question_writers": {s.label: s.question_writers for s in systems},
                                "comparisons": [jsonable(asdict(c)) for c in comparisons]}
     if attention:
@@ -282,6 +298,16 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     return written
 
 
+def skipped_lines(skipped: Sequence[str]) -> list[str]:
+    """The report's paragraph on result lines left out: how many, and each (file, line, key
+    and why); none when every line was read."""
+    if not skipped:
+        return []
+    note = (f"Skipped {len(skipped)} result line(s) the report cannot read (not counted in any "
+            "table below):")
+    return [note, "", *(f"- {md(line)}" for line in skipped), ""]
+
+
 def _header(run_dirs: Sequence[str | Path], systems: Sequence[System], ci: float,
             n_boot: int) -> list[str]:
     from prour.eval.imported import imported_header
@@ -290,17 +316,18 @@ def _header(run_dirs: Sequence[str | Path], systems: Sequence[System], ci: float
     for run_dir in run_dirs:
         mine = [s for s in systems if s.folder == Path(run_dir)]
         if any("imported" in line for s in mine for line in s.lines):
-            lines += imported_header(run_dir, [line for s in mine for line in s.lines])
+            lines += [md(line) for line in
+                      imported_header(run_dir, [line for s in mine for line in s.lines])]
             continue
         record = _provenance(Path(run_dir))
         commit = ((record.get("git") or {}).get("commit") or "")[:12]
-        lines.append(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else "") + ": "
-                     + _protocol_line(record, [s for s in systems if s.folder == Path(run_dir)]))
+        lines.append(md(f"- run `{run_dir}`" + (f" (commit {commit})" if commit else "") + ": "
+                        + _protocol_line(record, mine)))
         lines += [f"  - task set {note}" for note in _task_sets(record, mine)]
     for run_dir in run_dirs:
         block = _protocol_block(Path(run_dir))
         if block:
-            lines += ["", f"Protocol of `{run_dir}`:", *(f"- {line}" for line in block)]
+            lines += ["", md(f"Protocol of `{run_dir}`:"), *(f"- {md(line)}" for line in block)]
     note = (f"Intervals: {100 * ci:.0f}% paired task bootstrap ({n_boot} draws); seeds are "
             "averaged within each task. Average: unweighted mean over domains.")
     lines += ["", note, ""]

@@ -14,7 +14,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
 from prour.config.eval import sweep_label
 from prour.env.domains import DOMAINS
@@ -91,19 +100,136 @@ class System:
         return {d: self.rewards(d) for d in self.domains}
 
 
-def load_systems(run_dirs: Sequence[str | Path]) -> list[System]:
+# ---- the result lines a report reads ----------------------------------------------------
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Finite = Annotated[float, AfterValidator(_finite)]
+Count = Annotated[float, AfterValidator(_finite), Field(ge=0)]
+
+
+class _Fields(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Steps(_Fields):
+    act: Count
+    clarify: Count
+    verify: Count
+
+
+class _Decision(_Fields):
+    au: Finite | None = None
+    eu: Finite | None = None
+    total: Finite | None = None
+
+
+class _Router(_Fields):
+    calls: Count = 0
+    skipped: Count = 0
+    budget: int | None = None
+    every_n: int | None = None
+
+
+class _Checkpoint(_Fields):
+    name: str
+    step: int | None = None
+
+
+class _Imported(_Fields):
+    sha256: str
+    source: str
+    agent_implementation: str
+    user_implementation: str
+
+
+class ReportLine(_Fields):
+    """The fields of a result line (:func:`prour.eval.results.result_line`) that the report
+    reads, with their types: a line that does not fit is skipped, named by file, line and
+    dotted key, and counted in the report."""
+
+    method: str
+    variant: str | None = None
+    generator: str | None = None
+    sweep: dict[Annotated[str, StringConstraints(pattern=r"^[a-z_]+\.[a-z_]+$")],
+                int | None] | None = None
+    domain: str
+    task_id: str
+    seed: int
+    score: Annotated[float, AfterValidator(_finite), Field(ge=0, le=1)]
+    success: bool
+    error: bool
+    timeout: bool
+    unscored: bool
+    termination: str | None
+    steps: _Steps
+    turns: list[str] | None = None
+    seconds: Count
+    model_calls: dict[str, Count]
+    model_calls_total: Count | None
+    decisions: list[_Decision]
+    router: _Router | None = None
+    checkpoint: _Checkpoint | None = None
+    question_writer: str | None = None
+    inferred_turns: list[str] | None = None
+    imported: _Imported | None = None
+
+
+def checked_line(line: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """(the line with its report fields in their types, None), or (None, ``key.sub: why``)."""
+    try:
+        model = ReportLine.model_validate(line)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "<line>"
+        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r:.60})"
+        return None, f"{where}: {err['msg'].removeprefix('Value error, ')}{got}"
+    return {**line, **model.model_dump(exclude_unset=True)}, None
+
+
+class Systems(list):
+    """The systems of some run folders; ``skipped`` names each result line left out
+    (``file:line: key: why``), which the report counts and lists."""
+
+    def __init__(self, systems: Sequence[System] = (), skipped: Sequence[str] = ()):
+        super().__init__(systems)
+        self.skipped: list[str] = list(skipped)
+
+
+def _usable_lines(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
+    """The result lines of ``path`` the report can read; the others go to ``skipped``."""
+    loaded = load_result_lines(path)
+    skipped += loaded.skipped
+    lines = []
+    for key, line in loaded.items():
+        fitted, problem = checked_line(line)
+        if fitted is None:
+            skipped.append(f"{path}:{loaded.line_numbers.get(key, '?')}: {problem}")
+            logger.warning("skipping result line %s", skipped[-1])
+            continue
+        lines.append(fitted)
+    return lines
+
+
+def load_systems(run_dirs: Sequence[str | Path]) -> Systems:
     """Systems of every run folder, in run order then first appearance (a checkpoint sweep's
     steps in step order); labels are made unique by prefixing the run folder's name where two
-    runs share a method and generator."""
+    runs share a method and generator. Result lines the report cannot read are left out and
+    named in ``.skipped``."""
     from prour.eval.imported import imported_lines, is_imported_run
 
-    systems: list[System] = []
+    systems = Systems()
     for run_dir in run_dirs:
         path = Path(run_dir) / RESULTS_FILE
         if is_imported_run(run_dir):
             lines = imported_lines(run_dir)
         elif path.is_file():
-            lines = list(load_result_lines(path).values())
+            lines = _usable_lines(path, systems.skipped)
         else:
             raise FileNotFoundError(f"{run_dir} holds no {RESULTS_FILE}; run `prour eval` first "
                                     "(or `prour import tau2 ... --run-dir` for a tau2 run)")
@@ -155,9 +281,9 @@ class SystemSummary:
     episodes: int
     pass_at_1: dict[str, BootstrapResult] | None
     pass_hat: dict[str, dict[int, float]]
-    steps: dict[str, float]
-    seconds: float
-    model_calls: float
+    steps: dict[str, float | None]  # None: not measured (see not_measured)
+    seconds: float | None
+    model_calls: float | None  # NaN: not recorded (an imported run); None: not measured
     errors: int
     timeouts: int
     unscored: int
@@ -173,22 +299,41 @@ class SystemSummary:
     # routes of the post-hoc decomposer pass per episode (act/clarify/verify) of an imported run
     posthoc_routes: dict[str, float] | None = None
     calls_by_role: dict[str, float] = field(default_factory=dict)  # model calls per episode
+    # why steps, seconds and calls are missing (every episode errored); None: they were measured
+    not_measured: str | None = None
+
+
+def unmeasured(system: System) -> str | None:
+    """Why a system's steps, seconds and calls were not measured (None: they were): every one of
+    its episodes errored, so their counts say how far each got before the error, not what the
+    method costs."""
+    n = len(system.lines)
+    if n and all(line["error"] for line in system.lines):
+        return f"all {n} episodes errored" if n > 1 else "its one episode errored"
+    return None
 
 
 def summarize(system: System, n_boot: int = 10_000, ci: float = 0.95) -> SystemSummary:
-    """Pass@1 with intervals, pass^k, turn split, seconds, calls and failure counts."""
-    steps = {kind: domain_mean(system, lambda line, k=kind: line["steps"][k]) for kind in STEP_KINDS}
-    steps["total"] = sum(steps[k] for k in STEP_KINDS)
+    """Pass@1 with intervals, pass^k, turn split, seconds, calls and failure counts. A system
+    whose every episode errored has no steps, seconds or calls (None; ``not_measured`` says
+    why): the tables show them as missing, not as the zeros its episodes recorded."""
+    missing = unmeasured(system)
+    steps: dict[str, float | None] = {
+        kind: None if missing else domain_mean(system, lambda line, k=kind: line["steps"][k])
+        for kind in STEP_KINDS}
+    steps["total"] = None if missing else sum(steps[k] or 0.0 for k in STEP_KINDS)
     summary = SystemSummary(
         label=system.label, episodes=len(system.lines), pass_at_1=None, pass_hat={},
-        steps=steps, seconds=domain_mean(system, lambda line: line["seconds"]),
-        model_calls=_calls_mean(system),
+        steps=steps,
+        seconds=None if missing else domain_mean(system, lambda line: line["seconds"]),
+        model_calls=None if missing else _calls_mean(system), not_measured=missing,
         errors=sum(bool(line["error"]) for line in system.lines),
         timeouts=sum(bool(line["timeout"]) for line in system.lines),
         unscored=sum(bool(line["unscored"]) for line in system.lines),
         cut=sum(is_cut(line["termination"]) for line in system.lines),
-        errored=error_counts(system), router=router_summary(system), turns=turn_tags(system),
-        calls_by_role=role_calls(system), inferred_turns=inferred_tags(system),
+        errored=error_counts(system), router=router_summary(system),
+        turns={} if missing else turn_tags(system),
+        calls_by_role={} if missing else role_calls(system), inferred_turns=inferred_tags(system),
         posthoc_routes=posthoc_routes(system))
     try:
         tables = system.by_domain()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,10 @@ def load_episodes(run_dir: str | Path) -> JsonlRecords:
         line = lines.get(result_key(traj.key))
         episode = Episode(traj, method_label(traj), line,
                           posthoc.get(result_key(traj.key), []))
-        episode.routed, episode.tags = episode_tags(traj, line)
+        try:
+            episode.routed, episode.tags = episode_tags(traj, line)
+        except ValueError as exc:  # e.g. a domain no longer registered: name the episode
+            raise ValueError(f"{path}: episode {result_key(traj.key)!r}: {exc}") from None
         episode.page = f"episode-{number:04d}-{slug(episode.method)}-{slug(traj.domain)}-" \
                        f"{slug(traj.task_id)}-s{traj.seed}.html"
         episodes.append(episode)
@@ -365,9 +368,11 @@ def mean(values: list[float]) -> float | None:
     return float(sum(values) / len(values)) if values else None
 
 
-def write_site(run_dir: str | Path, out: str | Path | None = None) -> Path:
+def write_site(run_dir: str | Path, out: str | Path | None = None,
+               say: Callable[[str], None] | None = None) -> Path:
     """Write the run's index and episode pages to ``out`` (default ``RUN/view``), removing the
-    episode pages an earlier site left there; returns the index page's path."""
+    episode pages an earlier site left there; returns the index page's path. ``say`` is given
+    the line on unreadable episode lines left out (the index says it too)."""
     from prour.files import write_atomic
 
     run_dir = Path(run_dir)
@@ -378,6 +383,8 @@ def write_site(run_dir: str | Path, out: str | Path | None = None) -> Path:
     if not episodes:
         raise ValueError(f"{episode_file(run_dir)}: no episodes to show"
                          f"{_skipped_note(run_dir, episodes.skipped, '; ')}")
+    if episodes.skipped and say is not None:
+        say(_skipped_note(run_dir, episodes.skipped, ""))
     for episode in episodes:
         write_atomic(out / episode.page, episode_page(episode))
     pages = {episode.page for episode in episodes}

@@ -2,8 +2,14 @@
 
 Requests of a batch run concurrently (at most ``max_concurrency`` in flight) on a private event
 loop in a background thread, so the synchronous ``chat``/``score`` can be called from any thread.
-Connect errors, timeouts, 5xx and 429 are retried with exponential backoff; other 4xx fail at
-once with the server's message. Scoring uses vLLM's prompt log-probs over the concatenation of
+Connect errors, timeouts, 5xx and 429 are retried with exponential backoff and jitter within a
+count and a time budget (:mod:`prour.llm.retry`, which also tallies every attempt, failure and
+retry under the client's ``label``); other 4xx fail at once with the server's message.
+A model served by several replicas (``replicas``: their base
+URLs besides ``base_url``) gets each request on the replica with the fewest requests in flight
+(ties: the one sent the fewest); a replica that cannot be reached (connection refused or cut) is
+left out for :data:`REPLICA_DOWN_S` and the request goes to another at once, without counting
+as a retry, so that one replica dying mid-run costs no request. Scoring uses vLLM's prompt log-probs over the concatenation of
 separately tokenized context and target ids. The API key is read from an environment variable
 and never logged, repr'd or put in an error message.
 """
@@ -14,16 +20,20 @@ import asyncio
 import json
 import logging
 import os
+import random
 import threading
+import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
 from prour import interrupt
 from prour.llm import chat as chat_rules
+from prour.llm import retry
 from prour.llm.base import (
     BackendError,
     ChatRequest,
@@ -36,6 +46,7 @@ from prour.llm.base import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+REPLICA_DOWN_S = 10.0  # a replica that could not be reached is tried again after this long
 RETRY_STATUS = frozenset({408, 429})
 """Statuses retried besides every 5xx: request timeout and rate limiting."""
 
@@ -76,12 +87,45 @@ def server_message(response: httpx.Response, limit: int = 500) -> str:
 
 
 class _TransientError(Exception):
-    """One attempt failed in a way worth retrying; ``reason`` says how."""
+    """One attempt failed in a way worth retrying; ``reason`` says how; ``unreachable``: the
+    server could not be reached or cut the connection (not a timeout, not an HTTP status)."""
 
-    def __init__(self, reason: str, retry_after: float | None = None):
+    def __init__(self, reason: str, retry_after: float | None = None, unreachable: bool = False,
+                 kind: str = "http"):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.unreachable = unreachable
+        self.kind = "connection" if unreachable else kind  # one of retry.FAILURE_KINDS
+
+
+class _UnreachableReplica(_TransientError):
+    """Replica ``index`` could not be reached or cut the connection."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(reason, unreachable=True)
+        self.index = index
+
+
+@dataclass
+class Replica:
+    """One server of a model: its root URL, its requests in flight, how many it was sent and
+    until when it is left out (monotonic seconds)."""
+
+    root: str
+    busy: int = 0
+    sent: int = 0
+    down_until: float = 0.0
+
+
+def pick_replica(replicas: Sequence[Replica], tried: Collection[int], now: float) -> int:
+    """Index of the replica for the next attempt: among those up and not yet tried by this
+    request (else those not tried, else all), the fewest in flight, then the fewest sent, then
+    the first."""
+    indices = range(len(replicas))
+    up = [i for i in indices if i not in tried and replicas[i].down_until <= now]
+    pool = up or [i for i in indices if i not in tried] or list(indices)
+    return min(pool, key=lambda i: (replicas[i].busy, replicas[i].sent, i))
 
 
 class _LoopThread:
@@ -224,6 +268,9 @@ class OpenAILLM:
         max_retries: int,
         backoff_s: float = 0.5,
         tokenizer_path: str | None = None,
+        replicas: Sequence[str] = (),
+        retry_budget_s: float | None = None,
+        label: str | None = None,
     ):
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -234,11 +281,18 @@ class OpenAILLM:
                 f"max_retries and backoff_s must be >= 0, got {max_retries}, {backoff_s}"
             )
         self.root = api_root(base_url)
+        roots = dict.fromkeys([self.root, *(api_root(url) for url in replicas)])
+        self.replicas = [Replica(root) for root in roots]
         self.model = model
         self.max_concurrency = max_concurrency
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
         self.backoff_s = float(backoff_s)
+        if retry_budget_s is not None and retry_budget_s <= 0:
+            raise ValueError(f"retry_budget_s must be > 0, got {retry_budget_s}")
+        self.retry_budget_s = retry_budget_s
+        self.label = label or model  # the tally its attempts are counted under (prour.llm.retry)
+        self._jitter = random.Random()  # spreads the waits only: no output depends on it
         self.tokenizer_path = tokenizer_path
         self._secret = request_key(api_key_env, api_key_file)
         self._local_tokenizer: Any = None
@@ -248,7 +302,9 @@ class OpenAILLM:
         self._semaphore = asyncio.Semaphore(max_concurrency)
 
     def __repr__(self) -> str:
-        return f"OpenAILLM(base_url={self.root!r}, model={self.model!r}, max_concurrency={self.max_concurrency})"
+        more = f", replicas={len(self.replicas)}" if len(self.replicas) > 1 else ""
+        return (f"OpenAILLM(base_url={self.root!r}, model={self.model!r}, "
+                f"max_concurrency={self.max_concurrency}{more})")
 
     async def _make_client(self) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
@@ -270,19 +326,45 @@ class OpenAILLM:
 
     # ---- HTTP with retries -------------------------------------------------------------------
 
-    async def _attempt(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """One POST under the concurrency limit and a hard time limit; classifies failures. None
-        starts after a SIGINT/SIGTERM; those in flight are counted (:mod:`prour.interrupt`)."""
+    async def _attempt(self, path: str, payload: dict[str, Any],
+                       tried: Collection[int] = (), sent: list[float] | None = None
+                       ) -> dict[str, Any]:
+        """One POST under the concurrency limit and a hard time limit, to the replica
+        :func:`pick_replica` gives once a slot is free; classifies failures (an unreachable
+        replica is left out for :data:`REPLICA_DOWN_S`). None starts after a SIGINT/SIGTERM;
+        those in flight are counted (:mod:`prour.interrupt`). ``sent`` gets the monotonic time
+        the request's first attempt was sent; with ``retry_budget_s`` no attempt outlives it."""
         async with self._semaphore:
-            with interrupt.request():
-                try:
+            now = time.monotonic()
+            limit, cut = self.timeout_s, ""
+            if sent is not None:
+                sent[:] = sent or [now]
+                if self.retry_budget_s is not None:
+                    left = sent[0] + self.retry_budget_s - now
+                    if left < limit:
+                        limit = max(left, 0.001)
+                        cut = f" (the rest of retry_budget_s={self.retry_budget_s:g})"
+            retry.count(self.label, attempts=1)
+            index = pick_replica(self.replicas, tried, now)
+            replica = self.replicas[index]
+            url = f"{replica.root}{path}"
+            where = f"{url}: " if len(self.replicas) > 1 else ""
+            replica.busy += 1
+            replica.sent += 1
+            try:
+                with interrupt.request():
                     response = await asyncio.wait_for(
-                        self._client.post(url, json=payload), self.timeout_s
+                        self._client.post(url, json=payload), limit
                     )
-                except (TimeoutError, httpx.TimeoutException):
-                    raise _TransientError(f"timed out after {self.timeout_s:g} s") from None
-                except httpx.TransportError as exc:
-                    raise _TransientError(f"{type(exc).__name__}: {exc}") from None
+            except (TimeoutError, httpx.TimeoutException):
+                took = f"{limit:.2f}" if cut else f"{limit:g}"
+                raise _TransientError(f"{where}timed out after {took} s{cut}",
+                                      kind="timeout") from None
+            except httpx.TransportError as exc:
+                replica.down_until = time.monotonic() + REPLICA_DOWN_S
+                raise _UnreachableReplica(index, f"{where}{type(exc).__name__}: {exc}") from None
+            finally:
+                replica.busy -= 1
         status = response.status_code
         if status >= 500 or status in RETRY_STATUS:
             retry_after = _retry_after(response)
@@ -300,36 +382,59 @@ class OpenAILLM:
         return body
 
     async def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST with bounded retries and exponential backoff; raises :class:`BackendError`."""
-        url = f"{self.root}{path}"
+        """POST with bounded retries (``max_retries``, ``retry_budget_s``) and exponential
+        backoff with jitter (:mod:`prour.llm.retry`); raises :class:`BackendError`. A replica
+        that cannot be reached hands the request to another one at once (each replica once per
+        request), not counted as an attempt. Attempts, failures by kind, retries and requests
+        given up are counted under ``label``."""
+        url = f"{self.root}{path}" if len(self.replicas) == 1 else f"{path} of {self.model}"
         attempts = self.max_retries + 1
-        for attempt in range(1, attempts + 1):
+        attempt, tried, sent = 1, set(), []
+        retry.count(self.label, requests=1)
+        while True:
             try:
-                return await self._attempt(url, payload)
+                return await self._attempt(path, payload, tried, sent)
             except BackendError as exc:  # not worth retrying; the server may echo the key
                 raise BackendError(self._scrub(str(exc))) from None
             except _TransientError as exc:
-                reason = self._scrub(exc.reason)
-                if attempt == attempts:
-                    raise BackendError(
-                        f"POST {url} failed after {attempts} attempt(s); last error: {reason}"
-                    ) from None
-                global _retried
-                with _retried_lock:
-                    _retried += 1
-                delay = self.backoff_s * 2 ** (attempt - 1)
-                if exc.retry_after is not None:
-                    delay = min(max(delay, exc.retry_after), self.timeout_s)
-                logger.warning(
-                    "POST %s: %s (attempt %d/%d); retrying in %.2f s",
-                    url,
-                    reason,
-                    attempt,
-                    attempts,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+                error = exc
+            retry.count(self.label, **{error.kind: 1})
+            if isinstance(error, _UnreachableReplica) and len(self.replicas) > 1:
+                tried.add(error.index)
+                now = time.monotonic()
+                if any(i not in tried and r.down_until <= now
+                       for i, r in enumerate(self.replicas)):
+                    logger.warning("%s; sending the request to another replica",
+                                   self._scrub(error.reason))
+                    continue
+                tried.clear()  # no replica left to try: retry as any other failure
+            reason = self._scrub(error.reason)
+            delay = retry.backoff_delay(attempt, self.backoff_s, self._jitter.random())
+            if error.retry_after is not None:
+                delay = min(max(delay, error.retry_after), self.timeout_s)
+            elapsed = time.monotonic() - sent[0] if sent else 0.0
+            why = retry.stop_reason(attempt - 1, self.max_retries, elapsed, delay,
+                                    self.retry_budget_s)
+            if why is not None:
+                retry.count(self.label, gave_up=1)
+                spent = f" ({why})" if attempt < attempts else ""
+                raise BackendError(
+                    f"POST {url} failed after {attempt} attempt(s){spent}; last error: {reason}"
+                ) from None
+            global _retried
+            with _retried_lock:
+                _retried += 1
+            retry.count(self.label, retries=1)
+            logger.warning(
+                "POST %s: %s (attempt %d/%d); retrying in %.2f s",
+                url,
+                reason,
+                attempt,
+                attempts,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            attempt += 1
 
     # ---- chat --------------------------------------------------------------------------------
 

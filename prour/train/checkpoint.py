@@ -64,11 +64,18 @@ def checkpoint_damage(folder: Path) -> str | None:
         return None
     except (OSError, ValueError) as exc:
         return f"its {MANIFEST_FILE} is unreadable ({exc})"
+    if not isinstance(listed, dict) or not all(
+            isinstance(size, int) and not isinstance(size, bool) for size in listed.values()):
+        return f"its {MANIFEST_FILE} is not a mapping of file names to sizes"
     for name, size in sorted(listed.items()):
+        if not name or "\0" in name or Path(name).is_absolute() or ".." in Path(name).parts:
+            return f"its {MANIFEST_FILE} lists {name!r}, not a file inside the checkpoint"
         try:
             actual = (folder / name).stat().st_size
         except FileNotFoundError:
             return f"{name} is missing"
+        except OSError as exc:
+            return f"{name} cannot be read ({exc.strerror or exc})"
         if actual != size:
             return f"{name} holds {actual} bytes, {size} were saved"
     return None

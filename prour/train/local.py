@@ -23,6 +23,7 @@ import torch
 
 from prour.config import ConfigError, Recipe
 from prour.config.train import TrainConfig
+from prour.llm import retry
 from prour.train import checkpoint as ckpt
 from prour.train.data import DataOrder, keep_modes, read_instances, row_mode
 from prour.train.metrics import (
@@ -327,8 +328,11 @@ class LocalTrainer:
         with the seconds of every phase (:data:`~prour.train.metrics.PHASE_KEYS`: the reward's
         clock times its scoring and responder calls). With ``train.overlap`` the next step's
         sampling runs during this step's update: the phases share the step's seconds (each
-        counted within the step's window), and ``waiting`` is the rest."""
+        counted within the step's window), and ``waiting`` is the rest. What the served models'
+        requests cost within the step's window (attempts, failures, retries, requests given up
+        and the error share per role: :func:`prour.llm.retry.step_metrics`) is counted too."""
         clock = self._clock()
+        requests_before = retry.snapshot()
         t0 = time.perf_counter()
         clock.take(until=t0)  # nothing from before this step
         batch = self._batch()
@@ -369,6 +373,7 @@ class LocalTrainer:
             sample_staleness=staleness,
             lr=lr,
         )
+        metrics.update(retry.step_metrics(retry.since(requests_before)))
         return metrics
 
     def _clock(self) -> PhaseClock:

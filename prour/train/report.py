@@ -11,6 +11,7 @@ reads both. Call :func:`write_training_report` (``prour report DIR`` / ``prour t
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from prour.files import write_atomic
+from prour.markdown import md, table
 from prour.train.metrics import METRICS_FILE, PHASE_KEYS, PHASES, SEGMENT_PREFIX, STEP_TIME_KEY
+
+logger = logging.getLogger(__name__)
 
 VERL_PREFIX = "training/prour/"
 VERL_NAMES = {
@@ -122,25 +126,63 @@ def metrics_files(output_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(files)
 
 
-def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
+class MetricsRecords(list):
+    """Step records read from a run's metrics files; ``skipped`` names each line left out
+    (``file:line: why``): cut by a kill, not JSON, not an object, or without an integer step."""
+
+    def __init__(self, records: Sequence[dict[str, Any]] = (), skipped: Sequence[str] = ()):
+        super().__init__(records)
+        self.skipped: list[str] = list(skipped)
+
+
+def _record_problem(line: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(record under the local names, None), or (None, why the line is no step record)."""
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        return None, f"not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return None, f"expected a JSON object, got {type(value).__name__}"
+    record = canonical(value)
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return None, f"no step number (`step` is {step!r})"
+    return record, None
+
+
+def read_metrics(output_dir: str | Path) -> MetricsRecords:
     """Every step's metrics, oldest first, under the local names. A segment that starts at
-    step N replaces what earlier files logged after N (steps redone after a resume); a line
-    cut by a kill is skipped."""
+    step N replaces what earlier files logged after N (steps redone after a resume). A line that
+    is no step record (cut by a kill, corrupt) is skipped with a warning naming its file and
+    line, and listed in ``.skipped``: the report says how many and which."""
     files = metrics_files(output_dir)
     if not files:
         raise FileNotFoundError(f"{output_dir} holds no {METRICS_FILE}: not a training output "
                                 "folder (train.output_dir), or no step has finished yet")
     steps: dict[int, dict[str, Any]] = {}
+    skipped: list[str] = []
     for start, path in files:
         steps = {s: r for s, r in steps.items() if s <= start}
-        for line in path.read_text().splitlines():
-            try:
-                record = canonical(json.loads(line))
-            except (json.JSONDecodeError, AttributeError):
+        for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+            if not raw.strip():
                 continue
-            if isinstance(record.get("step"), int):
-                steps[record["step"]] = record
-    return [steps[s] for s in sorted(steps)]
+            line = raw.decode("utf-8", errors="replace")
+            record, problem = _record_problem(line)
+            if record is None:
+                skipped.append(f"{path}:{number}: {problem}")
+                logger.warning("skipping corrupt metrics line %s", skipped[-1])
+                continue
+            steps[record["step"]] = record
+    return MetricsRecords([steps[s] for s in sorted(steps)], skipped)
+
+
+def _skipped_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's line on metrics lines left out (none when every line read)."""
+    skipped = getattr(records, "skipped", [])
+    if not skipped:
+        return []
+    shown = "; ".join(skipped[:5]) + ("; …" if len(skipped) > 5 else "")
+    return [md(f"- skipped {len(skipped)} line(s) that hold no step record: {shown}")]
 
 
 def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -308,17 +350,15 @@ def _markdown(output_dir: Path, records: Sequence[Mapping[str, Any]],
     files = ", ".join(p.name for _, p in metrics_files(output_dir))
     first, last = records[0]["step"], records[-1]["step"]
     reward = next(r for r in rows if r["key"] == "reward_mean")
-    lines = ["# Training report", "", f"- run: `{output_dir}` ({files})",
-             f"- steps logged: {len(records)} (step {first} to {last})", "",
+    lines = ["# Training report", "", md(f"- run: `{output_dir}` ({files})"),
+             f"- steps logged: {len(records)} (step {first} to {last})", *_skipped_lines(records),
+             "",
              f"Mean reward: first step {_fmt(reward['first'])}, last step {_fmt(reward['last'])}.",
              "",
-              "| Panel | Series | Key | Steps | First | Last | Min | Max |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        if r["steps"]:
-            lines.append(f"| {r['panel']} | {r['label']} | `{r['key']}` | {r['steps']} | "
-                         f"{_fmt(r['first'])} | "
-                         f"{_fmt(r['last'])} | {_fmt(r['min'])} | {_fmt(r['max'])} |")
+             *table(["Panel", "Series", "Key", "Steps", "First", "Last", "Min", "Max"],
+                    [[r["panel"], r["label"], f"`{r['key']}`", r["steps"], _fmt(r["first"]),
+                      _fmt(r["last"]), _fmt(r["min"]), _fmt(r["max"])] for r in rows
+                     if r["steps"]])]
     missing = [f"`{r['key']}`" for r in rows if not r["steps"]]
     if missing:
         lines += ["", f"Not logged by this run: {', '.join(missing)}."]
@@ -328,10 +368,10 @@ def _markdown(output_dir: Path, records: Sequence[Mapping[str, Any]],
         lines += ["", "## Where the time goes", "",
                   (f"{shares['steps']} timed steps, {_fmt(shares['step_seconds'])} s in all "
                    f"({_fmt(mean)} s per step)."), "",
-                  "| Phase | Seconds | Share |", "| --- | --- | --- |"]
-        for phase, entry in shares["phases"].items():
-            share = "–" if entry["share"] is None else f"{100 * entry['share']:.1f}%"
-            lines.append(f"| {phase} | {_fmt(entry['seconds'])} | {share} |")
+                  *table(["Phase", "Seconds", "Share"],
+                         [[phase, _fmt(entry["seconds"]),
+                           "–" if entry["share"] is None else f"{100 * entry['share']:.1f}%"]
+                          for phase, entry in shares["phases"].items()])]
     lines += ["", *(f"![{name}]({path.name})" for name, path in plots.items())]
     return "\n".join(lines) + "\n"
 
@@ -345,7 +385,9 @@ def write_training_report(output_dir: str | Path,
     output_dir = Path(output_dir)
     records = read_metrics(output_dir)
     if not records:
-        raise ValueError(f"{output_dir}: the metrics files hold no complete step")
+        skipped = f" ({len(records.skipped)} line(s) skipped, first {records.skipped[0]})" \
+            if records.skipped else ""
+        raise ValueError(f"{output_dir}: the metrics files hold no complete step{skipped}")
     out = Path(out_dir) if out_dir is not None else output_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     written = {"reward_plot": plot_reward(records, out / REWARD_PLOT)}
@@ -359,6 +401,7 @@ def write_training_report(output_dir: str | Path,
     write_atomic(markdown, _markdown(output_dir, records, rows, dict(written)))
     payload = out / REPORT_JSON
     write_atomic(payload, json.dumps({"output_dir": str(output_dir), "steps": len(records),
+                                      "skipped_lines": records.skipped,
                                       "series": rows, "time": phase_shares(records)},
                                      indent=2) + "\n")
     return {**written, "markdown": markdown, "json": payload}

@@ -7,7 +7,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -234,9 +233,11 @@ def _collect_recipe(tmp_path: Path, run_dir: Path) -> Path:
 
 
 def _prour(*args: str) -> subprocess.CompletedProcess:
-    """The `prour` console entry in a child process (where a disk error is caught)."""
-    return subprocess.run([sys.executable, "-m", "prour.cli.main", *args], capture_output=True,
-                          text=True, timeout=300, check=False)
+    """The installed `prour` script in a child process (where a disk error is caught)."""
+    from installed_prour import prour_argv
+
+    return subprocess.run(prour_argv(*args), capture_output=True, text=True, timeout=300,
+                          check=False)
 
 
 def _one_line(proc: subprocess.CompletedProcess, *fragments: str) -> str:

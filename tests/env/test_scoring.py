@@ -15,6 +15,7 @@ from prour.env.domains import DOMAINS, get_task, load_tasks
 from prour.env.environment import tool_types
 from prour.env.runner import run_episode
 from prour.env.scoring import score_episode, to_tau2_messages
+from prour.env.trajectory import StepRecord
 from prour.env.users import OracleUser
 
 
@@ -117,11 +118,59 @@ def test_nl_assertions_in_the_basis_are_reported_not_evaluated() -> None:
     assert score_episode("retail", task, traj)[0] == 1.0
 
 
+def _insert(traj: Any, index: int, message: dict[str, Any], step: StepRecord) -> None:
+    """Put ``message`` at ``index`` of the transcript, its step among the steps in order."""
+    traj.messages.insert(index, message)
+    for other in traj.steps:
+        if other.message_index >= index:
+            other.message_index += 1
+    step.message_index = index
+    traj.steps.insert(sum(s.message_index < index for s in traj.steps), step)
+
+
+def _unsent_call(call_id: str) -> dict[str, Any]:
+    """A call that never reached the environment (well-formed JSON, so that only the step's
+    ``executed: false`` keeps it out)."""
+    return {"id": call_id, "type": "function",
+            "function": {"name": "get_order_details", "arguments": '{"order_id": "#W0000000"}'}}
+
+
+def _unsent_result(call_id: str) -> tuple[dict[str, Any], StepRecord]:
+    return ({"role": "tool", "tool_call_id": call_id, "name": "get_order_details",
+             "content": "Error: the call was malformed and not run"},
+            StepRecord(kind="tool_result", message_index=0, requestor="assistant",
+                       tool_name="get_order_details", tool_call_id=call_id, is_error=True,
+                       executed=False))
+
+
 def test_tau2_messages_leave_out_system_and_unexecuted_calls() -> None:
+    """The oracle's episode with two calls that never ran added: one beside an executed call in
+    the same assistant turn, one alone in a turn of its own, each with its (unexecuted) result.
+    tau2 gets exactly the oracle's executed calls and results: no unexecuted call, no result of
+    one, and no turn that held only such a call."""
     task = get_task("retail", "5")
     traj = _oracle("retail", task)
+    before = to_tau2_messages(traj)
+    first = next(s for s in traj.steps if s.kind == "agent_tool_call")
+    traj.messages[first.message_index]["tool_calls"].append(_unsent_call("unsent-1"))
+    after_results = max(s.message_index for s in traj.steps if s.kind == "tool_result"
+                        and s.tool_call_id in {c["id"] for c in
+                                               traj.messages[first.message_index]["tool_calls"]})
+    _insert(traj, after_results + 1, *_unsent_result("unsent-1"))
+    last = len(traj.messages) - 1  # before the user's closing message
+    _insert(traj, last, {"role": "assistant", "content": "",
+                         "tool_calls": [_unsent_call("unsent-2")]},
+            StepRecord(kind="agent_tool_call", message_index=0, requestor="assistant"))
+    _insert(traj, last + 1, *_unsent_result("unsent-2"))
+    assert sum(not s.executed for s in traj.steps) == 2
+
     messages = to_tau2_messages(traj)
     assert [m.role for m in messages][:2] == ["assistant", "user"]
     assert all(m.role != "system" for m in messages)
-    n_calls = sum(len(m.tool_calls or []) for m in messages if m.role == "assistant")
-    assert n_calls == len(task.evaluation_criteria.actions)
+    calls = [c.id for m in messages if m.role == "assistant" for c in m.tool_calls or []]
+    results = [m.id for m in messages if m.role == "tool"]
+    assert "unsent-1" not in calls + results and "unsent-2" not in calls + results
+    assert len(calls) == len(task.evaluation_criteria.actions)
+    assert calls == [c.id for m in before if m.role == "assistant" for c in m.tool_calls or []]
+    assert results == [m.id for m in before if m.role == "tool"]
+    assert len(messages) == len(before)  # the turn holding only an unsent call is left out

@@ -70,6 +70,19 @@ def test_compare_runs_pairs_tasks_and_seeds():
         compare_runs(a, shifted)
 
 
+def test_compare_runs_average_is_stratified_by_domain():
+    """The averaged difference is the unweighted mean of the domains' differences, and its
+    bootstrap resamples tasks within each domain. Retail: one task, a solves it and b does not
+    (difference 1); airline: three tasks both solve (difference 0). Stratified: 0.5, and every
+    draw is 0.5 (each domain's tasks are resampled among themselves), so the interval is the
+    point. Tasks pooled across domains would give 1/4 and draws from 0 to 1."""
+    a = {"retail": {"r1": {0: 1.0}}, "airline": {f"a{i}": {0: 1.0} for i in range(3)}}
+    b = {"retail": {"r1": {0: 0.0}}, "airline": {f"a{i}": {0: 1.0} for i in range(3)}}
+    average = compare_runs(a, b, n_boot=400)[AVERAGE]
+    assert average.estimate == pytest.approx(0.5)
+    assert (average.low, average.high) == pytest.approx((0.5, 0.5))
+
+
 def test_step_split_counts_act_clarify_verify_per_episode():
     split = step_split([["act", "clarify", "act", "verify"], ["act", "act"]])
     assert (split.act, split.clarify, split.verify) == (2.0, 0.5, 0.5)

@@ -7,14 +7,22 @@ A cell's tier: ``CI`` (``make test``: CPU, the vLLM venv and the local Slurm inc
 (``make test-full`` only) or ``slurm`` (marked slurm, run by ``make test`` where root can start
 Slurm). Every test a cell names asserts what issue 36 asks of its fault: a non-zero exit with one
 line naming cause and fix, no traceback, the lock freed and, after the fault is removed, a rerun
-with every record exactly once (or checkpoints that load)."""
+with every record exactly once (or checkpoints that load).
+
+A second table, :data:`FLAKY`, holds the flaky servers: the commands that call served models
+for long (eval, and the local trainer's responders) against a server that fails a seeded share
+of requests in one way (or all ways mixed), or whose retries run out. Its cells assert that every
+episode and every reward is recorded exactly once, as a clean server's run records it, and that
+the run reports the failed attempts by kind, their share and the retries as the server counts
+them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 COMMANDS = ("collect", "normalize", "calibrate", "extract", "train local",
-            "train verl rehearsal", "eval", "report", "prour run")
+            "train verl rehearsal", "eval", "report", "prour run", "installed prour",
+            "process tree")
 FAULTS = ("SIGINT start-up", "SIGINT mid-run", "SIGTERM mid-run", "Slurm repeated SIGTERM",
           "kill -9 + rerun", "read-only run folder", "full disk", "HTTP 500", "timeout",
           "closed mid-reply", "vLLM dies mid-step", "torn last line", "truncated checkpoint",
@@ -71,6 +79,17 @@ SIG = SG + "test_a_fault_mid_run_then_a_rerun_stores_every_record_once"
 NO_CKPT = "writes no checkpoint (JSONL records, resumed by key)"
 NO_PARQUET = "reads and writes no parquet"
 NO_MODEL = "calls no model server"
+# The rows of what sits around every command: the console script users run (``prour`` as
+# installed, pyproject's [project.scripts]) and the tree of processes a command starts.
+IE = ("tests/cli/test_installed_entry.py::test_the_installed_prour_into_a_read_only_or_full_"
+      "folder_is_one_line")
+PT = ("tests/faults/test_process_tree_faults.py::test_kill_minus_nine_of_prour_run_ends_its_step_"
+      "and_a_rerun_finds_no_orphan")
+RAY = ("tests/cluster/test_slurm_ray_signals.py::test_scancel_reaching_the_ray_workers_and_the_"
+       "driver_exits_130_and_the_resubmission_resumes")
+ENTRY_ONLY = ("a fault of the command, not of its entry: the command's row, whose CI cells run the "
+              "same installed script")
+TREE_ONLY = "a fault of the command, not of its process tree: the command's row"
 SHORT = "a few seconds of reading files, no resumable phase: a rerun rewrites its folder whole"
 
 MATRIX: dict[str, dict[str, Cell]] = {
@@ -297,7 +316,48 @@ MATRIX: dict[str, dict[str, Cell]] = {
         "kill -9 + rerun": t("CI tests/test_runner_chain.py::test_a_killed_train_resumes_only_"
                              "its_missing_steps_then_reruns_skip_and_stale_is_named"),
     },
+    "installed prour": {
+        **{fault: Cell(na=ENTRY_ONLY) for fault in FAULTS},
+        "SIGINT start-up": t(U),  # every long command's start-up, through the installed script
+        "read-only run folder": t("CI " + IE),
+        "full disk": t("CI " + IE),
+        "kill -9 + rerun": t("CI " + PT),
+    },
+    "process tree": {
+        **{fault: Cell(na=TREE_ONLY) for fault in FAULTS},
+        "SIGINT mid-run": t(RUN),  # Ctrl-C to the runner's group: it passes it on to its step
+        "SIGTERM mid-run": t("CI tests/test_interrupt.py::test_prour_run_passes_sigterm_on_to_"
+                             "its_step_and_prints_the_steps_report", RUN),
+        "Slurm repeated SIGTERM": t("full " + RAY),  # scancel reaches Ray's workers and driver
+        "kill -9 + rerun": t("CI " + PT),  # the runner killed: its step dies with it
+    },
 }
+
+FLAKY_COMMANDS = ("eval", "train local")
+FLAKY_FAULTS = ("HTTP 500 share", "timeout share", "dropped mid-reply share", "latency spikes",
+                "all four mixed", "retries run out")
+FL = "tests/faults/test_flaky_servers.py::"
+FLE = FL + "test_an_eval_against_a_flaky_server_stores_every_episode_once_and_reports_its_errors"
+FLT = FL + ("test_training_against_flaky_responders_records_every_reward_once_and_counts_the_"
+            "errors")
+SINGLE = dict(zip(FLAKY_FAULTS[:4], ("http-500", "timeout", "closed-mid-reply",
+                                     "latency-spike")))
+
+FLAKY: dict[str, dict[str, Cell]] = {
+    "eval": {
+        **{fault: t(f"full {FLE}[{kind}]") for fault, kind in SINGLE.items()},
+        "all four mixed": t(f"CI {FLE}[mixed]"),
+        "retries run out": t("full " + FL + "test_an_eval_whose_retries_run_out_errs_those_"
+                             "episodes_once_and_a_rerun_completes"),
+    },
+    "train local": {
+        **{fault: t(f"full {FLT}[{kind}]") for fault, kind in SINGLE.items()},
+        "all four mixed": t(f"CI {FLT}[mixed]"),
+        "retries run out": t("full " + FL + "test_a_responder_whose_retries_run_out_fails_its_"
+                             "samples_and_invents_no_reward"),
+    },
+}
+
 
 def cell(command: str, fault: str) -> Cell:
     """The cell of ``command`` × ``fault`` (every one is in MATRIX: the test holds it so)."""
@@ -331,5 +391,22 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def flaky_table() -> str:
+    """The flaky-server rows as a Markdown table (CI / full), then the test behind each cell."""
+    lines = ["| command, flaky server | " + " | ".join(FLAKY_FAULTS) + " |",
+             "|---|" + "---|" * len(FLAKY_FAULTS)]
+    for command in FLAKY_COMMANDS:
+        marks = [FLAKY[command][fault].mark for fault in FLAKY_FAULTS]
+        lines.append(f"| {command} | " + " | ".join(marks) + " |")
+    lines.append("")
+    for command in FLAKY_COMMANDS:
+        for fault in FLAKY_FAULTS:
+            names = "; ".join(f"{tier} {name}" for tier, name in FLAKY[command][fault].tests)
+            lines.append(f"- {command} × {fault}: {names}")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
+    print()
+    print(flaky_table())

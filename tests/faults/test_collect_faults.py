@@ -14,13 +14,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import data_scripts as scripts
 import pytest
 import yaml
+from flaky_openai import LocalServer
 
 from prour.interrupt import INTERRUPTED_EXIT
 from prour.runlock import LOCK_FILE
@@ -165,21 +166,14 @@ REPLY = {"id": "x", "object": "chat.completion", "model": "m",
          "usage": {"prompt_tokens": 3, "completion_tokens": 5}}
 
 
-class Faulty:
+class Faulty(LocalServer):
     """An OpenAI-style server whose first ``failures`` POSTs fail as ``kind`` says (all of them
     when ``failures`` is None); the others answer one assistant message."""
 
     def __init__(self, kind: str, failures: int | None):
         self.kind, self.failures, self.posts = kind, failures, 0
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda *args: None  # a client that gave up: nothing to say
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._serve()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

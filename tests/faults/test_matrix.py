@@ -38,3 +38,30 @@ def test_the_docs_hold_the_printed_table():
     page = (ROOT / "docs" / "reliability.md").read_text()
     assert matrix.table().split("\n\n")[0] in page, "run `python tests/faults/matrix.py` and " \
         "put its table in docs/reliability.md"
+    assert matrix.flaky_table().split("\n\n")[0] in page, "run `python tests/faults/matrix.py`" \
+        " and put its flaky-server table in docs/reliability.md"
+
+
+def test_every_flaky_server_cell_names_tests_that_exist_and_each_row_has_one_in_ci():
+    for command in matrix.FLAKY_COMMANDS:
+        assert set(matrix.FLAKY[command]) == set(matrix.FLAKY_FAULTS), command
+        for fault in matrix.FLAKY_FAULTS:
+            cell = matrix.FLAKY[command][fault]
+            assert cell.tests and not cell.na and not cell.gap, (command, fault)  # each a test
+            for tier, name in cell.tests:
+                assert tier in {"CI", "full"}, (command, fault, tier)
+                path, function = name.split("::")
+                function = function.split("[")[0]  # a parametrized test's case
+                assert function.startswith("test_") and function in _functions(ROOT / path), name
+        marks = {matrix.FLAKY[command][fault].mark for fault in matrix.FLAKY_FAULTS}
+        assert "CI" in marks, (command, marks)
+
+
+def test_each_command_family_runs_the_installed_prour_in_a_ci_cell():
+    """The CI cells stand for users at the terminal: each family has one whose test module starts
+    the installed console script (tests/installed_prour.py), not ``python -m prour.cli.main``."""
+    for command in matrix.COMMANDS:
+        modules = {name.split("::")[0] for fault in matrix.FAULTS
+                   for tier, name in matrix.cell(command, fault).tests if tier == "CI"}
+        assert any("installed_prour" in (ROOT / path).read_text() for path in modules), (
+            command, sorted(modules))

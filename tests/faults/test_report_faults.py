@@ -1,5 +1,5 @@
-"""Fault cells of ``prour report`` (tests/faults/matrix.py lists every cell): a real ``prour
-report`` process on a hand-written results.jsonl of 8 episodes (2 methods x 2 tasks x 2 seeds).
+"""Fault cells of ``prour report`` (tests/faults/matrix.py lists every cell): the installed ``prour``
+script's ``prour report`` on a hand-written results.jsonl of 8 episodes (2 methods x 2 tasks x 2 seeds).
 A torn last line is skipped and named, the 8 complete episodes counted once each; a read-only or
 full report folder is one line naming the disk and the fix, and with the fault removed a rerun
 writes the report; a SIGINT during start-up stops before any work."""
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from installed_prour import prour_argv
 
 from prour.interrupt import INTERRUPTED_EXIT
 
@@ -47,9 +48,8 @@ def _write_run(run: Path, torn: bool = False) -> Path:
 
 
 def _report(run: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prour.cli.main", "report", str(run),
-                           "--n-boot", "20"], capture_output=True, text=True, timeout=300,
-                          check=False)
+    return subprocess.run(prour_argv("report", str(run), "--n-boot", "20"), capture_output=True,
+                          text=True, timeout=300, check=False)
 
 
 def _completes(run: Path) -> str:
@@ -113,8 +113,8 @@ def test_a_full_disk_is_one_line_naming_the_space_then_a_rerun_writes_the_report
 
 def test_ctrl_c_during_report_start_up_is_one_line_without_a_traceback(tmp_path):
     run = _write_run(tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "-m", "prour.cli.main", "report", str(run)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(prour_argv("report", str(run)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not _handles(proc.pid, signal.SIGTERM):  # ours: Python has its own SIGINT one
         assert proc.poll() is None and time.monotonic() < deadline, "no handler in place"

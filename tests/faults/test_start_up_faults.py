@@ -1,5 +1,5 @@
 """The SIGINT-at-start-up cell of every long command but collect's and report's (which have their
-own; tests/faults/matrix.py lists every cell): a real ``prour`` process on recipes/smoke.yaml
+own; tests/faults/matrix.py lists every cell): the installed ``prour`` script on recipes/smoke.yaml
 gets a SIGINT once prour's handler is in place, while the command still imports and loads. It
 ends with exit 130 and the one line saying it stopped before any work, no traceback, no
 KeyboardInterrupt, and no run lock or output left in its run folder."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from installed_prour import prour_argv
 
 from prour.interrupt import INTERRUPTED_EXIT
 
@@ -43,10 +43,9 @@ def test_ctrl_c_during_start_up_is_one_line_without_a_traceback(tmp_path, comman
     recipe = REHEARSAL if command == "train verl rehearsal" else SMOKE
     run = tmp_path / "run"
     first, *rest = COMMANDS[command]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "prour.cli.main", first, "--recipe", str(recipe), *rest,
-         "--set", f"run_dir={run}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True)
+    proc = subprocess.Popen(  # the installed script, as a user starts it
+        prour_argv(first, "--recipe", str(recipe), *rest, "--set", f"run_dir={run}"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     # ours sets SIGTERM's (Python has a SIGINT handler of its own from its first instant)
     while not _handles(proc.pid, signal.SIGTERM):

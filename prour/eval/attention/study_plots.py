@@ -151,8 +151,8 @@ def plot_figure4(data: Mapping[str, Any], item: StudyItem, out: Path) -> Path:
             if result is None or result["estimate"] is None:
                 continue
             low, high = result["low"], result["high"]
-            err = [[result["estimate"] - low], [high - result["estimate"]]] if low is not None \
-                else None
+            err = [[max(0.0, result["estimate"] - low)], [max(0.0, high - result["estimate"])]] \
+                if low is not None else None  # a percentile interval may miss its estimate
             ax.errorbar(result["estimate"], y, xerr=err, fmt="D" if y == 0 else "o",
                         color="C0", markersize=8 if y == 0 else 5, capsize=3)
             series[key][backbone] = {**result, "y": y, "source": "run"}
@@ -186,8 +186,9 @@ def plot_figure6(drawn: Mapping[str, Any], item: StudyItem, out: Path) -> Path:
             value = entry.get(policy) or {}
             if value.get("estimate") is None:
                 continue
-            err = None if value.get("low") is None else [[value["estimate"] - value["low"]],
-                                                         [value["high"] - value["estimate"]]]
+            err = None if value.get("low") is None else [
+                [max(0.0, value["estimate"] - value["low"])],
+                [max(0.0, value["high"] - value["estimate"])]]
             ax.bar(i + offset, value["estimate"], 0.38, color=color, yerr=err, capsize=3,
                    hatch="//" if entry["hatched"] else None, edgecolor="black",
                    label=policy if i == 0 else None)

@@ -41,6 +41,40 @@ def _installed_flag() -> ctypes.c_bool | None:
         return None
 
 
+def stop_asked() -> bool:
+    """Whether SIGINT or SIGTERM asked this driver to stop (:func:`prour.interrupt.stopping`):
+    its clean-up then waits on Ray only briefly, since in a Slurm job the same signal reached
+    Ray's own processes, whose answers never come."""
+    return interrupt.stopping()
+
+
+def ray_ended() -> bool:
+    """Whether the raylet of the Ray this driver started (``ray.init`` without an address) has
+    ended: in a Slurm job the job's SIGTERM reaches Ray's own processes (GCS, raylet, workers)
+    beside the driver, and the raylet goes first (the GCS and the autoscaler take seconds more
+    to end on their own). False for a cluster the driver joined: it cannot tell."""
+    from ray._private import ray_constants, worker
+
+    node = getattr(worker, "_global_node", None)
+    if node is None:
+        return False
+    raylets = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, [])
+    return bool(raylets) and all(info.process.poll() is not None for info in raylets)
+
+
+def stopped_with_ray() -> bool:
+    """Whether the stop asked of this driver reached Ray's own processes too: inside a Slurm job,
+    whose SIGTERM (scancel, a time limit, preemption) reaches every process of the job, or once
+    the raylet has ended anyway. The clean-up then skips what would wait on them (the transfer
+    queue's graceful close of its storage actors, which ``ray.shutdown`` ends anyway): with Ray
+    2.60 that wait, beside ``ray.shutdown``'s own with a dead raylet, held the driver past
+    Slurm's KillWait (30 s by default) on a busy node, which killed it before its report and
+    exit 130."""
+    import os
+
+    return stop_asked() and (bool(os.environ.get("SLURM_JOB_ID")) or ray_ended())
+
+
 def init(**kwargs: Any) -> None:
     """``ray.init(**kwargs)``, then prour's handlers back in place of Ray's."""
     import ray

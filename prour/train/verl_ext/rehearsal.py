@@ -39,6 +39,8 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+STOP_WAIT_S = 2.0  # after SIGINT/SIGTERM: the longest wait on Ray in the rehearsal's clean-up
+
 
 def compose(
     model_dir: Path, run_dir: Path, sets: list[str], recipe_path: str = "recipes/paper.yaml"
@@ -450,11 +452,33 @@ class Harness:
             tq.kv_clear(keys=keys, partition_id="train")
 
     def close(self) -> None:
-        async def settle() -> None:  # sessions started ahead of a step that never came
-            while self.worker.background_tasks:
-                await asyncio.gather(*list(self.worker.background_tasks), return_exceptions=True)
+        """End the sessions started ahead of a step that never came and empty the partition.
+        After a stop was asked (SIGINT/SIGTERM) the sessions are cancelled instead, waited for
+        :data:`STOP_WAIT_S` at most, and the rest is left to the end of the process: in a Slurm
+        job the job's SIGTERM reaches Ray's own processes as well, whose answers then never
+        come (waiting for them held the driver past Slurm's KillWait, which killed it before its
+        report and exit 130). The loop keeps running then, so that no pending session is torn
+        down half-way at exit."""
+        from prour.train.verl_ext import ray_signals
 
-        asyncio.run_coroutine_threadsafe(settle(), self.loop).result(300)
+        stopping = ray_signals.stop_asked()
+
+        async def settle() -> None:
+            while self.worker.background_tasks:
+                tasks = list(self.worker.background_tasks)
+                for task in tasks if stopping else ():
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                self.worker.background_tasks.difference_update(tasks)
+
+        try:
+            asyncio.run_coroutine_threadsafe(settle(), self.loop).result(
+                STOP_WAIT_S if stopping else 300)
+        except TimeoutError:
+            if not stopping:
+                raise
+        if stopping:
+            return
         self.clear()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -633,8 +657,9 @@ def rehearse(recipe: Any, cfg: Any) -> Path | None:
     finally:
         if harness is not None:
             harness.close()
-        with contextlib.suppress(Exception):
-            tq.close()
+        if not ray_signals.stopped_with_ray():  # else its storage actors cannot answer
+            with contextlib.suppress(Exception):
+                tq.close()
         ray_signals.shutdown()  # ray.shutdown would put SIGTERM's default action back
 
 
