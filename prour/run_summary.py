@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,14 +136,45 @@ def problem_lines(recipe: Recipe, names: list[str] | None = None) -> list[str]:
     """What this node lacks for the selected stages as one run (what an earlier one of them
     makes is not required yet), one line each; empty: preflight passes."""
     from prour.preflight import preflight
-    from prour.stages import STAGES, get_stage
+    from prour.stages import STAGES, get_stage, stage_of
 
     stages = [stage for stage in _stages(recipe, names) if get_stage(stage).preflight]
     serving = next(stage for stage in STAGES if stage.long_running)
-    if serving.skip(recipe) is None and any(step_servers(recipe, step)
-                                            for step in _selected(names)):
+    selected = _selected(names)
+    served = serving.skip(recipe) is None and any(step_servers(recipe, s) for s in selected)
+    # a step that starts its own servers (the study's) needs what the serve stage checks too
+    serves_itself = any(s.serves_itself and stage_of(s).skip(recipe) is None for s in selected)
+    if served or serves_itself:
         stages.insert(0, serving.name)  # the servers' own checks: weights, vLLM, their GPUs
     return [problem.line() for problem in preflight(recipe, stages, whole_run=True)]
+
+
+def serving_problems(recipe: Recipe, step: Step) -> list[str]:
+    """Why the servers ``step`` calls cannot start (``extra``: no vLLM in the serve python), to
+    be said before any of them starts, whether ``prour run`` starts them or the step itself (the
+    study's); none where it serves none."""
+    from prour.preflight import check_extras
+    from prour.stages import STAGES, served_elsewhere
+
+    serving = next(stage for stage in STAGES if stage.long_running)
+    if step.serves_itself:
+        return [problem.line() for problem in check_extras(recipe, serving.name)]
+    if not step_servers(recipe, step) or served_elsewhere(recipe, step):
+        return []
+    return [problem.line() for problem in check_extras(step.served_recipe(recipe), serving.name)]
+
+
+def run_refusals(recipe: Recipe, names: list[str] | None, to_run: Iterable[Step]) -> list[str]:
+    """What refuses a ``prour run`` before it starts anything: the checks the selected steps'
+    commands make of the recipe's values together, each on its step's recipe
+    (:mod:`prour.recipe_checks`), and :func:`serving_problems` of the steps ``to_run``."""
+    from prour.recipe_checks import run_problems
+    from prour.stages import stage_names
+
+    lines = [f"recipe: {line}" for line in run_problems(recipe, stage_names(), names)]
+    for step in to_run:
+        lines += [line for line in serving_problems(recipe, step) if line not in lines]
+    return lines
 
 
 def node_plan(recipe: Recipe, names: list[str] | None = None) -> tuple[list[str], list[str]]:
@@ -161,10 +192,13 @@ def _clock(seconds: float) -> str:
 
 def run_table(recipe: Recipe, read_stamp: Callable[[Recipe, Step], dict[str, Any] | None],
               names: list[str] | None = None, since: float | None = None,
-              skip_reason: Callable[[Recipe, Step], str | None] | None = None) -> str:
+              skip_reason: Callable[[Recipe, Step], str | None] | None = None,
+              refused: Mapping[str, str] | None = None) -> str:
     """What ran where and how long each step took, from the steps' stamps (``read_stamp``: the
     runner's reader of ``<run_dir>/.prour/steps/<step>.json``; ``skip_reason``: its reason a
-    run leaves a step out, such a step reads ``skipped``).
+    run leaves a step out, such a step reads ``skipped``). A step this run started that failed
+    reads ``failed``; one in ``refused`` (it did not start: its folder in use, its setup refused)
+    reads ``refused``, whatever an earlier run stamped.
 
     ``names``: the steps asked for (None: every step); ``since``: when this run started, so that
     a step stamped earlier reads ``done before``. The last line is this run's wall time over the
@@ -180,6 +214,9 @@ def run_table(recipe: Recipe, read_stamp: Callable[[Recipe, Step], dict[str, Any
         if skip_reason is not None and skip_reason(recipe, step):
             rows.append((label, "skipped", "", "", ""))
             continue
+        if refused and step.name in refused:
+            rows.append((label, "refused", "", where(recipe, step), ""))
+            continue
         if step.command is None:  # the review gate: a person passes it
             rows.append((label, "approved" if step.is_done(recipe) else "waiting", "",
                          "a person", ""))
@@ -194,7 +231,7 @@ def run_table(recipe: Recipe, read_stamp: Callable[[Recipe, Step], dict[str, Any
         elif since is not None and started < since:
             state, took = "done before", _clock(ended - started)
         else:
-            state, took = "ran", _clock(ended - started)
+            state, took = "failed" if stamp.get("failed") else "ran", _clock(ended - started)
             ran.append((started, ended))
         rows.append((label, state, str(stamp.get("host", "")), where(recipe, step), took))
     widths = [max(len(row[col]) for row in rows) for col in range(4)]

@@ -3,10 +3,11 @@
 The chain runs from tau2 tasks to the report (DESIGN.md §6): serve beside everything, collect
 retail, the calibration reserve's dev episodes and airline, normalize, calibration states (dev,
 test), annotate, the review gate, threshold search, held-out evaluation, extract, train, export,
-eval, report. Each package declares its own rows next to the code that does the work
-(``prour/cluster/steps.py``: serve; ``prour/data/steps.py``: collect, normalize, extract;
-``prour/router/steps.py``: calibrate and its review gate; ``prour/train/steps.py``: train,
-export; ``prour/eval/steps.py``: eval, report), out of the pieces of :mod:`prour.step`: a
+eval, a recipe's study, the uncertainty taxonomy of the collected trajectories and its review
+gate, report. Each package declares its own rows next to the code that does the work
+(``prour/cluster/steps.py``: serve; ``prour/data/steps.py``: collect, normalize, extract,
+taxonomy; ``prour/router/steps.py``: calibrate and its review gate; ``prour/train/steps.py``:
+train, export; ``prour/eval/steps.py``: eval, report), out of the pieces of :mod:`prour.step`: a
 :class:`Stage` is what ``--stages``, preflight, the GPU plan, ``slurm.<stage>`` and the Slurm
 jobs name; its :class:`Step` rows say the command that runs each step, the files it reads and
 writes, how "done" is read and the model roles it calls, derived from the recipe.
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from prour.cluster.steps import SERVE, serve_python, served_ids
 from prour.cluster.study_steps import STUDY
-from prour.data.steps import COLLECT, EXTRACT, NORMALIZE
+from prour.data.steps import COLLECT, EXTRACT, NORMALIZE, TAXONOMY
 from prour.eval.steps import EVAL, REPORT, tradeoff_recipe
 from prour.router.steps import CALIBRATE
 from prour.step import (
@@ -83,9 +84,11 @@ def _in_chain(stage: Stage) -> Stage:
 
 
 # The paper's order; a recipe's study runs after its evaluation, before the report that reads it.
+# The taxonomy (A.1) annotates the collected trajectories last, so that its review holds up
+# neither training nor the evaluations; the report reads its labels.
 STAGES: tuple[Stage, ...] = (*map(_in_chain, (SERVE, COLLECT, NORMALIZE, CALIBRATE, EXTRACT,
                                               TRAIN, EXPORT, EVAL)),
-                             STUDY, _in_chain(REPORT))
+                             STUDY, *map(_in_chain, (TAXONOMY, REPORT)))
 
 
 def stage_inputs(stage: Stage, recipe: Recipe) -> list[tuple[File, Step]]:

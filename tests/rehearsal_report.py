@@ -4,6 +4,7 @@ in ``eval.methods`` order."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,11 @@ def questions_written_by_their_own_models(results: list[dict[str, Any]], recipe:
 
 # ---- the paper's items (prour report's REPORT/paper/), each from the run's own files ----------
 
-PAPER_FILES = ("table1.md", "table6.md", "summary.txt", "index.html",
-               *(f"{name}.{ext}" for name in ("figure4_training", "figure5_budget",
-                                              "figure6_uncertainty", "figure7_router_f1",
-                                              "figure8_frequency") for ext in ("png", "json")))
+PAPER_FILES = ("table1.md", "table5.md", "table6.md", "summary.txt", "index.html",
+               *(f"{name}.{ext}" for name in ("figure2_sources", "figure4_training",
+                                              "figure5_budget", "figure6_uncertainty",
+                                              "figure7_router_f1", "figure8_frequency")
+                 for ext in ("png", "json")))
 ROUTES = ("act", "clarify", "verify")
 
 
@@ -113,8 +115,10 @@ def paper_items_from_the_run(run_dir: Path, recipe: Any) -> dict[str, Any]:
     # Table 6 and Figure 7: dev and held-out macro-F1 recomputed from the reviewed labels, the
     # cached AU/EU and the stored thresholds (empty decisions: router.empty_route)
     calibration = run_dir / "calibration"
+    from prour.router.thresholds import decomposer_model_id
+
     stored = json.loads((calibration / "thresholds.json").read_text())
-    (pair,) = stored.values()
+    pair = stored[decomposer_model_id(recipe.models["decomposer"])]  # the recipe's decomposer
     tau = (pair["tau_au"], pair["tau_eu"])
     empty = recipe.router.empty_route
     kept = set(json.loads((calibration / "dev_mix.json").read_text())["kept"])
@@ -184,3 +188,143 @@ def paper_items_from_the_run(run_dir: Path, recipe: Any) -> dict[str, Any]:
         missing = figure6["series"]["missing"]
         assert any("no AU/EU to draw" in m for m in missing), missing
     return sidecars
+
+
+# ---- Table 5 and Figure 2: the taxonomy's reviewed labels, counted again -----------------------
+
+WORLD = ("profile", "tools", "policy", "computation", "history")
+USER = ("intent", "preference")
+
+
+def _taxonomy_events(lines: list[dict[str, Any]]) -> tuple[dict[str, int], int, int]:
+    """(events per source, steps without uncertainty, steps without a usable label), each
+    decision step once: a reviewer's `corrected` (a source or "none") wins over the annotator's
+    validated annotation."""
+    events = {source: 0 for source in (*WORLD, *USER)}
+    without = unusable = 0
+    for line in {x["decision_id"]: x for x in lines}.values():
+        annotation = line["annotation"] or {}
+        source = line["corrected"] or (annotation.get("source") or "none" if annotation else None)
+        if source is None:
+            unusable += 1
+        elif source == "none":
+            without += 1
+        else:
+            events[source] += 1
+    return events, without, unusable
+
+
+def _markdown_rows(path: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """The header and the rows (by first cell) of a markdown file's first table."""
+    table = [line for line in path.read_text().split("\n\n## ")[0].splitlines()
+             if line.startswith("| ")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    return cells[0], {row[0]: row for row in cells[2:]}
+
+
+def taxonomy_items_from_the_run(run_dir: Path) -> None:
+    """Assert Table 5 and Figure 2 hold the events per source and the sides' shares of
+    ``<run_dir>/taxonomy/labels.jsonl``, approved as they are, beside the paper's numbers."""
+    paper = run_dir / "eval" / "report" / "paper"
+    labels = run_dir / "taxonomy" / "labels.jsonl"
+    approval = json.loads((run_dir / "taxonomy" / "labels.approved.json").read_text())
+    assert approval["sha256"] == hashlib.sha256(labels.read_bytes()).hexdigest()
+    events, without, unusable = _taxonomy_events(_jsonl(labels))
+    world, user = sum(events[s] for s in WORLD), sum(events[s] for s in USER)
+    assert world and user, "the review must label both sides"
+    header, rows = _markdown_rows(paper / "table5.md")
+    at = header.index("Events")
+    for source, count in events.items():
+        assert rows[source][at] == str(count), (source, rows[source])
+    share = header.index("Share of events (%)")
+    for side, count in (("world", world), ("user", user)):
+        assert rows[f"{side} side"][at] == str(count)
+        assert rows[f"{side} side"][share] == f"{100 * count / (world + user):.1f}"
+    assert rows["world side"][-1] == "16,947 events (89.1 %)"
+    assert rows["user side"][-1] == "2,075 events (10.9 %)"
+    assert rows["all events"][at] == str(world + user)
+    assert rows["all events"][-1] == "19,022 events"
+    assert rows["no uncertainty"][at] == str(without)
+    assert ("no usable label" in rows) == bool(unusable)
+    text = (paper / "table5.md").read_text()
+    assert "not the paper's nine cases" in text and "- missing:" not in text
+    figure = json.loads((paper / "figure2_sources.json").read_text())["series"]
+    drawn = figure["share"]["this run"]
+    assert drawn["x"] == ["world", "user"] and drawn["events"] == [world, user]
+    assert [round(y, 6) for y in drawn["y"]] == [round(100 * world / (world + user), 6),
+                                                 round(100 * user / (world + user), 6)]
+    assert figure["share"]["paper"]["y"] == [89.1, 10.9]
+    assert dict(zip(figure["sources"]["this run"]["x"], figure["sources"]["this run"]["y"])) \
+        == events
+    assert figure["labels"]["approved"] is True and figure["missing"] == []
+    page = (paper / "index.html").read_text()
+    assert '<section id="table5">' in page and '<section id="figure2">' in page
+
+
+# ---- Tables 2, 3, 4 and 7: the study's result lines, selected and averaged again --------------
+
+
+def _this_run_rows(path: Path) -> dict[str, list[str]]:
+    """Label -> cells of each "this run" row of a markdown table, and the Average column."""
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in path.read_text().splitlines() if line.startswith("| ")]
+    return {row[0]: row for row in rows[2:] if row[1] == "this run"}
+
+
+def _average_cell(path: Path) -> int:
+    header = next(line for line in path.read_text().splitlines() if line.startswith("| "))
+    return [c.strip() for c in header.strip("|").split("|")].index("Average")
+
+
+def study_items_from_the_run(run_dir: Path, recipe: Any) -> None:
+    """Assert Tables 2, 3, 4 and 7 hold, per row, the Pass@1 of the study's own result lines
+    (``<run_dir>/study/results.jsonl``, the last line of each episode) that the row's grid cell
+    names: its method, its axis values, the grid's domains and task set."""
+    paper = run_dir / "eval" / "report" / "paper"
+    latest = {json.dumps(x["key"]): x for x in _jsonl(run_dir / "study" / "results.jsonl")}
+    lines = list(latest.values())
+    study = recipe.study
+    name = {axis: {value: spec.paper or value for value, spec in values.items()}
+            for axis, values in study.axes.items()}
+
+    def picked(grid: str, method: str, **axes: str) -> list[dict[str, Any]]:
+        spec = study.grids[grid]
+        split = spec.split or recipe.eval.split
+        domains = spec.domains or recipe.eval.domains
+        return [x for x in lines if x["method"] == method and x["domain"] in domains
+                and x.get("split") == split
+                and all(x["axes"].get(a) in values for a, values in spec.axes.items())
+                and all(x["axes"].get(a) == v for a, v in axes.items())]
+
+    expected: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    generators2 = study.grids["table2"].axes["generator"] if "generator" in \
+        study.grids["table2"].axes else list(study.axes["generator"])
+    expected["table2"] = {name["generator"][g]: picked("table2", "prour", generator=g)
+                          for g in generators2}
+    for table, base_grid, base_label in (("table3", "table3-base", "none (base agent)"),
+                                         ("table7", "table7-base",
+                                          "none (base agent, no thresholds)")):
+        axes = study.grids[table].axes
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for agent in axes["agent"]:
+            base_axes = {"agent": agent} if table == "table3" else {}
+            rows[f"{name['agent'][agent]} / {base_label}"] = picked(base_grid, "base",
+                                                                    **base_axes)
+            for generator in axes["generator"]:
+                rows[f"{name['agent'][agent]} / {name['generator'][generator]}"] = picked(
+                    table, "prour", agent=agent, generator=generator)
+        expected[table] = rows
+    expected["table4"] = {m: picked("table4", m) for m in study.grids["table4"].methods}
+    for table, rows in expected.items():
+        path = paper / f"{table}.md"
+        assert path.is_file(), table
+        shown, at = _this_run_rows(path), _average_cell(path)
+        assert set(shown) == set(rows), (table, sorted(shown), sorted(rows))
+        for label, mine in rows.items():
+            assert mine, (table, label, "the rehearsal's study ran no episode of this row")
+            cell = shown[label][at]
+            assert float(cell.split()[0]) == round(_pass_at_1(mine), 2), (table, label, cell)
+    assert "τ³-bench" in (paper / "table4.md").read_text()
+    page = (paper / "index.html").read_text()
+    for table in expected:
+        assert f'<section id="{table}">' in page, table

@@ -406,6 +406,10 @@ SAME_NAME_DIFFERENT_THING = {
     "budget",
     # a request timeout vs a responder timeout
     "timeout_s",
+    # whether the chain runs a section's steps (the trade-off sweeps, the taxonomy, ...)
+    "run",
+    # the unattended approval of one labels file (the calibration's, the taxonomy's)
+    "approve_labels",
 }
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from prour.recipes import load_recipe
+from prour.run_state import skip_reason
 from prour.stages import STAGES, stage_of, steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,10 +31,13 @@ def _importable(module: str, python: str) -> bool:
 
 
 def test_gpu_smoke_changes_only_models_counts_and_placement() -> None:
-    own = yaml.safe_load(RECIPE.read_text())
+    from prour.config import _RecipeLoader
+
+    own = yaml.load(RECIPE.read_text(), Loader=_RecipeLoader)  # the safe loader + !replace
     assert own.pop("extends") == "paper.yaml"
-    assert set(own) == {"name", "models", "env", "data", "router", "train", "eval", "serve",
-                        "slurm"}
+    # the study's section changes its models alone: its axes and grids name the 0.6B
+    assert set(own) == {"name", "models", "env", "data", "router", "train", "eval", "study",
+                        "serve", "slurm"}
     smoke = load_recipe(RECIPE, cluster=True)
     paper = load_recipe(PAPER, cluster=True)
     assert {cfg.model or cfg.path for cfg in smoke.models.values()} == {MODEL}
@@ -42,6 +46,9 @@ def test_gpu_smoke_changes_only_models_counts_and_placement() -> None:
     assert smoke.eval.methods == paper.eval.methods
     assert smoke.eval.domains == paper.eval.domains
     assert smoke.reward == paper.reward
+    study_models = {model["model"] for axis in smoke.study.axes.values() for value in axis.values()
+                    if value.set for model in value.set["models"].values()}
+    assert study_models == {MODEL}
 
 
 def test_gpu_smoke_dry_run_names_only_weights_and_gpus(tmp_path: Path) -> None:
@@ -59,8 +66,9 @@ def test_gpu_smoke_dry_run_names_only_weights_and_gpus(tmp_path: Path) -> None:
     assert done.returncode == 2, out  # it names problems (weights, GPUs): a broken setup
 
     rows = [line.split()[:2] for line in out.splitlines() if line.startswith("  ")]
+    recipe = load_recipe(RECIPE, [f"run_dir={run_dir}"])
     for step in steps():  # the chain, every step with its state in an empty run folder
-        state = ("skipped" if stage_of(step).long_running else
+        state = ("skipped" if stage_of(step).long_running or skip_reason(recipe, step) else
                  "gate" if step.command is None else "pending")
         assert [f"{stage_of(step).name}/{step.name}", state] in rows, (step.name, out)
 

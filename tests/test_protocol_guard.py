@@ -74,7 +74,7 @@ def _walked_overlap() -> tuple[int, tuple[str, ...], tuple[str, ...]]:
 def test_training_on_tau2_train_overlaps_74_eval_tasks_before_any_trajectory(tmp_path):
     expected = len(set(split_task_ids("retail", "train")) & set(split_task_ids("retail", "base")))
     assert expected == 74  # tau2's retail train split lies inside its base split
-    recipe = _extending(tmp_path, "on-train", data={"split": "train"})
+    recipe = _extending(tmp_path, "on-train", data={"split": "train", "num_trajectories": 200})
     result = CliRunner().invoke(app, ["validate", "--preflight", str(recipe)])
     assert result.exit_code == 2
     lines = _protocol_lines(result.output, "error")
@@ -83,7 +83,7 @@ def test_training_on_tau2_train_overlaps_74_eval_tasks_before_any_trajectory(tmp
     assert "--set data.split=v1-train" in overlap[0]
     assert not (tmp_path / "on-train").exists()  # nothing collected, nothing written
 
-    warned = _extending(tmp_path, "on-train-warn", data={"split": "train"},
+    warned = _extending(tmp_path, "on-train-warn", data={"split": "train", "num_trajectories": 200},
                         protocol={"on_breach": "warn"})
     again = CliRunner().invoke(app, ["validate", "--preflight", str(warned)])
     assert _protocol_lines(again.output, "error") == []

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_a_change_of_n_actions_makes_the_routing_steps_and_all_after_them_stale(
     # the ig-clarifier's own rows depend on no router key: its steps stay done
     assert affected_steps(made, now) == [
         "search", "heldout", "extract", "train", "export", "eval", "eval-budget",
-        "eval-every-n", "posthoc", "report"]
+        "eval-every-n", "posthoc", "study", "nl-assertions", "report"]
 
 
 def test_a_change_of_one_sweep_makes_only_that_sweep_and_the_report_stale(tmp_path) -> None:
@@ -88,7 +89,9 @@ def test_names_select_stages_steps_and_ranges_in_chain_order() -> None:
     assert select(first="extract", last="export") == [
         "extract", "extract-ig-clarifier", "train", "train-ig-clarifier", "export",
         "export-ig-clarifier"]
-    assert select(first="eval") == ["eval", "eval-budget", "eval-every-n", "posthoc", "report"]
+    after_eval = select(first="eval")  # the study, then the taxonomy (A.1), then the report
+    assert after_eval[:5] == ["eval", "eval-budget", "eval-every-n", "posthoc", "study"]
+    assert after_eval[-3:] == ["taxonomy", "taxonomy-review", "report"]
     with pytest.raises(RunError, match="comes after"):
         select(first="eval", last="collect")
 
@@ -145,8 +148,11 @@ def test_the_dry_run_prints_every_step_with_its_state_command_and_servers(tmp_pa
     conc = load_recipe(PAPER).eval.concurrency
     assert (f"  base: {episodes} episodes x 697 s (assumed) / {conc} = "  # the paper's 696.51 s
             f"{episodes * 696.51 / conc / 3600:.1f} h alone") in lines
-    # prour's episodes wait on the exported generator's server: at most its max_num_seqs at once
-    seqs = load_recipe(PAPER).serve.models["exported-generator"].max_num_seqs
+    # prour's episodes wait on the exported generator's server: at most the requests its KV
+    # cache holds at once, as the eval step sizes it (printed), and at most eval.concurrency
+    sized = next(line for line in lines if line.startswith("  requests in flight at once per "
+                                                          "model, as eval sizes"))
+    seqs = min(conc, int(re.search(r"exported-generator (\d+)", sized).group(1)))
     assert (f"  prour: {episodes} episodes x 697 s (assumed) / {seqs} = "
             f"{episodes * 696.51 / seqs / 3600:.1f} h alone") in lines
     assert not (tmp_path / ".prour").exists()  # a dry run writes nothing

@@ -62,6 +62,9 @@ DOUBLES: dict[str, dict[str, Callable[[], ScriptedLLM]]] = {
               "verifier": eval_world.verifier_llm, "judge": eval_world.judge_llm},
     "eval": {role: eval_world.SCRIPTS[f"eval-{role}"] for role in
              ("agent", "user", "decomposer", "generator", "verifier", "router", "judge")},
+    "taxonomy": {"annotator": lambda: ScriptedLLM(default=json.dumps({
+        "present": True, "kind": "epistemic", "source": "tools", "object": "the order",
+        "evidence": "not looked up yet", "outcome": "resolved", "label": "order lookup"}))},
 }
 
 CALIBRATION_STATES = {"dev": ["Where is my order #W2?", "I want a refund, card or gift card.",
@@ -201,7 +204,7 @@ def _command(stage: str) -> list[str]:
     return {"collect": ["collect", "--no-progress"], "normalize": ["normalize"],
             "calibrate": ["calibrate"], "extract": ["extract", "--no-progress"],
             "train": ["train", "--backend", "local"],
-            "eval": ["eval", "--no-progress"]}[stage]
+            "eval": ["eval", "--no-progress"], "taxonomy": ["taxonomy"]}[stage]
 
 
 def _run_stages(name: str, tmp: Path, policy: Path, loads: list[tuple[str, Path]]) -> Iterator[
@@ -214,7 +217,9 @@ def _run_stages(name: str, tmp: Path, policy: Path, loads: list[tuple[str, Path]
     # clarify-only one in runs/smoke
     recipe = load_recipe(path, [f"run_dir={run}"])
     runner = CliRunner()
-    for stage in [s for s in run_stages(recipe) if s != "serve"]:
+    # (the study stage runs eval's episodes per cell of its grids, each with the models its axes
+    # set, endpoints and the exported checkpoint: tests/eval/test_study.py and the rehearsal)
+    for stage in [s for s in run_stages(recipe) if s not in ("serve", "study")]:
         calls = Calls(policy)
         for role in _roles(recipe):
             register_script(f"roles-{role}", calls.double(stage, role))
@@ -249,7 +254,8 @@ def test_each_stage_calls_the_roles_the_table_lists(name: str, tmp_path: Path,
             f"{name} {stage}: the code calls or reads {sorted(called[stage] | calls.read())}, "
             f"the table needs {sorted(needed)}")
     expected = ["collect", "normalize", "extract", "train", "eval"]
-    if name != "smoke":  # smoke sets router.tau_au / tau_eu: no calibration in its run
-        expected.insert(2, "calibrate")
+    if name != "smoke":  # smoke sets router.tau_au / tau_eu: no calibration in its run, and
+        expected.insert(2, "calibrate")  # leaves the taxonomy out (taxonomy.run: false)
+        expected.append("taxonomy")
     assert list(called) == expected
     assert ("judge" in called["train"]) == (name == "paper-attention")

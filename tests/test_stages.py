@@ -33,14 +33,19 @@ def test_the_stages_and_steps_follow_the_papers_chain() -> None:
     the trade-off sweeps and the post-hoc pass after the main eval (issue 34); a recipe's study
     (its episodes, judge pass, second judge and report) before the report that reads it."""
     assert stage_names() == ("serve", "collect", "normalize", "calibrate", "extract", "train",
-                             "export", "eval", "study", "report")
+                             "export", "eval", "study", "taxonomy", "report")
     assert [step.name for step in steps()] == [
         "serve", "collect-retail", "collect-dev", "collect-airline", "normalize", "states-dev",
         "states-test", "annotate", "review", "search", "heldout", "extract",
         "extract-ig-clarifier", "train", "train-ig-clarifier", "export", "export-ig-clarifier",
-        "eval", "eval-budget", "eval-every-n", "posthoc", "study", "judge", "second-judge",
-        "study-report", "report"]
-    assert [step.name for step in steps() if step.command is None] == ["review"]  # the one gate
+        "eval", "eval-budget", "eval-every-n", "posthoc", "study", "nl-assertions", "judge",
+        "second-judge", "study-report", "taxonomy", "taxonomy-review", "report"]
+    # the two gates: the calibration review (the runner's own) and the taxonomy's review, whose
+    # row says how it passes (paper A.1: the taxonomy last, its review holding up neither
+    # training nor the evaluations; the report reads its labels)
+    assert [step.name for step in steps() if step.command is None] == ["review",
+                                                                        "taxonomy-review"]
+    assert [step.name for step in steps() if step.approval is not None] == ["taxonomy-review"]
 
 
 @pytest.mark.parametrize("path", [PAPER, ATTENTION, SMOKE], ids=lambda p: p.stem)
@@ -67,11 +72,13 @@ PAPER_ROLES = {  # hand-written from the recipe: data.teacher is on, models.rout
     "serve": set(), "collect": {"agent", "user", "teacher"}, "normalize": {"normalizer"},
     "calibrate": {"annotator", "decomposer", "router"}, "extract": {"decomposer"},
     "train": {"generator", "strict_user", "verifier"}, "export": set(), "eval": EVAL_PAPER,
-    "study": set(), "report": set(),  # no study section
+    # the study: Table 4's methods on the agent (no attention variant: no classifier), and the
+    # judge of τ³-bench's natural-language assertions (no models.nl_judge)
+    "taxonomy": {"annotator"}, "study": {*EVAL_PAPER - {"router"}, "judge"}, "report": set(),
 }
-SMOKE_ROLES = {  # no models.router; methods base and prour only
+SMOKE_ROLES = {  # no models.router; methods base and prour only; no study section
     **PAPER_ROLES, "calibrate": {"annotator", "decomposer"},
-    "eval": {"agent", "user", "generator", "decomposer", "verifier"},
+    "eval": {"agent", "user", "generator", "decomposer", "verifier"}, "study": set(),
 }
 
 

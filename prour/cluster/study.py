@@ -132,11 +132,12 @@ def run_study(recipe: Recipe, progress: bool = True,
             record = servers.ensure(group_plans(recipes, roles, group))
             served = {cell: apply_endpoints(recipes[cell], record) for cell in group.cells}
             check_reachable(served, roles)
+            builders = {cell: root.sibling(served[cell]) for cell in group.cells}
             for cell in group.cells:
                 if any(check_method(p.method).router == "decomposer" for p in plan[cell]):
-                    recalibrate(served[cell], say)
+                    recalibrate(builders[cell], say)
             evaluations = [StudyEvaluation(served[cell], folder, cell, plan[cell], settings,
-                                           root.sibling(served[cell]), caches, progress)
+                                           builders[cell], caches, progress)
                            for cell in group.cells]
             found = run_evaluations(evaluations, progress)
             check_cells(evaluations, found, recipe.eval.max_error_fraction)

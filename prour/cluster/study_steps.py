@@ -155,8 +155,9 @@ STUDY = Stage("study", "the study's grids: episodes per serving group, judge pas
     Step("study", "every episode the study's grids plan, each serving group in turn",
          ("study", "run", *_R), reads=_study_reads, writes=lambda r: (_results(r),),
          roles=study_roles,
-         done=_episodes_done, keys=("study", "eval", "-eval.concurrency", "models", "env",
-                                    "router", "seed"),
+         done=_episodes_done, keys=("study", "eval", "-eval.concurrency", "-eval.tradeoff",
+                                    "models", "env", "router",
+                                    "-router.calibration.approve_labels", "seed"),
          skip=no_study, serving=_served_by_itself, serves_itself=True),
     Step("nl-assertions", "the natural-language assertions of the study's episodes judged as "
          "tau2 judges them (τ³-bench retail)", ("nl-assertions", "{study_dir}", *_R),

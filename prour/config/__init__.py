@@ -23,9 +23,10 @@ from prour.config.eval import EvalConfig
 from prour.config.rewards import RewardConfig
 from prour.config.router import RouterConfig
 from prour.config.study import StudyConfig
+from prour.config.taxonomy import TaxonomyConfig
 from prour.config.train import TrainConfig
 from prour.registry import unknown_name
-from prour.section import ConfigError, Section
+from prour.section import ConfigError, Section, shown_key
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "Recipe", "Section", "parse_recipe"]
 
@@ -45,6 +46,7 @@ MODEL_ROLES = (
     "judge",  # attention-cost judge
     "classifier",  # request classifier of the attention protocol (absent: the judge's model)
     "second_judge",  # a judge of another model family re-scoring a sample (ask-less Table 12)
+    "nl_judge",  # judge of tau2's natural-language assertions (absent: models.judge)
 )
 
 
@@ -72,8 +74,17 @@ class ModelConfig(Section):
     max_concurrency: int = Field(8, ge=1)
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(3, ge=0)
+    # seconds one request may take over all its attempts and backoff waits (None: only
+    # max_retries bounds them); prour.llm.retry
+    retry_budget_s: float | None = Field(None, gt=0)
     max_model_len: int | None = Field(None, ge=16)
     script: str | None = None
+    # Filled from the endpoints file for a served role and left out of the recipe's dumps (so
+    # out of the steps' stamps): the URLs of its server's further replicas, which the client
+    # spreads requests over with base_url's, and the sequence slots of all its replicas together
+    # (the eval queue's limit for the model; the client's, where above max_concurrency).
+    replica_urls: list[str] = Field(default_factory=list, exclude=True)
+    server_slots: int | None = Field(None, ge=1, exclude=True)
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -174,6 +185,21 @@ def run_path(value: str, base: Path, name: str) -> str:
     return os.path.normpath(path if path.is_absolute() else base / path)
 
 
+def _name_stays_under(name: str, run_dir: str) -> None:
+    """``name`` is one folder name, so that ``${name}`` in ``run_dir`` (``runs/${name}``) or any
+    other path key names a folder under the part before it: a name with ``/``, ``..`` or
+    nothing at all would put the run elsewhere (``../x`` outside ``runs/``, ``.`` on ``runs/``
+    itself), which a :class:`ConfigError` on ``name`` refuses when the recipe loads."""
+    if name.strip() and name not in (os.curdir, os.pardir) and not set(name) & {"/", "\\", "\0"}:
+        return
+    template = run_dir if "${name}" in run_dir else "runs/${name}"
+    base = os.path.normpath(template.split("${name}", 1)[0] or ".")
+    placed = os.path.normpath(template.replace("${name}", name.replace("\0", "")))
+    raise ConfigError("name", f"{name!r} would put a path with ${{name}} ({template}) at "
+                      f"{placed}, not in a folder of its own under {base}; a recipe name is one "
+                      "folder name (no '/', '..' or empty name)")
+
+
 def _with_path(node: Any, parts: list[str], fix: Any) -> Any:
     """A copy of section ``node`` whose key ``parts`` went through ``fix`` (unset keys stay)."""
     head, *rest = parts
@@ -221,6 +247,8 @@ class Recipe(Section):
     # A study: axes (backbones, user simulators, role variants) x grids of methods and attention
     # variants, run through one eval queue into <run_dir>/study (prour.config.study)
     study: StudyConfig | None = None
+    # The uncertainty taxonomy of the collected trajectories (paper A.1: Table 5, Figure 2)
+    taxonomy: TaxonomyConfig = Field(default_factory=TaxonomyConfig)
     # The recipe file and the `key=value` overrides it was loaded with (prour.recipes.load_recipe),
     # so that a hint names the command on the same recipe as the user typed it.
     _origin: tuple[str, tuple[str, ...]] | None = PrivateAttr(None)
@@ -267,6 +295,7 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _one_path_rule(self) -> Recipe:
+        _name_stays_under(self.name, self.run_dir)
         run_dir = Path(run_path(self.run_dir, Path.cwd(), self.name))
         self.__dict__["run_dir"] = str(run_dir)  # no assignment: that would validate again
 
@@ -320,7 +349,7 @@ def first_error(exc: ValidationError, source: str | None = None) -> ConfigError:
     inner = err.get("ctx", {}).get("error")
     if isinstance(inner, ConfigError):  # a section's own check: its key is relative to the section
         text = str(inner).removeprefix(f"{inner.source}: " if inner.source else "")
-        return ConfigError(_dotted(loc + tuple(inner.key.split("."))), text.removeprefix(f"{inner.key}: "), source)
+        return ConfigError(_dotted(loc + tuple(inner.key.split("."))), text.removeprefix(f"{shown_key(inner.key)}: "), source)
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown key (check its spelling and the section it sits in)"
@@ -352,10 +381,13 @@ def read_recipe_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError("<file>", f"recipe file not found: {path}{where}")
     try:
         data = yaml.load(path.read_text(), Loader=_RecipeLoader) or {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError("<yaml>", f"not valid YAML at{line}: {exc}", str(path)) from None
+        line = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        what = " ".join(filter(None, (getattr(exc, "context", None),
+                                      getattr(exc, "problem", None)))) or str(exc)
+        raise ConfigError("<yaml>", f"not valid YAML at{line}: {' '.join(what.split())}",
+                          str(path)) from None
     data = unshared(data)
     if not isinstance(data, dict) or "extends" not in data:
         return data
@@ -421,6 +453,10 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         node[parts[-1]] = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or type(exc).__name__
+        if not raw.isprintable():  # a control character: YAML reads it in no quoting either
+            bad = next(c for c in raw if not c.isprintable())
+            raise ConfigError(key, f"--set {item!r}: the value holds the character {bad!r}, "
+                              "which YAML does not read; leave it out") from None
         text = f"{key}='{raw.replace(chr(39), chr(39) * 2)}'"  # a YAML string, ' doubled
         shell = f'"{text}"' if not set(text) & set('"$`\\!') else shlex.quote(text)
         raise ConfigError(key, f"--set {item!r}: the value is not valid YAML ({problem}); "

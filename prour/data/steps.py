@@ -1,18 +1,21 @@
 """The data stages' rows of the chain: collect (retail, the calibration reserve's dev
-episodes, airline), normalize, extract (and the ig-clarifier baseline's rows); where each reads
-and writes, how "done" is read, the roles each calls, the recipe keys its outputs depend on.
+episodes, airline), normalize, extract (and the ig-clarifier baseline's rows), and the
+uncertainty taxonomy of the collected trajectories with its review gate; where each reads and
+writes, how "done" is read, the roles each calls, the recipe keys its outputs depend on.
 
 Nothing heavy is imported here: what a row needs it imports inside its functions.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prour.router.steps import DECOMPOSER_OUTPUT_KEYS, thresholds_file, thresholds_set
 from prour.step import RECIPE_OPTION as _R
 from prour.step import (
+    Approval,
     File,
     Stage,
     Step,
@@ -179,3 +182,90 @@ EXTRACT = Stage("extract", "route every state; clarify/verify states as train/va
          skip=no_ig),
 ), placement="in_process", slurm_command=("extract", *_R, "--no-progress"),
     weights=_tokenizer_weights, routes=_routed_extract)
+
+
+# ---- the uncertainty taxonomy (paper A.1: Table 5, Figure 2) -------------------------------------
+
+
+def taxonomy_sources(recipe: Recipe) -> tuple[File, ...]:
+    """The trajectories the taxonomy annotates: the retail training collection, and the airline
+    collection when the chain collects it (the taxonomy's own check reads that one: a command
+    run before it annotates the retail steps and says what it lacks)."""
+    airline = () if _no_calibration(recipe) else (replace(airline_file(recipe), checked=False),)
+    return (data_file(recipe, "trajectories"), *airline)
+
+
+def _taxonomy_folder(recipe: Recipe) -> Path:
+    from prour.data.taxonomy_labels import taxonomy_dir
+
+    return taxonomy_dir(recipe)
+
+
+def taxonomy_labels(recipe: Recipe) -> tuple[File, ...]:
+    """The taxonomy's labels file (what its review gate and the report read)."""
+    from prour.data.taxonomy_labels import labels_path
+
+    return (File("taxonomy (run_dir/taxonomy)", labels_path(_taxonomy_folder(recipe))),)
+
+
+def _taxonomy_done(recipe: Recipe) -> bool:
+    from prour.data.taxonomy import annotated
+
+    return annotated(recipe, taxonomy_sources(recipe))
+
+
+def _taxonomy_approved(recipe: Recipe) -> bool:
+    from prour.data.taxonomy_labels import is_approved
+
+    return is_approved(_taxonomy_folder(recipe))
+
+
+def no_taxonomy(recipe: Recipe) -> str | None:
+    return None if recipe.taxonomy.run else "taxonomy.run is false (recipes/paper.yaml turns it on)"
+
+
+def _approve_taxonomy(recipe: Recipe, by: str) -> str:
+    from prour.data.taxonomy_labels import APPROVAL_FILE, approve, describe
+
+    counts = approve(_taxonomy_folder(recipe), by)
+    return f"{describe(counts)} -> {_taxonomy_folder(recipe) / APPROVAL_FILE}"
+
+
+def _taxonomy_waiting(recipe: Recipe) -> list[str]:
+    """The labels file with its counts; where a line without a usable label says why."""
+    from prour.data.taxonomy_labels import count_labels, describe, read_labels
+
+    path = taxonomy_labels(recipe)[0].path
+    if not path.is_file():
+        return [f"{path}: missing"]
+    try:
+        counts = count_labels(read_labels(path))
+    except ValueError as exc:
+        return [f"{exc}"]
+    lines = [f"{path}: {describe(counts)}"]
+    if counts.unusable:
+        lines.append(f"{counts.unusable} line(s) without a usable label: the annotator's replies "
+                     "never validated (`annotation` null; its `errors` and `raw` say why)")
+    return lines
+
+
+def _taxonomy_unattended(recipe: Recipe) -> str | None:
+    return "taxonomy.approve_labels" if recipe.taxonomy.approve_labels else None
+
+
+_TAXONOMY_KEYS = ("models.annotator", "taxonomy", "-taxonomy.run", "-taxonomy.approve_labels",
+                  "data.on_bad_line")
+_TAXONOMY_REVIEW = Approval(
+    _approve_taxonomy, _taxonomy_waiting, _taxonomy_unattended,
+    correct="a source (profile, tools, policy, computation, history, intent, preference) or none")
+
+
+TAXONOMY = Stage("taxonomy", "where the missing information lives: every decision step labelled", (
+    Step("taxonomy", "the annotator's uncertainty label of every decision step of the retail and "
+         "airline trajectories", ("taxonomy", *_R), reads=taxonomy_sources,
+         writes=taxonomy_labels, roles=lambda r: ("annotator",), done=_taxonomy_done,
+         keys=_TAXONOMY_KEYS),
+    Step("taxonomy-review", "review the taxonomy labels by hand (fix a wrong one in its labels "
+         "file)", None, reads=taxonomy_labels, by_stage=False, done=_taxonomy_approved,
+         approval=_TAXONOMY_REVIEW),
+), placement="in_process", slurm_command=("taxonomy", *_R), skip=no_taxonomy)

@@ -66,6 +66,9 @@ class Arm:
     label: str | None = None
     # A study's axis values this arm runs under ((axis, value) pairs; None: not a study)
     axes: tuple[tuple[str, str], ...] | None = None
+    # A study grid's task set where it is not eval.split (the same task id names another task
+    # there, so the set is part of the key; None: eval.split's tasks)
+    split: str | None = None
 
     @property
     def variant(self) -> str | None:
@@ -92,6 +95,8 @@ class Arm:
             key += f" [step {self.checkpoint.step}]"
         if self.axes:
             key += " <" + " ".join(f"{axis}={value}" for axis, value in self.axes) + ">"
+        if self.split is not None:
+            key += f" [split {self.split}]"
         return key
 
 

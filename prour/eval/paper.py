@@ -1,17 +1,18 @@
 """The paper beside the run: every table and figure of the Prour paper that a run of the chain can
-produce (Table 1, Table 6, Figures 4 to 8), each with the run's numbers next to the values the
-paper's text states (:data:`VALUES_FILE`, shipped with the package: each value with its source,
-our reading of the claim, and the paper's exact words).
+produce (Table 1, Table 5, Table 6, Figure 2, Figures 4 to 8), each with the run's numbers next
+to the values the paper's text states (:data:`VALUES_FILE`, shipped with the package: each value
+with its source, our reading of the claim, and the paper's exact words).
 
 ``prour report EVAL_DIR`` writes them under ``<report dir>/paper/``
-(:func:`prour.eval.paper_report.write_paper_report`): ``table1.md``, ``table6.md``, one PNG per
-figure with its sidecar series (:mod:`prour.eval.paper_plots`), ``summary.txt`` (what the
-terminal shows) and ``index.html``, one ``<section>`` per item.
+(:func:`prour.eval.paper_report.write_paper_report`): ``table1.md``, ``table5.md``,
+``table6.md``, one PNG per figure with its sidecar series (:mod:`prour.eval.paper_plots`),
+``summary.txt`` (what the terminal shows) and ``index.html``, one ``<section>`` per item.
 The evidence beyond the eval folder comes from the run folder its saved recipe names
 (``EVAL_DIR/recipe.resolved.yaml`` → ``run_dir``, or ``--run-dir``): training metrics
 (``train.output_dir``), the router evidence of calibration
-(:func:`prour.router.pipeline.router_evidence_path`) and the trade-off sweep folders
-(:data:`prour.config.eval.TRADEOFF_FOLDERS`). What the run lacks for an item is said in its
+(:func:`prour.router.pipeline.router_evidence_path`), the trade-off sweep folders
+(:data:`prour.config.eval.TRADEOFF_FOLDERS`) and the taxonomy's reviewed labels
+(:mod:`prour.eval.paper_taxonomy`). What the run lacks for an item is said in its
 file and section, with the step or recipe key that makes it; nothing unmeasured reads 0.
 """
 
@@ -45,17 +46,26 @@ VALUES_FILE = "paper_values.yaml"
 PAPER_DIR = "paper"
 SUMMARY_FILE = "summary.txt"
 INDEX_FILE = "index.html"
-FILES = {"table1": "table1.md", "table6": "table6.md", "figure4": "figure4_training.png",
+FILES = {"table1": "table1.md", "table2": "table2.md", "table3": "table3.md",
+         "table4": "table4.md", "table5": "table5.md", "table6": "table6.md",
+         "table7": "table7.md",
+         "figure2": "figure2_sources.png", "figure4": "figure4_training.png",
          "figure5": "figure5_budget.png", "figure6": "figure6_uncertainty.png",
          "figure7": "figure7_router_f1.png", "figure8": "figure8_frequency.png"}
 TITLES = {"table1": "Table 1: main results (Pass@1 and interaction steps)",
+          "table2": "Table 2: the query generator varied alone",
+          "table3": "Table 3: agent backbones under the query generators",
+          "table4": "Table 4: transfer to τ³-bench",
+          "table7": "Table 7: GLM-4-32B as agent and decomposer, with model-matched thresholds",
+          "table5": "Table 5: uncertainty events of the decision steps, by source",
+          "figure2": "Figure 2: where the missing information lives, world side against user side",
           "table6": "Table 6: routing F1 after calibration (dev set)",
           "figure4": "Figure 4: prior and posterior log-likelihood, reward over training",
           "figure5": "Figure 5: success and steps against the decomposer-call budget",
           "figure6": "Figure 6: AU, EU and total uncertainty over the first 16 steps",
           "figure7": "Figure 7: held-out routing macro-F1, decomposer against LLM router",
           "figure8": "Figure 8: success, steps and wall-clock against invocation frequency"}
-UNITS = {"%": " %", "steps": " steps", "s": " s", "states": " states"}
+UNITS = {"%": " %", "steps": " steps", "s": " s", "states": " states", "events": " events"}
 
 
 # ---- the paper's values ------------------------------------------------------------------

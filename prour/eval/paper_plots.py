@@ -238,3 +238,66 @@ def plot_router_f1(drawn: Mapping[str, float], item: Item, out: Path) -> Path:
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8, loc="upper right")
     return _finish(fig, item, out, series)
+
+
+# ---- Figure 2 ------------------------------------------------------------------------------
+
+SIDE_COLOURS = {"world": "C0", "user": "C1"}
+
+
+def plot_sources(drawn: Mapping[str, Any], labels: Mapping[str, Any], item: Item,
+                 out: Path) -> Path:
+    """(a) the world and user sides' share of the events: the run's bars beside the paper's
+    (hatched, black); (b) the run's events per source, coloured by side. ``labels``: the labels
+    file the counts come from (:func:`prour.data.taxonomy_labels.drawn_from`), kept in the
+    sidecar so that a later report can tell whether they changed."""
+    from prour.data.taxonomy_labels import side_of
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
+    run: dict[str, Any] = {"x": [], "y": [], "events": [], "source": "run"}
+    paper: dict[str, Any] = {"x": [], "y": [], "events": [], "source": "paper"}
+    for i, side in enumerate(("world", "user")):
+        if drawn:
+            share = drawn["shares"][side]
+            axes[0].bar(i - 0.2, share, 0.38, color=SIDE_COLOURS[side],
+                        label="this run" if not run["x"] else None)
+            axes[0].text(i - 0.2, share + 1.5, f"{share:.1f}", ha="center", fontsize=8)
+            run["x"].append(side)
+            run["y"].append(share)
+            run["events"].append(drawn["events"][side])
+        share = paper_value("figure2", metric="share", label=side)
+        events = paper_value("table5", metric="events", label=side)
+        axes[0].bar(i + 0.2, share.value, 0.38, color="white", edgecolor="black", hatch="//",
+                    label="paper" if not paper["x"] else None)
+        axes[0].text(i + 0.2, share.value + 1.5, share.text, ha="center", fontsize=8)
+        paper["x"].append(side)
+        paper["y"].append(share.value)
+        paper["events"].append(int(events.value))
+    if not drawn:
+        _no_run_data(axes[0])
+    axes[0].set_xticks([0, 1], ["world side\n(epistemic)", "user side\n(aleatoric)"])
+    axes[0].set_ylim(0, 105)
+    axes[0].set_ylabel("share of the events (%)")
+    axes[0].set_title("(a) where the missing information lives")
+    axes[0].grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8, loc="upper right")
+    sources: dict[str, Any] = {}
+    if drawn:
+        names = list(drawn["sources"])
+        counts = [drawn["sources"][name] for name in names]
+        axes[1].bar(range(len(names)), counts,
+                    color=[SIDE_COLOURS[side_of(name)] for name in names])
+        axes[1].set_xticks(range(len(names)), names, rotation=20)
+        axes[1].set_ylim(0, max(max(counts), 1) * 1.15)
+        sources["this run"] = {"x": names, "y": counts,
+                               "side": [side_of(name) for name in names], "source": "run"}
+    else:
+        _no_run_data(axes[1])
+    axes[1].set_ylabel("events")
+    axes[1].set_title("(b) this run's events per source (the paper's per-case counts: not in "
+                      "our copy)", fontsize=9)
+    axes[1].grid(alpha=0.3, axis="y")
+    fig.suptitle(item.title, fontsize=10)
+    return _finish(fig, item, out, {"share": {"this run": run, "paper": paper},
+                                    "sources": sources, "labels": dict(labels)})

@@ -1,9 +1,10 @@
 """Writes the paper section of ``prour report`` (:func:`write_paper_report`): the items of
-:mod:`prour.eval.paper`, their figures (:mod:`prour.eval.paper_plots`), ``table1.md`` and
-``table6.md``, ``summary.txt`` (what ``prour report`` prints) and ``index.html``, one
-``<section>`` per table or figure with the run's numbers beside the paper's, the source of every
-paper value and what the run lacks. The page needs no server and loads nothing but the PNGs
-beside it (relative links); every text is HTML-escaped."""
+:mod:`prour.eval.paper` and :mod:`prour.eval.paper_taxonomy`, their figures
+(:mod:`prour.eval.paper_plots`), ``table1.md``, ``table5.md`` and ``table6.md``,
+``summary.txt`` (what ``prour report`` prints) and ``index.html``, one ``<section>`` per
+table or figure with the run's numbers beside the paper's, the source of every paper value and
+what the run lacks. The page needs no server and loads nothing but the PNGs beside it (relative
+links); every text is HTML-escaped."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ from prour.eval.paper import (
     table1_item,
     table6_item,
 )
+from prour.eval.paper_study import study_items, study_runs
+from prour.eval.paper_taxonomy import figure2_item, read_taxonomy, table5_item
 from prour.eval.run_evidence import locate
 from prour.eval.systems import load_systems, summarize
-from prour.eval.viewer import STYLE, esc
+from prour.eval.viewer import contents, esc, page
 from prour.eval.viewer import table as html_table
 from prour.files import write_atomic
 
@@ -112,12 +115,9 @@ def index_page(items: Sequence[Item], evidence: RunEvidence) -> str:
             ("<p>Each table and figure shows this run's numbers next to the values the paper's "
              "text states (drawn as black stars or dotted lines labelled <em>paper</em>); the "
              "cells of the paper's own tables are not in our copy of it.</p>"),
-            "<ul>" + "".join(f'<li><a href="#{esc(i.key)}">{esc(i.title)}</a></li>'
-                             for i in items) + "</ul>"]
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>The paper beside "
-            f"the run</title><style>{STYLE}{EXTRA_STYLE}</style></head><body>\n"
-            + "\n".join(head) + "\n" + "".join(_section(i) for i in items)
-            + "</body></html>\n")
+            contents((i.key, i.title) for i in items)]
+    return page("The paper beside the run", ["\n".join(head), "\n", *(_section(i) for i in items)],
+                EXTRA_STYLE)
 
 
 def write_pages(items: Sequence[Item], evidence: RunEvidence, out: Path,
@@ -155,7 +155,8 @@ def write_paper_report(run_dirs: Sequence[str | Path], report_dir: str | Path,
                        run_dir: str | Path | None = None, n_boot: int = 10_000,
                        ci: float = 0.95) -> PaperReport:
     """Write ``<report_dir>/paper/``: Table 1 of the eval folders' systems, the other items
-    from the run folder of the first one's saved recipe (or ``run_dir``)."""
+    (Table 5 and Figure 2 from the taxonomy's approved labels) from the run folder of the first
+    one's saved recipe (or ``run_dir``)."""
     from prour.eval import paper_plots
 
     systems = load_systems(run_dirs)
@@ -175,6 +176,11 @@ def write_paper_report(run_dirs: Sequence[str | Path], report_dir: str | Path,
     paper_plots.plot_router_f1(drawn, figure7, out / figure7.file)
     figure8, every = sweep_item("every_n", systems, evidence)
     paper_plots.plot_sweep(every, "every_n", figure8, out / figure8.file)
-    items = [table1, table6_item(data, problem), figure4, figure5, figure6, figure7, figure8]
+    taxonomy = read_taxonomy(evidence)
+    figure2, shares = figure2_item(taxonomy)
+    paper_plots.plot_sources(shares, taxonomy.record, figure2, out / figure2.file)
+    study = study_items(study_runs(evidence), n_boot)  # Tables 2, 3, 4 and 7
+    items = [table1, *study[:3], figure2, table5_item(taxonomy), table6_item(data, problem),
+             study[3], figure4, figure5, figure6, figure7, figure8]
     files, lines = write_pages(items, evidence, out)
     return PaperReport(out, files, lines)

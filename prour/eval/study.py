@@ -141,6 +141,9 @@ class Planned:
     split: str
     task_id: str
     seed: int
+    # the split again where it is not eval.split: part of the episode's key (a task id of
+    # another task set names another task)
+    keyed_split: str | None = None
 
 
 def grid_scope(recipe: Recipe, grid: str) -> tuple[dict[str, list[str]], str, list[int]]:
@@ -168,7 +171,8 @@ def grid_plan(recipe: Recipe, grid: str) -> dict[Cell, list[Planned]]:
     spec = study.grids[grid]
     ids, split, seeds = grid_scope(recipe, grid)
     variants: list[str | None] = list(spec.policies) or [None]
-    episodes = [Planned(method, variant, domain, split, task_id, seed)
+    keyed = split if split != recipe.eval.split else None
+    episodes = [Planned(method, variant, domain, split, task_id, seed, keyed)
                 for method in spec.methods for variant in variants
                 for domain, tasks in ids.items() for task_id in tasks for seed in seeds]
     return {cell: episodes for cell in grid_cells(study, grid)}
@@ -185,7 +189,8 @@ def study_plan(recipe: Recipe) -> dict[Cell, list[Planned]]:
 
 def agent_key(planned: Planned, cell: Cell) -> str:
     """The episode's agent name (the last part of its key), as its arm names it."""
-    return Arm(planned.method, None, label=planned.variant, axes=cell.values or None).key
+    return Arm(planned.method, None, label=planned.variant, axes=cell.values or None,
+               split=planned.keyed_split).key
 
 
 def episode_key(planned: Planned, cell: Cell) -> str:
@@ -239,12 +244,13 @@ class StudyEvaluation(Evaluation):
         self.kit.caches = caches
         self.cell, self.planned, self._settings = cell, planned, settings
         base = recipe.eval.attention
-        self.arm_by: dict[tuple[str, str | None], Arm] = {}
-        for method, variant in dict.fromkeys((p.method, p.variant) for p in planned):
+        self.arm_by: dict[tuple[str, str | None, str], Arm] = {}
+        for method, variant, split in dict.fromkeys((p.method, p.variant, p.keyed_split)
+                                                    for p in planned):
             attention = None if variant is None else \
                 base.model_copy(update=variant_of(variant).settings())
-            self.arm_by[method, variant] = Arm(method, attention, label=variant,
-                                               axes=cell.values or None)
+            self.arm_by[method, variant, split] = Arm(method, attention, label=variant,
+                                                      axes=cell.values or None, split=split)
         self.arms = list(self.arm_by.values())
         self.arm_of = {arm.key: arm for arm in self.arms}
 
@@ -261,7 +267,7 @@ class StudyEvaluation(Evaluation):
         factories: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         out = []
         for p in self.planned:
-            arm = self.arm_by[p.method, p.variant]
+            arm = self.arm_by[p.method, p.variant, p.keyed_split]
             made = factories.get((arm.key, p.domain, p.seed))
             if made is None:
                 made = (self.kit.agent_factory(arm.method, p.domain, arm.attention,

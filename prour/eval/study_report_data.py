@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prour.eval.harness import result_key
 from prour.eval.study import grid_lines, grid_plan, grid_scope, study_dir, study_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,7 +38,8 @@ def study_header(recipe: Recipe, grids: dict[str, list[dict]]) -> list[str]:
         tasks = ", ".join(f"{d} {len(t)}" for d, t in ids.items())
         lines.append(f"Grid {grid}: task set {split}{drawn}: {tasks}; seeds {seeds}; "
                      f"{len(grids[grid])} of {planned} planned episodes have a result")
-    requests = [r for g in grids.values() for line in g
+    episodes = {result_key(line["key"]): line for g in grids.values() for line in g}  # shared once
+    requests = [r for line in episodes.values()
                 for r in (line.get("attention") or {}).get("requests", [])]
     unscored = sum(r.get("value") is None or r.get("reading_effort") is None for r in requests)
     judge = recipe.models.get("judge")

@@ -376,6 +376,7 @@ def test_a_study_decomposer_is_recalibrated_from_its_own_scores(recipe: Path,
     """The Prour paper's Table 7 (A.2.2: the same calibration procedure for GLM-4-32B): a study
     cell whose decomposer is another model gets thresholds grid-searched on that model's own
     AU/EU of the same reviewed dev states, stored under its id beside the first model's."""
+    from prour.build import Builder
     from prour.recipes import load_recipe
     from prour.router.recalibrate import recalibrate
 
@@ -387,7 +388,7 @@ def test_a_study_decomposer_is_recalibrated_from_its_own_scores(recipe: Path,
     first = load_thresholds(out_dir / "thresholds.json", "scripted:router-test-decomposer")
     other = ('models.decomposer={"backend": "scripted", '
              '"script": "router-test-second-decomposer"}')
-    second = load_recipe(recipe, [other])
+    second = Builder(load_recipe(recipe, [other]))
     said: list[str] = []
     recalibrate(second, said.append)
     cache = [json.loads(x) for x in
@@ -408,7 +409,6 @@ def test_a_study_decomposer_is_recalibrated_from_its_own_scores(recipe: Path,
     said.clear()
     recalibrate(second, said.append)
     assert said == []  # fitted on these labels already: nothing to do
+    second.close()
     pinned = load_recipe(recipe, [other, "router.thresholds_model=scripted:router-test-decomposer"])
-    from prour.build import Builder
-
     assert Builder(pinned).thresholds() == (first.tau_au, first.tau_eu)  # the first model's pair

@@ -18,14 +18,19 @@ from plot_check import read_plot
 from test_report import BASE, PROUR, _line, _write
 
 from prour.config import Recipe
+from prour.data.taxonomy_labels import approve
 from prour.eval.harness import result_key
 from prour.eval.paper import paper_value, paper_values
 from prour.eval.paper_report import write_paper_report
 
 OLD_RUN_DIR = "/moved/away/run"  # the run_dir the saved recipe records; --run-dir replaces it
 BUDGETS, EVERY_N = [1, 2], [2, 4]  # eval.tradeoff: every_n 4 never ran (a missing point)
-SECTIONS = ("table1", "table6", "figure4", "figure5", "figure6", "figure7", "figure8")
+SECTIONS = ("table1", "table2", "table3", "table4", "figure2", "table5", "table6", "table7",
+            "figure4", "figure5", "figure6", "figure7", "figure8")
 PNG = b"\x89PNG\r\n\x1a\n"
+# the reviewed taxonomy labels (domain, corrected): world 3 (tools 2, policy 1), user 1, none 1
+TAXONOMY = [("retail", "tools"), ("retail", "preference"), ("airline", "tools"),
+            ("airline", "policy"), ("airline", "none")]
 
 
 def _episodes(method: str, table: dict, agent: str | None = None, **extra: Any) -> list[dict]:
@@ -112,7 +117,7 @@ def _posthoc_rows(lines: list[dict]) -> list[dict]:
 def _recipe(run_dir: str, **tradeoff: Any) -> str:
     recipe = Recipe(name="paper-test", run_dir=run_dir, train={"output_dir": "checkpoints"},
                     eval={"tradeoff": {"methods": ["prour"], "budget": BUDGETS,
-                                       "every_n": EVERY_N, **tradeoff}})
+                                       "every_n": EVERY_N, **tradeoff}}, taxonomy={"run": True})
     return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
 
 
@@ -141,6 +146,11 @@ def _run_folder(root: Path) -> dict[str, Any]:
         "".join(json.dumps(r) + "\n" for r in METRICS))
     (run_dir / "calibration").mkdir()
     (run_dir / "calibration" / "router_evidence.json").write_text(json.dumps(EVIDENCE))
+    (run_dir / "taxonomy").mkdir()
+    (run_dir / "taxonomy" / "labels.jsonl").write_text("".join(
+        json.dumps({"decision_id": f"d{i}", "domain": domain, "annotation": None,
+                    "corrected": source}) + "\n" for i, (domain, source) in enumerate(TAXONOMY)))
+    approve(run_dir / "taxonomy", "the test")
     swept = {}
     for key, folder in (("router.budget", "eval-budget"), ("router.every_n", "eval-every-n")):
         swept[key] = {v: _sweep(key, v, table, steps, error=False)
@@ -447,6 +457,23 @@ def test_an_empty_run_folder_names_the_step_or_key_that_fills_each_item(tmp_path
             "(eval.tradeoff.every_n) runs only when it does") in "\n".join(paper.lines)
 
 
+def test_table5_and_figure2_count_the_reviewed_taxonomy_labels(chain) -> None:
+    folder = chain["paper"].folder
+    rows = {row[0]: row for row in _md_rows((folder / "table5.md").read_text())}
+    # columns: source, side, retail, airline, events, share, open labels, paper
+    assert rows["tools"][2:6] == ["1", "1", "2", "50.0"]
+    assert rows["world side"][2:6] == ["1", "2", "3", "75.0"]
+    assert rows["world side"][-1] == "16,947 events (89.1 %)"
+    assert rows["user side"][2:6] == ["1", "0", "1", "25.0"]
+    assert rows["no uncertainty"][4] == "1"
+    figure = read_plot(folder / "figure2_sources.png")["series"]
+    assert figure["share"]["this run"]["y"] == [75.0, 25.0]
+    assert figure["share"]["paper"]["y"] == [89.1, 10.9]
+    assert figure["labels"]["approved"] is True
+    page = _section(chain, "table5")
+    assert "not the paper&#x27;s nine cases" in page or "not the paper's nine cases" in page
+
+
 def test_every_paper_value_on_the_page_names_its_source(chain) -> None:
     for value in paper_values():
         section = _section(chain, value.item)
@@ -481,5 +508,5 @@ def test_the_page_opens_in_headless_chromium(chain, tmp_path, chromium: str) -> 
                       (probe / "probe.html").as_uri(), profile=tmp_path / "profile").stdout)
     assert dom.sections == list(SECTIONS)
     loaded = {image["section"]: int(image["data-natural-width"]) for image in dom.images}
-    assert set(loaded) == {"figure4", "figure5", "figure6", "figure7", "figure8"}
+    assert set(loaded) == {"figure2", "figure4", "figure5", "figure6", "figure7", "figure8"}
     assert all(width > 0 for width in loaded.values()), loaded

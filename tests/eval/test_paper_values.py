@@ -34,7 +34,7 @@ def test_each_value_is_read_from_the_papers_words_kept_beside_it(entry: dict) ->
     assert NUMBER.match(entry["value"]), entry["value"]
     assert entry["value"] in entry["phrase"]  # the number, as the paper writes it
     assert entry["item"] in FILES
-    assert entry["unit"] in ("%", "steps", "s", "nats", "states", "")
+    assert entry["unit"] in ("%", "steps", "s", "nats", "states", "events", "")
     if "method" in entry:
         assert entry["method"] in METHOD_NAMES
     for key, where in entry.get("at", {}).items():
@@ -68,6 +68,14 @@ PUBLISHED = [
     ("figure5", {"metric": "steps"}, 20.42),
     ("figure7", {"label": "decomposer"}, 74.04),
     ("figure7", {"label": "llm_router"}, 54.24),
+    ("figure2", {"metric": "events"}, 19022),
+    ("figure2", {"metric": "share", "label": "world"}, 89.1),
+    ("figure2", {"metric": "share", "label": "user"}, 10.9),
+    ("table5", {"metric": "events", "label": None}, 19022),
+    ("table5", {"metric": "events", "label": "world"}, 16947),
+    ("table5", {"metric": "events", "label": "user"}, 2075),
+    ("table5", {"metric": "share", "label": "world"}, 89.1),
+    ("table5", {"metric": "share", "label": "user"}, 10.9),
 ]
 
 
@@ -91,6 +99,14 @@ def test_sweep_and_curve_values_sit_where_the_text_places_them() -> None:
         (1, 0.58), (16, 0.11)]
     assert [(v.at["step"], v.value) for v in paper_values("figure6", metric="eu")] == [
         (1, 0.26), (16, 0.08)]
+
+
+def test_the_taxonomy_counts_add_up_as_the_paper_says() -> None:
+    """A.1: 16,947 world-side and 2,075 user-side of 19,022 events, 89.1 % and 10.9 %."""
+    world, user = (paper_value("table5", metric="events", label=s).value for s in ("world", "user"))
+    assert world + user == paper_value("table5", metric="events", label=None).value
+    assert round(100 * world / (world + user), 1) == paper_value("figure2", metric="share",
+                                                                 label="world").value
 
 
 def test_the_values_file_ships_with_the_package() -> None:

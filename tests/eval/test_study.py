@@ -297,3 +297,28 @@ def test_a_backbone_that_is_down_is_named_in_one_line_and_nothing_runs(tmp_path:
     assert "backbone=down simulator=original (models.agent, m)" in errors[0]
     assert "http://127.0.0.1:9/v1/models is unreachable" in errors[0]
     assert not (tmp_path / "run" / "study" / "episodes.jsonl").exists()
+
+
+def test_a_cell_two_grids_run_on_different_task_sets_keeps_both_episodes(tmp_path: Path) -> None:
+    """recipes/paper.yaml: Tables 2 and 3 run the trained generator with the Qwen3-8B agent on
+    tau2's base tasks, Table 4 the same cell on τ³-bench's, whose task ids name other tasks
+    (revised ones): each is an episode of its own key, and the base grid's lines are base's."""
+    from prour.eval.study import episode_key, grid_plan, planned_count, study_plan
+    from prour.recipes import load_recipe
+
+    paper = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "paper.yaml",
+                        [f"run_dir={tmp_path}"])
+    cell = next(c for c in grid_plan(paper, "table4")
+                if dict(c.values) == {"generator": "trained", "agent": "qwen3-8b"})
+    base = {p for p in grid_plan(paper, "table2")[cell] if p.domain == "retail"}
+    tau3 = {p for p in grid_plan(paper, "table4")[cell]
+            if p.domain == "retail" and p.method == "prour"}
+    both = {(p.task_id, p.seed) for p in base} & {(p.task_id, p.seed) for p in tau3}
+    assert both  # the same ids, two task sets
+    keys = {episode_key(p, cell): p.split for p in base | tau3}
+    assert len(keys) == len(base) + len(tau3)
+    assert {split for split in keys.values()} == {"base", "tau3"}
+    assert all("[split tau3]" in k for k, split in keys.items() if split == "tau3")
+    assert not any("[split" in k for k, split in keys.items() if split == "base")
+    assert planned_count(paper) == len({episode_key(p, c) for c, planned in
+                                        study_plan(paper).items() for p in planned})
