@@ -7,15 +7,17 @@ run's, a missing grid is said in words, run text is escaped, and the page opens 
 from __future__ import annotations
 
 import json
-import math
 import re
+from functools import partial
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import study_numbers as numbers
 from plot_check import read_plot
+from study_numbers import close, full_cost
 
 from prour.eval.attention.study_items import StudyData
 from prour.eval.attention.study_report import ITEMS, write_ask_less_report
@@ -105,62 +107,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "json": json.loads((out / "report.json").read_text())["items"]}
 
 
-# ---- the numbers, recomputed by hand ---------------------------------------------------------
+# ---- the numbers, recomputed by hand (tests/study_numbers.py) with this test's constants ---
 
-
-def judged(line: dict, exempt: bool = False) -> bool:
-    counted = [q for q in line["attention"]["requests"] if q["discretionary"] or exempt]
-    return all(q["reading_effort"] is not None and q["value"] is not None for q in counted)
-
-
-def full_cost(line: dict, exempt: bool = False) -> float:
-    return sum(1 + q["reading_effort"] / 20 + 1 - q["value"] / 10
-               for q in line["attention"]["requests"] if q["discretionary"] or exempt)
-
-
-COSTS = {"messages": lambda line: sum(q["discretionary"] for q in line["attention"]["requests"]),
-         "atomic": lambda line: sum(q["atomic_questions"] for q in line["attention"]["requests"]
-                                    if q["discretionary"]),
-         "full": full_cost}
-
-
-def pick(lines: list[dict], backbone: str, variant: str, domain: str | None = None) -> list:
-    return [x for x in lines if x["axes"]["backbone"] == backbone and x["variant"] == variant
-            and (domain is None or x["domain"] == domain)]
-
-
-def cell(lines: list[dict], backbone: str, variant: str, metric: str, domain: str,
-         accounting: str = "full") -> float:
-    """R, A, U or V of one (backbone, variant, domain)."""
-    mine = pick(lines, backbone, variant, domain)
-    scored = [x for x in mine if accounting != "full" or judged(x)]
-    if metric == "R":
-        return float(np.mean([x["score"] for x in mine]))
-    if metric == "A":
-        return float(np.mean([COSTS[accounting](x) for x in scored]))
-    if metric == "U":
-        return float(np.mean([x["score"] - LAM * full_cost(x) for x in scored]))
-    values = [q["value"] for x in mine for q in x["attention"]["requests"]
-              if q["discretionary"] and q["value"] is not None]
-    return float(np.mean(values))
-
-
-def averaged(lines: list[dict], backbone: str, variant: str, metric: str,
-             accounting: str = "full") -> float:
-    """The equal mean over domains."""
-    return float(np.mean([cell(lines, backbone, variant, metric, d, accounting)
-                          for d in DOMAINS]))
-
-
-def nested(lines: list[dict], variants: list[str], metric: str, accounting: str = "full",
-           ) -> float:
-    """Mean over variants (budgets) within a backbone, then over backbones."""
-    return float(np.mean([np.mean([averaged(lines, b, v, metric, accounting) for v in variants])
-                          for b in BACKBONES]))
-
-
-def close(a: float | None, b: float, tol: float = 1e-9) -> bool:
-    return a is not None and math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+cell = partial(numbers.cell, lam=LAM)
+averaged = partial(numbers.averaged, domains=DOMAINS, lam=LAM)
+nested = partial(numbers.nested, domains=DOMAINS, backbones=tuple(BACKBONES), lam=LAM)
 
 
 # ---- tests -----------------------------------------------------------------------------------
@@ -236,21 +187,7 @@ def test_backbone_cell_and_table25(report) -> None:
 
 def test_figure6_estimate_and_figure7_utility(report) -> None:
     lines, out = report["data"].grids["main"], report["out"]
-    per_domain = {m: [] for m in ("R", "R0", "A")}
-    for domain in DOMAINS:
-        tasks = {m: [] for m in per_domain}
-        for task in TASKS:
-            mine = [x for x in pick(lines, "astra", "budgeted@3", domain) if x["task_id"] == task]
-            base = [x for x in pick(lines, "astra", "no-ask", domain) if x["task_id"] == task]
-            costs = [full_cost(x) for x in mine if judged(x)]
-            if costs:
-                tasks["R"].append(np.mean([x["score"] for x in mine]))
-                tasks["R0"].append(np.mean([x["score"] for x in base]))
-                tasks["A"].append(np.mean(costs))
-        for m, values in per_domain.items():
-            values.append(np.mean(tasks[m]))
-    means = {m: np.mean(v) for m, v in per_domain.items()}
-    efficiency = (means["R"] - means["R0"]) / means["A"]
+    efficiency = numbers.efficiency(lines, "astra", "budgeted@3", domains=DOMAINS)
     drawn = report["json"]["figure6"]["data"]["backbones"]["astra"]["budgeted@3"]
     assert close(drawn["estimate"], efficiency)
     sidecar = read_plot(out / "figure6_efficiency.png")["series"]
