@@ -233,7 +233,22 @@ def table1_item(systems: Sequence[System], summaries: Sequence[SystemSummary]) -
                       "Table 1 are not in our copy); a run cell `error (n/N)` holds errored "
                       "episodes, not a measurement.")
     item.notes += _task_sets(systems)
+    item.notes += _ig_clarifier_backbone(systems)
     return item
+
+
+def _ig_clarifier_backbone(systems: Sequence[System]) -> list[str]:
+    """Which model wrote IG-Clarifier's questions, beside the paper's Qwen3-8B backbone."""
+    writers = sorted({w for s in systems if s.method == "ig-clarifier" and s.sweep is None
+                      for w in (s.question_writers or [])})
+    if not writers:
+        return []
+    note = ("ig-clarifier: the paper reimplements every baseline on the Qwen3-8B backbone "
+            f"(A.2.1); this run's IG-Clarifier questions were written by {', '.join(writers)}, "
+            "its clarifier trained from models.generator as prour's is: on the paper's "
+            "2 x 80 GiB node a Qwen3-8B policy's training does not fit beside the 8B responders "
+            "(recipes/paper.yaml, the comment above eval.methods).")
+    return [note]
 
 
 def _task_sets(systems: Sequence[System]) -> list[str]:

@@ -510,3 +510,21 @@ def test_the_page_opens_in_headless_chromium(chain, tmp_path, chromium: str) -> 
     loaded = {image["section"]: int(image["data-natural-width"]) for image in dom.images}
     assert set(loaded) == {"figure2", "figure4", "figure5", "figure6", "figure7", "figure8"}
     assert all(width > 0 for width in loaded.values()), loaded
+
+
+def test_table1_names_the_model_that_wrote_ig_clarifiers_questions() -> None:
+    """A.2.1 reimplements the baselines on Qwen3-8B; prour trains IG-Clarifier's clarifier from
+    models.generator: Table 1 says which model wrote its questions, and why, from the lines."""
+    from prour.eval.paper import table1_item
+    from prour.eval.systems import System, summarize
+
+    writer = "hf:/runs/paper/checkpoints-ig-clarifier/step_2010"
+    lines = [{**line, "question_writer": writer} for line in _episodes("ig-clarifier", BASE)]
+    system = System("eval", "ig-clarifier", None, lines, "ig-clarifier")
+    note = [n for n in table1_item([system], [summarize(system, 0)]).notes
+            if n.startswith("ig-clarifier:")]
+    assert len(note) == 1 and writer in note[0] and "Qwen3-8B backbone (A.2.1)" in note[0]
+    base = System("eval", "base", None, [{**line, "question_writer": None}
+                                          for line in _episodes("base", BASE)], "base")
+    assert not [n for n in table1_item([base], [summarize(base, 0)]).notes
+                if n.startswith("ig-clarifier:")]
