@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 START_TIMEOUT_S = float(os.environ.get("PROUR_VLLM_START_TIMEOUT", "600"))  # per replica, on a busy CPU
 CONTEXT = 16384  # the agent's tau2 policy and tools in the tiny model's tokens fit this
-TASKS, SEEDS = 4, [0, 1]
+TASKS, SEEDS = 8, [0, 1]  # 16 episodes, two at a time: the kill falls well inside the run
 
 
 def served_requests(base_url: str) -> float:
@@ -50,9 +50,9 @@ def recipes(tmp_path: Path, python: Path, model: Path) -> tuple[Path, Path]:
         "run_dir": str(tmp_path / "run"),
         "models": {role: {"backend": "openai", "model": "tiny", "max_model_len": CONTEXT,
                           "timeout_s": 300, "max_retries": 2} for role in ("agent", "user")},
-        "env": {"max_steps": 6, "agent_max_tokens": 32, "user_max_tokens": 32},
+        "env": {"max_steps": 10, "agent_max_tokens": 32, "user_max_tokens": 32},
         "eval": {"methods": ["base"], "domains": ["retail"], "split": "test",
-                 "max_tasks": TASKS, "seeds": SEEDS, "concurrency": 4, "judge": False},
+                 "max_tasks": TASKS, "seeds": SEEDS, "concurrency": 2, "judge": False},
     }
     serving = {**base, "serve": {"python": str(python), "startup_timeout_s": START_TIMEOUT_S,
                                  "models": {"tiny": {
