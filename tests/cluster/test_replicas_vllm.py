@@ -26,7 +26,10 @@ from prour.cluster.serve import ServerGroup, plan_servers
 from prour.llm.run_key import ensure_run_key
 from prour.recipes import load_recipe
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
+# `full`: two vLLM servers and a timed kill (1.5-4.5 min); in the CI suite its short eval has
+# ended before the kill on a loaded machine. CI keeps the replicas' serving, listing and client
+# spreading (tests/cluster/test_replicas.py, tests/llm/test_openai_replicas.py).
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.full, pytest.mark.timeout(2400)]
 
 START_TIMEOUT_S = float(os.environ.get("PROUR_VLLM_START_TIMEOUT", "600"))  # per replica, on a busy CPU
 CONTEXT = 16384  # the agent's tau2 policy and tools in the tiny model's tokens fit this

@@ -39,8 +39,10 @@ WARM_STEPS = 60  # the warm start of the tests' session model (tests/conftest.py
 # every method and the sweeps of Figures 5 and 8 run in tests/cli/test_rehearsal.py's chain;
 # here, through Slurm, they would only lengthen the eval job: a baseline, prour's trained
 # generator and IG-Clarifier's (its own training job) stand for them; posthoc still runs. The
-# taxonomy (its annotation and review gate) runs in tests/cli/test_rehearsal.py's chain only.
-SETS = ["eval.tradeoff.run=false", "eval.methods=[base,prour,ig-clarifier]", "taxonomy.run=false"]
+# taxonomy (its annotation and review gate) and the generalization study (its serving groups)
+# run in tests/cli/test_rehearsal.py's chain only.
+SETS = ["eval.tradeoff.run=false", "eval.methods=[base,prour,ig-clarifier]", "taxonomy.run=false",
+        "study.run=false"]
 
 
 def prour(env: dict[str, str], cwd: Path, *args: str,
