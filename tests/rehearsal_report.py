@@ -297,10 +297,9 @@ def study_items_from_the_run(run_dir: Path, recipe: Any) -> None:
                 and all(x["axes"].get(a) == v for a, v in axes.items())]
 
     expected: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    generators2 = study.grids["table2"].axes["generator"] if "generator" in \
-        study.grids["table2"].axes else list(study.axes["generator"])
+    generators = study.grids["table2"].axes.get("generator", list(study.axes["generator"]))
     expected["table2"] = {name["generator"][g]: picked("table2", "prour", generator=g)
-                          for g in generators2}
+                          for g in generators}
     for table, base_grid, base_label in (("table3", "table3-base", "none (base agent)"),
                                          ("table7", "table7-base",
                                           "none (base agent, no thresholds)")):

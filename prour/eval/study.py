@@ -244,7 +244,7 @@ class StudyEvaluation(Evaluation):
         self.kit.caches = caches
         self.cell, self.planned, self._settings = cell, planned, settings
         base = recipe.eval.attention
-        self.arm_by: dict[tuple[str, str | None, str], Arm] = {}
+        self.arm_by: dict[tuple[str, str | None, str | None], Arm] = {}
         for method, variant, split in dict.fromkeys((p.method, p.variant, p.keyed_split)
                                                     for p in planned):
             attention = None if variant is None else \
