@@ -64,7 +64,7 @@ def with_settings(recipe: Recipe, items: list[str], source: str) -> Recipe:
     """``recipe`` with ``key.sub=value`` items laid over it as ``--set`` would, validated again
     (``source`` names them in an error): a step that runs its recipe with settings of its own
     (the chain's ig-clarifier training) reads the recipe its command will."""
-    data = recipe.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = recipe.model_dump(mode="json", by_alias=True)
     for item in items:
         apply_override(data, item)
     return parse_recipe(data, source)
@@ -74,7 +74,7 @@ def with_data(recipe: Recipe, change: Callable[[dict[str, Any]], dict[str, Any]]
               source: str) -> Recipe:
     """``recipe`` as a mapping, changed by ``change`` and validated again (``source`` names the
     change in an error): a study's cell lays its axis values over the run's recipe."""
-    data = recipe.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = recipe.model_dump(mode="json", by_alias=True)
     return parse_recipe(change(data), source)
 
 
