@@ -192,7 +192,8 @@ def step_row(recipe: Recipe, step: Step, rows: dict[str, Row],
             if theirs is not None and not theirs.get("failed") and theirs.get("started", 0) > made:
                 return Row(step, stage, STALE, f"{other.name} ran again after its outputs were "
                            "made", other.name)
-        return Row(step, stage, DONE, "outputs complete, not stamped yet (made by hand)")
+        return Row(step, stage, DONE, "outputs complete, no run of this step stamped them (another "
+                   "step or a person made them)")
     for other in _upstreams(recipe, step):
         before = rows.get(other.name)
         if before is not None and before.state == STALE:
