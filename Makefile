@@ -43,7 +43,7 @@ demo: install
 test: install-dev vllm-env
 	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests -m "not full and not gpu"
 
-# Also the whole-task-set checks (every v1 training task, the paper protocol's 164 tasks): ~30 min.
+# Also the `full` tests: whole task sets, whole rehearsals, servers killed mid-run (~1 h more).
 test-full: install-dev vllm-env
 	PROUR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest tests -m "not gpu"
 

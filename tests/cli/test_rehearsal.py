@@ -1,16 +1,17 @@
 """The rehearsal: recipes/rehearsal.yaml (paper.yaml on the tiny model, served by the vLLM CPU
 server) through `prour run` from an empty run folder, with no file made by hand: `prour
-tiny-model` builds the model, then every step of the paper's chain runs (collect retail and
-airline, normalize, the calibration states, annotate, the review gate (the test reviews: it
-corrects the tiny annotator's unusable labels, then approves on the command line), threshold
-search, held-out, extract and the ig-clarifier's own rows, train and export of both, eval of every
-method with the final checkpoints, the budget and frequency sweeps, the post-hoc AU/EU pass, the
-taxonomy of every decision step and its review gate (annotated while the chain waits at the
-first gate, reviewed with it, approved by the same flag), report). The report's paper folder
-holds Tables 1-7 and Figures 2 and 4-8 (Tables 2, 3, 4 and 7 from the study's grids),
-each checked against numbers recomputed here from the run's own files. A stage that cannot get what it needs from a
-tiny model completes and says what it lacked. Run again, every step is done; a changed
-decomposer key names the stale steps.
+tiny-model` builds the model (it finds the session's build of the same command copied in, and
+reuses it), then every step of the paper's chain runs (collect retail and airline, normalize, the
+calibration states, annotate, the review gate (the test reviews: it corrects the tiny annotator's
+unusable labels, then approves on the command line), threshold search, held-out, extract and the
+ig-clarifier's own rows, train and export of both, eval of every method with the final
+checkpoints, the budget and frequency sweeps, the post-hoc AU/EU pass, the taxonomy of every
+decision step and its review gate (annotated while the chain waits at the first gate, reviewed
+with it, approved by the same flag), report). The report's paper folder holds Tables 1-7 and
+Figures 2 and 4-8 (Tables 2, 3, 4 and 7 from the study's grids), each checked against numbers
+recomputed here from the run's own files. A stage that cannot get what it needs from a tiny model
+completes and says what it lacked. Run again, every step is done; a changed decomposer key names
+the stale steps.
 
 Needs the vLLM venv (PROUR_REQUIRE_VLLM=1 makes a missing one fail instead of skip).
 """
@@ -22,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,8 +38,8 @@ from rehearsal_report import (
 from prour.recipes import load_recipe
 from prour.stages import STAGES
 
-# the whole chain twice (to the gate, then on) plus the rerun: ~8 min alone on 2 cores, more
-# under load; each prour call has its own timeout below
+# the whole chain twice (to the gate, then on) plus the rerun: ~8 min alone on 2 cores with the
+# study cut (CI), ~10 min whole (`full`), more under load; each prour call has its own timeout
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,18 +53,38 @@ def prour(cwd: Path, vllm_python: Path, *args: str, timeout: float = 900):
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
+# The CI cut of the study (Tables 2, 3, 4 and 7): every table keeps a row of each kind (the
+# trained generator beside the prompted one in Table 2, the served and in-process agents in Table 3,
+# both threshold sources in Table 7, a baseline beside prour on each τ³ domain in Table 4), the
+# tables on the base tasks on retail alone: 14 study episodes where the whole rehearsal runs 43.
+CI_CUT = (
+    "study.grids.table3.axes.generator=[trained]",
+    "study.grids.table7.axes.generator=[trained]",
+    "study.grids.table4.methods=[base, prour]",
+    *(f"study.grids.{grid}.domains=[retail]"
+      for grid in ("table2", "table3", "table3-base", "table7", "table7-base")),
+)
+
+
+@pytest.mark.parametrize("cut", [
+    pytest.param(CI_CUT, id="study-cut"),
+    pytest.param((), id="whole", marks=pytest.mark.full),
+])
 def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
-    tmp_path: Path, vllm_python: Path,
+    tmp_path: Path, vllm_python: Path, rehearsal_model: Callable[[Path], None],
+    cut: tuple[str, ...],
 ) -> None:
+    sets = [part for item in cut for part in ("--set", item)]
+    rehearsal_model(tmp_path)  # the session's build: the command below finds it and reuses it
     built = prour(tmp_path, vllm_python, "tiny-model", "./runs/tiny-model", "--steps", WARM_STEPS)
     assert built.returncode == 0, built.stdout + built.stderr
     # the run folder the chain writes (its outputs' paths, as the eval run recorded them)
-    recipe = load_recipe(REHEARSAL, [f"run_dir={tmp_path / 'runs' / 'rehearsal'}"])
+    recipe = load_recipe(REHEARSAL, [*cut, f"run_dir={tmp_path / 'runs' / 'rehearsal'}"])
     assert not Path(tmp_path / "runs" / "rehearsal").exists()  # nothing made beforehand
 
     # first the chain stops at the review gate; the test is the reviewer: the tiny annotator's
     # labels are unusable, so it corrects every line (act, clarify, verify in turn) and approves
-    first = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL))
+    first = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), *sets)
     annotated = first.stdout + first.stderr
     assert first.returncode == 0 and "--approve-labels" in annotated, annotated[-6000:]
     calibration = tmp_path / "runs" / "rehearsal" / "calibration"
@@ -79,7 +101,7 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     # every decision step of the collected trajectories so that one review covers both label
     # files: the tiny annotator's strict-JSON replies rarely validate, so the reviewer labels
     # every line (a source or none in turn, both sides among them)
-    taxonomy = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--only",
+    taxonomy = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), *sets, "--only",
                      "taxonomy")
     annotated += taxonomy.stdout + taxonomy.stderr
     assert taxonomy.returncode == 0, annotated[-6000:]
@@ -91,7 +113,8 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
     for i, line in enumerate(tax_lines):
         line["corrected"] = ("tools", "preference", "policy", "none", "profile", "intent")[i % 6]
     tax_path.write_text("".join(json.dumps(x) + "\n" for x in tax_lines))
-    run = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--approve-labels")
+    run = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), *sets,
+                "--approve-labels")
     shown = annotated + run.stdout + run.stderr
     assert run.returncode == 0, shown[-6000:]
     # every step of the table ran (serve: prour run serves each step's models itself; a local
@@ -213,13 +236,14 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
         assert "lacking: no clarify or verify state among" in shown
         assert "holds no training state" in shown and steps_logged == 0
 
-    again = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--approve-labels")
+    again = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), *sets,
+                  "--approve-labels")
     assert again.returncode == 0, again.stdout + again.stderr
     ran = re.findall(r"^== (\S+): (\w+)", again.stdout, re.MULTILINE)
     assert ran and all(state in ("skipped", "done") for _, state in ran), again.stdout
     assert "start:" not in again.stdout  # nothing ran a second time
 
-    stale = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), "--set",
+    stale = prour(tmp_path, vllm_python, "run", "--recipe", str(REHEARSAL), *sets, "--set",
                   "router.n_actions=3", "--dry-run")
     assert stale.returncode == 0, stale.stdout + stale.stderr
     named = set(re.findall(r"^\s+\S+/(\S+)\s+stale\b", stale.stdout, re.MULTILINE))

@@ -193,6 +193,7 @@ def test_verls_trainer_runs_on_two_nodes_and_updates_the_model(
     assert [pid for _, _, pid in placed.values() if alive(pid)] == []
 
 
+@pytest.mark.full  # two Ray trainings across the two nodes, one killed mid-step: ~100 s
 def test_a_rank_killed_mid_run_fails_the_job_and_a_resubmission_resumes(
     two_nodes: Any, warm_tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,10 @@ from test_slurm_local import REPO, job_logs, wait_done
 
 from prour.recipes import load_recipe
 
-pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
+# `full`: each of its nine jobs starts Python, and most a vLLM server, on its own (~8 min on two
+# cores); CI runs the same chain in process (tests/cli/test_rehearsal.py) and Slurm's jobs,
+# gate rendering and served steps in the shorter tests beside this one
+pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow, pytest.mark.full]
 
 REHEARSAL = REPO / "recipes" / "rehearsal.yaml"
 CHAIN = ["collect", "normalize", "calibrate", "extract", "train", "export", "eval", "report"]
@@ -67,10 +71,12 @@ def states(shown: str) -> dict[str, str]:
 
 
 def test_the_rehearsal_chain_through_slurm_stops_at_the_gate_then_reaches_the_report(
-    slurm_cluster: Any, vllm_python: Path, tmp_path: Path
+    slurm_cluster: Any, vllm_python: Path, tmp_path: Path,
+    rehearsal_model: Callable[[Path], None],
 ) -> None:
     work = tmp_path / "work"  # the submission's working folder: runs/tiny-model lives here
     work.mkdir()
+    rehearsal_model(work)  # the session's build: `prour tiny-model` below finds it and reuses it
     env = {**slurm_cluster.env(), "PROUR_VLLM_PYTHON": str(vllm_python),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     built = prour(env, work, "tiny-model", "runs/tiny-model", "--steps", str(WARM_STEPS))

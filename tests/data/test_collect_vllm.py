@@ -71,6 +71,7 @@ def _lines(path: Path) -> list[str]:
 
 @pytest.mark.vllm
 @pytest.mark.slow
+@pytest.mark.full  # two vLLM starts and two collects: ~2 min on two cores
 def test_collect_fails_when_its_server_dies_and_a_rerun_retries_the_errored(
         tmp_path: Path, vllm_python: Path, tiny_model_dir: Path) -> None:
     model = _servable(tiny_model_dir, tmp_path / "model")

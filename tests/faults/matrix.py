@@ -133,7 +133,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
                               "_a_rerun_retries_the_errored",
                               "CI tests/llm/test_openai_faults.py::test_closed_connection_retried"
                               "_then_clear_error"),
-        "vLLM dies mid-step": t("CI tests/data/test_collect_vllm.py::test_collect_fails_when_its_"
+        "vLLM dies mid-step": t("full tests/data/test_collect_vllm.py::test_collect_fails_when_its_"
                                 "server_dies_and_a_rerun_retries_the_errored"),
         "torn last line": t("CI tests/data/test_collect_errors.py::test_a_torn_last_line_is_"
                             "repaired_when_collect_resumes",
@@ -233,7 +233,7 @@ MATRIX: dict[str, dict[str, Cell]] = {
         **{fault: t("full tests/faults/test_rehearsal_faults.py::test_responders_that_fail_every_"
                     "request_stop_the_rehearsal_in_one_line")
            for fault in ("HTTP 500", "timeout", "closed mid-reply")},
-        "kill -9 + rerun": t("slurm tests/cluster/test_multinode_train.py::test_a_rank_killed_"
+        "kill -9 + rerun": t("full tests/cluster/test_multinode_train.py::test_a_rank_killed_"
                              "mid_run_fails_the_job_and_a_resubmission_resumes"),
         "truncated checkpoint": t("CI tests/train/test_checkpoint.py::test_a_truncated_newest_"
                                   "checkpoint_is_skipped_and_resume_redoes_it_from_the_one_"
