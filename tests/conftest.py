@@ -1,6 +1,7 @@
 """Shared fixtures: the tiny local model (built once per session), its tokenizer, one warm-started
-copy of it, the rehearsals' model as `prour tiny-model` builds it, and the vLLM venv. The session's rules (caches in the temp folder, no skips in CI)
-are the plugins tests/session_caches.py and tests/skip_rules.py."""
+copy of it, the rehearsals' model as `prour tiny-model` builds it, and the vLLM venv. The
+session's rules (caches in the temp folder, no skips in CI) are the plugins
+tests/session_caches.py and tests/skip_rules.py."""
 
 from __future__ import annotations
 
@@ -76,27 +77,21 @@ def format_policy_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFac
         torch.set_num_threads(before)
 
 
-# `prour tiny-model runs/tiny-model --steps REHEARSAL_WARM_STEPS`: the rehearsal recipes' model,
-# as the first line of their headers builds it, but with the session's warm-start length (the
-# recipes' headers use the demo's)
-REHEARSAL_WARM_STEPS = str(WARM_START["steps"])
-
-
 @pytest.fixture(scope="session")
 def rehearsal_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], None]:
     """Places the rehearsal recipes' tiny model in a working folder: ``runs/tiny-model`` and
-    ``runs/tiny-model-base`` as the installed ``prour tiny-model runs/tiny-model`` built them once
-    for the session. A rehearsal then runs the same command in its folder, which finds them built
-    with its arguments and reuses them instead of training them again."""
+    ``runs/tiny-model-base`` as the installed ``prour tiny-model`` (TINY_MODEL_ARGS) built them
+    once for the session. A rehearsal then runs the same command in its folder, which finds them
+    built with its arguments and reuses them instead of training them again."""
     import shutil
     import subprocess
 
     from installed_prour import prour_argv
+    from rehearsal_report import TINY_MODEL_ARGS
 
     once = tmp_path_factory.mktemp("rehearsal-model")
-    built = subprocess.run(prour_argv("tiny-model", "runs/tiny-model", "--steps",
-                                      REHEARSAL_WARM_STEPS),
-                           cwd=once, capture_output=True, text=True, timeout=900, check=False)
+    built = subprocess.run(prour_argv(*TINY_MODEL_ARGS), cwd=once, capture_output=True,
+                           text=True, timeout=900, check=False)
     assert built.returncode == 0, built.stdout + built.stderr
 
     def place(work: Path) -> None:

@@ -9,6 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+# `prour tiny-model <TINY_MODEL_ARGS>`: the rehearsals' model, as their recipes' headers build it,
+# with the warm-start length of the session's model (tests/conftest.py WARM_START; the headers
+# use the demo's 300); tests/conftest.py `rehearsal_model` builds it once a session with these
+TINY_MODEL_ARGS = ("tiny-model", "./runs/tiny-model", "--steps", "60")
+
 
 def every_method_reported(run_dir: Path, recipe: Any) -> list[str]:
     """Assert the results and the report cover the recipe's eval plan; return the table's rows."""

@@ -33,12 +33,12 @@ from typing import Any
 import pytest
 from installed_prour import prour_argv
 from plot_check import read_plot
+from rehearsal_report import TINY_MODEL_ARGS
 from study_numbers import agrees, averaged, cell, close, efficiency, mean, nan_mean, nested
 
 REPO = Path(__file__).resolve().parents[2]
 REHEARSAL = REPO / "recipes" / "ask-less-rehearsal.yaml"
 STUDY = REPO / "recipes" / "ask-less.yaml"
-WARM_STEPS = "60"  # the session warm start's length (tests/conftest.py WARM_START)
 STUDY_STEPS = ("study", "judge", "second-judge", "study-report")
 BUDGETS = (1, 2, 3)
 # ask-less.yaml's grids on the test split (retail 91, airline 40, telecom 91 tasks: 222), as
@@ -96,8 +96,7 @@ def rehearse(tmp_path: Path, vllm_python: Path, place_model: Callable[[Path], No
     from prour.recipes import load_recipe
 
     place_model(tmp_path)
-    built = prour(tmp_path, vllm_python, "tiny-model", "./runs/tiny-model", "--steps",
-                  WARM_STEPS, timeout=900)
+    built = prour(tmp_path, vllm_python, *TINY_MODEL_ARGS, timeout=900)
     assert built.returncode == 0, built.stdout + built.stderr
     run_dir = tmp_path / "runs" / "ask-less-rehearsal"
     assert not run_dir.exists()  # nothing made beforehand

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 from rehearsal_report import (
+    TINY_MODEL_ARGS,
     every_method_reported,
     paper_items_from_the_run,
     study_items_from_the_run,
@@ -44,7 +45,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 REHEARSAL = REPO / "recipes" / "rehearsal.yaml"
-WARM_STEPS = "60"  # the session warm start's length (tests/conftest.py WARM_START); demo: 300
 
 
 def prour(cwd: Path, vllm_python: Path, *args: str, timeout: float = 900):
@@ -76,7 +76,7 @@ def test_the_rehearsal_runs_the_papers_chain_from_an_empty_run_folder(
 ) -> None:
     sets = [part for item in cut for part in ("--set", item)]
     rehearsal_model(tmp_path)  # the session's build: the command below finds it and reuses it
-    built = prour(tmp_path, vllm_python, "tiny-model", "./runs/tiny-model", "--steps", WARM_STEPS)
+    built = prour(tmp_path, vllm_python, *TINY_MODEL_ARGS)
     assert built.returncode == 0, built.stdout + built.stderr
     # the run folder the chain writes (its outputs' paths, as the eval run recorded them)
     recipe = load_recipe(REHEARSAL, [*cut, f"run_dir={tmp_path / 'runs' / 'rehearsal'}"])

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rehearsal_report import every_method_reported
+from rehearsal_report import TINY_MODEL_ARGS, every_method_reported
 from test_slurm_local import REPO, job_logs, wait_done
 
 from prour.recipes import load_recipe
@@ -39,7 +39,6 @@ REHEARSAL = REPO / "recipes" / "rehearsal.yaml"
 CHAIN = ["collect", "normalize", "calibrate", "extract", "train", "export", "eval", "report"]
 GATED = CHAIN[:3]
 TIMEOUT_S = 1200
-WARM_STEPS = 60  # the warm start of the tests' session model (tests/conftest.py WARM_START)
 # every method and the sweeps of Figures 5 and 8 run in tests/cli/test_rehearsal.py's chain;
 # here, through Slurm, they would only lengthen the eval job: a baseline, prour's trained
 # generator and IG-Clarifier's (its own training job) stand for them; posthoc still runs. The
@@ -79,7 +78,7 @@ def test_the_rehearsal_chain_through_slurm_stops_at_the_gate_then_reaches_the_re
     rehearsal_model(work)  # the session's build: `prour tiny-model` below finds it and reuses it
     env = {**slurm_cluster.env(), "PROUR_VLLM_PYTHON": str(vllm_python),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    built = prour(env, work, "tiny-model", "runs/tiny-model", "--steps", str(WARM_STEPS))
+    built = prour(env, work, *TINY_MODEL_ARGS)
     assert built.returncode == 0, built.stderr
     run_dir = tmp_path / "run"
     first = prour(env, work, "slurm", "submit", "--recipe", str(REHEARSAL),
